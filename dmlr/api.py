@@ -1,0 +1,107 @@
+"""The notebook-facing functions: ``dmlr.fit``, ``dmlr.evaluate``, ``dmlr.load``."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from dmlr.data.store import Dataset, open_dataset
+from dmlr.models import RBRL
+from dmlr.models.base import BaseModel, load_model
+
+#: ``model=`` names accepted by :func:`fit`.
+MODELS = {"rbrl": RBRL}
+
+
+def _as_dataset(data):
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, (str, Path)):
+        return open_dataset(data)
+    return None
+
+
+def resolve_arrays(data, split: str | None, *, default_split: str):
+    """(X, Y) for ``data``: a store path, a :class:`Dataset`, or an ``(X, Y)`` pair.
+
+    A store without any split, asked for the default split, gives all its
+    rows (with a warning); asking for a split that a store lacks is an error.
+    """
+    ds = _as_dataset(data)
+    if ds is None:
+        try:
+            X, Y = data
+        except (TypeError, ValueError):
+            raise TypeError("data must be a Zarr path, a dmlr Dataset, or an (X, Y) pair") from None
+        return X, Y
+    if split == default_split and not ds.splits:
+        warnings.warn(f"{ds.path} has no splits; using all {ds.n_samples} rows", stacklevel=3)
+        split = None
+    return ds.arrays(split)
+
+
+def make_model(model, **params) -> BaseModel:
+    """An estimator from a name in :data:`MODELS` or an estimator instance."""
+    if isinstance(model, BaseModel):
+        return model.set_params(**params) if params else model
+    try:
+        cls = MODELS[str(model).lower()]
+    except KeyError:
+        raise ValueError(f"unknown model {model!r}; known models: {sorted(MODELS)}") from None
+    return cls(**params)
+
+
+def fit(data, model="rbrl", *, split: str | None = "train", client=None, **params) -> BaseModel:
+    """Fit a model on a data set.
+
+    Parameters
+    ----------
+    data : str, Path, Dataset or (X, Y)
+        A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
+    model : str or estimator
+        ``"rbrl"`` or an estimator instance.
+    split : str or None
+        Named split of the store to train on (None or "all": every row).
+    client : distributed.Client, optional
+        Dask client; by default the current one, the configured scheduler,
+        or a local cluster (only when the data are large enough to need one).
+    **params
+        Estimator parameters, e.g. ``lambda1=1.0``.
+
+    Returns
+    -------
+    estimator
+        Fitted.
+    """
+    est = make_model(model, **params)
+    X, Y = resolve_arrays(data, split, default_split="train")
+    return est.fit(X, Y, client=client)
+
+
+def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
+    """Evaluate a fitted model: every metric of :mod:`dmlr.metrics`, chunk by chunk.
+
+    Parameters
+    ----------
+    model : fitted estimator
+    data : str, Path, Dataset or (X, Y)
+    split : str or None
+        Named split to evaluate on (None or "all": every row).
+    metrics : list of str, optional
+        Subset of :data:`dmlr.metrics.METRIC_NAMES`.
+
+    Returns
+    -------
+    dict
+        Metric name -> float.
+    """
+    from dmlr.metrics import multilabel_metrics, predict_from_scores
+
+    X, Y = resolve_arrays(data, split, default_split="test")
+    S = model.decision_function(X)
+    return multilabel_metrics(Y, S, predict_from_scores(S), metrics=metrics)
+
+
+def load(path) -> BaseModel:
+    """Load a model written by ``model.save(path)`` (no pickle)."""
+    return load_model(path)

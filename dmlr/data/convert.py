@@ -1,0 +1,395 @@
+"""Convert multi-label data sets from common file formats to dmlr stores.
+
+:func:`convert` reads MULAN/MEKA ARFF, MATLAB ``.mat``, scipy.sparse
+``.npz`` pairs, LIBSVM multi-label and Extreme Classification text files and
+streams them into a :class:`~dmlr.data.store.StoreWriter`. Text formats are
+parsed line by line in row blocks (gzip-transparent); nothing is written at
+the destination unless the whole conversion succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from dmlr.data.arff import BLOCK_ROWS, ArffReader, open_text
+from dmlr.data.libsvm import SvmLightReader, SvmStats, read_xc_header
+from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
+from dmlr.data.store import StoreWriter
+from dmlr.errors import DmlrInputError
+
+#: Formats accepted by :func:`convert`.
+FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc")
+_TEXT_FORMATS = ("arff", "meka", "libsvm", "xc")
+_SVM_SUFFIXES = (".svm", ".libsvm", ".svmlight", ".txt")
+#: Upper bound on the bytes of one dense int8 label block.
+_LABEL_BLOCK_BYTES = 2**24
+
+
+@dataclass
+class _Part:
+    """One input file (or one split inside a file) of a conversion."""
+
+    name: str | None
+    files: tuple
+    blocks: object  # callable: block_rows -> iterator of (X, Y)
+    dropped_lines: list = field(default_factory=list)
+
+
+@dataclass
+class _Source:
+    """Everything :func:`_write` needs about the inputs of a conversion."""
+
+    fmt: str
+    n_features: int
+    n_labels: int
+    sparse: bool
+    parts: list
+    feature_names: list | None = None
+    label_names: list | None = None
+    detail: str = ""
+
+    def description(self) -> str:
+        """Free-text provenance stored as the store's ``source``."""
+        split = len(self.parts) > 1
+        files = "; ".join(", ".join(Path(f).name for f in p.files) + (f" (split {p.name})" if split else "")
+                          for p in self.parts)
+        text = f"{self.fmt}{f' ({self.detail})' if self.detail else ''}: {files}"
+        for p in self.parts:
+            for no in p.dropped_lines:
+                text += f"; dropped truncated last line {no} of {Path(p.files[0]).name}"
+        return text
+
+
+# ---------------------------------------------------------------------------
+# Inputs and format detection
+# ---------------------------------------------------------------------------
+
+def _is_pathlike(x) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def _is_npz_pair(item, *, allow_list=False) -> bool:
+    """A 2-tuple of .npz paths naming features and labels, not two feature files."""
+    kinds = (tuple, list) if allow_list else tuple
+    if not (isinstance(item, kinds) and len(item) == 2 and all(map(_is_pathlike, item))):
+        return False
+    a, b = (Path(x).name for x in item)
+    return a.endswith(".npz") and b.endswith(".npz") and (b.endswith("_Y.npz") or not a.endswith("_X.npz"))
+
+
+def _inputs(src) -> list:
+    """Normalise ``src`` to a list of Paths and (X, Y) .npz Path pairs."""
+    if _is_pathlike(src) or _is_npz_pair(src, allow_list=True):
+        src = [tuple(src) if isinstance(src, list) else src]
+    if not isinstance(src, (list, tuple)) or not src:
+        raise TypeError(f"src must be a path, an (X, Y) .npz pair or a non-empty list of those, got {src!r}")
+    items = []
+    for item in src:
+        if _is_npz_pair(item):
+            items.append((Path(item[0]), Path(item[1])))
+        elif _is_pathlike(item):
+            items.append(Path(item))
+        else:
+            raise TypeError(f"not a path or (X, Y) .npz pair: {item!r}")
+    for path in (p for item in items for p in (item if isinstance(item, tuple) else (item,))):
+        if path.is_dir():
+            raise DmlrInputError("is a directory; pass the data file, or a list of files", path=path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    return items
+
+
+def _sniff(path: Path) -> str:
+    """Guess the format of a file with an unknown extension from its content."""
+    with open(path, "rb") as fh:
+        magic = fh.read(8)
+    if magic.startswith(b"MATLAB"):
+        return "mat"
+    if magic.startswith(b"PK"):
+        return "npz"
+    with open_text(path) as fh:
+        first = next((ln.strip() for ln in fh if ln.strip()), "")
+    if first.startswith("%") or first.lower().startswith(("@relation", "@attribute")):
+        return "arff"
+    if read_xc_header(path) is not None:
+        return "xc"
+    if ":" in first:
+        return "libsvm"
+    raise DmlrInputError(f"cannot detect the file format; pass fmt= (one of {', '.join(FORMATS)})", path=path)
+
+
+def detect_format(path) -> str:
+    """The format of one input file, from its extension and, if needed, its content.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    str
+        One of :data:`FORMATS` (``"arff"`` for MEKA files too: the relation
+        name decides later).
+    """
+    path = Path(path)
+    name = path.name.lower()
+    base = name[:-3] if name.endswith(".gz") else name
+    if base.endswith(".arff"):
+        return "arff"
+    if name.endswith(".mat"):
+        return "mat"
+    if name.endswith(".npz"):
+        return "npz"
+    if base.endswith(_SVM_SUFFIXES):
+        return "xc" if read_xc_header(path) is not None else "libsvm"
+    return _sniff(path)
+
+
+def _resolve_format(items, fmt) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        return fmt
+    found = {"npz" if isinstance(it, tuple) else detect_format(it) for it in items}
+    if len(found) > 1:
+        raise DmlrInputError(f"the input files have different formats ({', '.join(sorted(found))})")
+    return found.pop()
+
+
+def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line) -> None:
+    if xml is not None and fmt not in ("arff", "meka"):
+        raise ValueError(f"xml= applies to ARFF input, not {fmt}")
+    if zero_based not in ("auto", True, False):
+        raise ValueError(f"zero_based must be 'auto', True or False, got {zero_based!r}")
+    if (zero_based != "auto" or n_features is not None) and fmt not in ("libsvm", "xc"):
+        raise ValueError(f"zero_based= and n_features= apply to LIBSVM/XC input, not {fmt}")
+    if fmt == "xc" and zero_based is False:
+        raise ValueError("XC files are 0-based; zero_based=False does not apply")
+    if drop_truncated_last_line and fmt not in _TEXT_FORMATS:
+        raise ValueError(f"drop_truncated_last_line applies to text formats, not {fmt}")
+
+
+def _split_name_of_file(path: Path) -> str | None:
+    """``"train"``/``"test"`` when exactly one of them is a word of the file name."""
+    words = set(re.split(r"[^a-z]+", Path(path).name.lower()))
+    hits = [w for w in ("train", "test") if w in words]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _name_parts(parts: list) -> None:
+    """Give every part a unique split name (``part<i>`` unless all are recognised)."""
+    names = [p.name for p in parts]
+    if None in names or len(set(names)) != len(names):
+        names = [f"part{i}" for i in range(len(parts))]
+    for p, name in zip(parts, names):
+        p.name = name
+
+
+# ---------------------------------------------------------------------------
+# Opening each format
+# ---------------------------------------------------------------------------
+
+def _open_arff(paths, *, meka, xml, n_labels, drop_truncated_last_line, **_) -> _Source:
+    readers = [ArffReader(p, meka=meka, xml=xml, n_labels=n_labels) for p in paths]
+    first = readers[0]
+    for other in readers[1:]:
+        first.check_compatible(other)
+    sparse = any(r.sparse for r in readers)
+    parts = []
+    for r in readers:
+        r.store_sparse = sparse
+        blocks = partial(r.blocks, drop_truncated_last_line=drop_truncated_last_line)
+        parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
+    return _Source("meka" if meka else "arff", first.n_features, first.n_labels, sparse, parts,
+                   first.feature_names, first.label_names, first.label_source)
+
+
+def _svm_sizes(readers, *, n_features, n_labels, zero_based, drop_truncated_last_line):
+    """(n_features, n_labels, offset) of LIBSVM files, from one streaming pass each."""
+    stats = SvmStats()
+    for r in readers:
+        stats = stats.merge(r.scan(drop_truncated_last_line=drop_truncated_last_line))
+    offset = 0 if zero_based is True or (zero_based == "auto" and stats.min_index == 0) else 1
+    seen_features = max(stats.max_index + 1 - offset, 0)
+    if n_features is not None and n_features < seen_features:
+        raise DmlrInputError(f"n_features={n_features} but the files use feature index {stats.max_index} "
+                             f"({offset}-based)", path=readers[0].path)
+    return (n_features or seen_features), (n_labels or stats.max_label + 1), offset
+
+
+def _xc_sizes(readers, *, n_features, n_labels, **_):
+    """(n_features, n_labels, 0) from the XC headers, which must agree."""
+    sizes = {r.header[1:] for r in readers}
+    if len(sizes) > 1:
+        raise DmlrInputError(f"the XC headers disagree on (features, labels): {sorted(sizes)}")
+    d, l = sizes.pop()
+    for given, have, what in ((n_features, d, "n_features"), (n_labels, l, "n_labels")):
+        if given is not None and given != have:
+            raise DmlrInputError(f"{what}={given} but the XC header says {have}", path=readers[0].path)
+    return d, l, 0
+
+
+def _open_svm(paths, *, xc, n_features, n_labels, zero_based, drop_truncated_last_line, **_) -> _Source:
+    readers = [SvmLightReader(p, xc=xc) for p in paths]
+    sizes = _xc_sizes if xc else _svm_sizes
+    d, l, offset = sizes(readers, n_features=n_features, n_labels=n_labels, zero_based=zero_based,
+                         drop_truncated_last_line=drop_truncated_last_line)
+    parts = []
+    for r in readers:
+        blocks = partial(r.blocks, n_features=d, n_labels=l, offset=offset,
+                         drop_truncated_last_line=drop_truncated_last_line)
+        parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
+    detail = "" if xc else f"{'0' if offset == 0 else '1'}-based feature indices"
+    return _Source("xc" if xc else "libsvm", d, l, True, parts, detail=detail)
+
+
+def _array_source(fmt, parts_arrays) -> _Source:
+    """A source over in-memory ``[(name, files, X, Y), ...]``."""
+    shapes = {(X.shape[1], Y.shape[1]) for _, _, X, Y in parts_arrays}
+    if len(shapes) > 1:
+        raise DmlrInputError(f"the inputs differ in (features, labels): {sorted(shapes)}",
+                             path=parts_arrays[0][1][0])
+    d, l = shapes.pop()
+    sparse = any(sp.issparse(X) for _, _, X, _ in parts_arrays)
+    parts = [_Part(name, files, partial(array_blocks, X, Y)) for name, files, X, Y in parts_arrays]
+    return _Source(fmt, d, l, sparse, parts)
+
+
+def _open_mat(paths, **_) -> _Source:
+    arrays = []
+    for path in paths:
+        contents = read_mat(path)
+        for split, X, Y in contents:
+            name = split if split is not None else _split_name_of_file(path)
+            arrays.append((name, (path,), X, Y))
+    return _array_source("mat", arrays)
+
+
+def _open_npz(items, **_) -> _Source:
+    arrays = []
+    for item in items:
+        x_path, y_path = item if isinstance(item, tuple) else (item, npz_label_path(item))
+        X, Y = read_npz(x_path, y_path)
+        arrays.append((_split_name_of_file(x_path), (x_path, y_path), X, Y))
+    return _array_source("npz", arrays)
+
+
+_OPENERS = {
+    "arff": partial(_open_arff, meka=False),
+    "meka": partial(_open_arff, meka=True),
+    "libsvm": partial(_open_svm, xc=False),
+    "xc": partial(_open_svm, xc=True),
+    "mat": _open_mat,
+    "npz": _open_npz,
+}
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
+    """Stream every part of ``source`` into a new store at ``dst``."""
+    block_rows = max(64, min(BLOCK_ROWS, _LABEL_BLOCK_BYTES // max(source.n_labels, 1)))
+    files = [f for p in source.parts for f in p.files]
+    input_path = files[0] if len(files) == 1 else ", ".join(str(f) for f in files)
+    if len(source.parts) > 1:
+        _name_parts(source.parts)
+    with StoreWriter(dst, source.n_features, source.n_labels, sparse=source.sparse, dtype=dtype,
+                     chunk_rows=chunk_rows, label_names=source.label_names,
+                     feature_names=source.feature_names, source=source.description(),
+                     overwrite=overwrite, input_path=input_path) as writer:
+        total = 0
+        for part in source.parts:
+            start = total
+            for X, Y in part.blocks(block_rows=block_rows):
+                writer.append(X, Y)
+                total += Y.shape[0]
+            if len(source.parts) > 1:
+                writer.add_split(part.name, np.arange(start, total))
+        writer.source = source.description()  # now including any dropped lines
+
+
+def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zero_based="auto",
+            drop_truncated_last_line=False, overwrite=False, chunk_rows=None, dtype="float64") -> Path:
+    """Convert a multi-label data set to a dmlr Zarr store.
+
+    Parameters
+    ----------
+    src : path, (X_path, Y_path) pair, or list of those
+        The input. A list is concatenated in order and each file becomes a
+        split, named ``"train"``/``"test"`` when exactly one of those words
+        is in every file name (and the names are unique), else ``part0``,
+        ``part1``, ... A ``.mat`` file with ``train_*``/``test_*`` variables
+        is split the same way. A ``.npz`` input is the features file
+        ``<name>_X.npz`` (labels read from ``<name>_Y.npz``) or an explicit
+        ``(X_path, Y_path)`` tuple.
+    dst : str or Path
+        Destination store (a directory).
+    fmt : {"arff", "meka", "mat", "npz", "libsvm", "xc"}, optional
+        Input format. By default detected: ``.arff``/``.arff.gz`` is ARFF
+        (MEKA when there is no MULAN XML and the relation holds ``-C L``),
+        ``.mat`` MATLAB, ``.npz`` scipy.sparse, ``.svm``/``.libsvm``/``.txt``
+        XC when the first line is three integers, else LIBSVM; other
+        extensions are sniffed from the content.
+    xml : str or Path, optional
+        ARFF: the MULAN label file. Default: the sibling ``<name>.xml``
+        found by :func:`dmlr.data.arff.find_xml` (``emotions-train.arff.gz``
+        -> ``emotions.xml``).
+    n_labels : int, optional
+        ARFF without XML: the last ``n_labels`` attributes are the labels.
+        LIBSVM: the number of labels (default: largest label + 1). Other
+        formats: checked against the file.
+    n_features : int, optional
+        LIBSVM: the number of features (default: largest index seen).
+    zero_based : {"auto", True, False}
+        LIBSVM feature indices; ``"auto"`` means 0-based if an index 0
+        occurs, else 1-based.
+    drop_truncated_last_line : bool
+        Text formats: if the last line has no newline and does not parse
+        (an interrupted download or copy), drop it with a warning and note
+        it in the store's ``source`` instead of failing.
+    overwrite : bool
+        Replace an existing store at ``dst`` (only once the new one is
+        complete).
+    chunk_rows : int, optional
+        Stored rows per chunk (default: about 8 MiB of X per chunk).
+    dtype : {"float64", "float32"}
+        Stored feature dtype.
+
+    Returns
+    -------
+    pathlib.Path
+        ``dst``.
+
+    Raises
+    ------
+    DmlrInputError
+        Malformed or inconsistent input; the message names the file and the
+        1-based line (text formats) or 0-based row (array formats).
+    FileExistsError
+        ``dst`` exists and ``overwrite`` is False.
+    """
+    items = _inputs(src)
+    fmt = _resolve_format(items, fmt)
+    _check_options(fmt, xml=xml, zero_based=zero_based, n_features=n_features,
+                   drop_truncated_last_line=drop_truncated_last_line)
+    if fmt != "npz" and any(isinstance(it, tuple) for it in items):
+        raise ValueError(f"(X, Y) path pairs are only for npz input, not {fmt}")
+    dst = Path(dst)
+    if dst.exists() and not overwrite:
+        raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+    source = _OPENERS[fmt](items, xml=xml, n_labels=n_labels, n_features=n_features, zero_based=zero_based,
+                           drop_truncated_last_line=drop_truncated_last_line)
+    if n_labels is not None and source.n_labels != n_labels:
+        raise DmlrInputError(f"n_labels={n_labels} but the input has {source.n_labels} labels",
+                             path=source.parts[0].files[0])
+    _write(source, dst, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype)
+    return dst

@@ -1,0 +1,260 @@
+"""Row chunks held in memory (here or on Dask workers) with a map-reduce.
+
+A :class:`ChunkSet` is what full-gradient solvers iterate over: it is built
+once per fit, keeps every row block in memory where it will be used, and
+offers one operation, ``map_reduce(fn, *args)``: call ``fn(block, *args)`` on
+every block and sum the results (tuples of arrays and floats) with a pairwise
+tree in block order.
+
+* :class:`LocalChunks` keeps the blocks in this process: small data does not
+  pay for distribution.
+* :class:`ClusterChunks` keeps them on Dask workers as futures (loaded once,
+  reused every iteration). Per call: arguments larger than 1 MiB are scattered
+  to all workers once, one task per block returns its (loss, grad) pair, and
+  the tree sum runs on the workers, so the client waits for one result: one
+  round trip per iteration.
+
+Both sum in the same order over the same blocks, so they give the same
+numbers (up to BLAS threading inside one block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from dmlr.kernels.blocks import Block, concat_blocks, make_block
+
+#: "auto" backend: data with at most this many stored values train in-process.
+LOCAL_MAX_VALUES = 2 ** 22
+#: "auto" backend for sparse dask input (nnz unknown without reading): row limit.
+LOCAL_MAX_SPARSE_ROWS = 2 ** 16
+_SCATTER_BYTES = 2 ** 20
+
+
+def add_results(a, b):
+    """Elementwise sum of two kernel results (nested tuples of arrays/floats/None)."""
+    if a is None and b is None:
+        return None
+    if isinstance(a, tuple):
+        return tuple(add_results(x, y) for x, y in zip(a, b))
+    return a + b
+
+
+def tree_reduce(items: list, combine):
+    """Combine ``items`` pairwise, level by level, in order.
+
+    The tree depends only on ``len(items)``, so the summation order is the
+    same wherever the items were computed.
+    """
+    if not items:
+        raise ValueError("nothing to reduce")
+    items = list(items)
+    while len(items) > 1:
+        paired = [combine(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+        if len(items) % 2:
+            paired.append(items[-1])
+        items = paired
+    return items[0]
+
+
+class ChunkSet:
+    """Row blocks of one training set and a map-reduce over them."""
+
+    n_rows: int
+    n_blocks: int
+    backend: str
+
+    def map_reduce(self, fn, *args):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the blocks."""
+
+
+class LocalChunks(ChunkSet):
+    """Blocks in this process."""
+
+    backend = "local"
+
+    def __init__(self, blocks: list[Block]):
+        self.blocks = blocks
+        self.n_rows = sum(b.n_rows for b in blocks)
+        self.n_blocks = len(blocks)
+
+    def map_reduce(self, fn, *args):
+        return tree_reduce([fn(b, *args) for b in self.blocks], add_results)
+
+    def close(self) -> None:
+        self.blocks = []
+
+
+class ClusterChunks(ChunkSet):
+    """Blocks held as futures on Dask workers."""
+
+    backend = "dask"
+
+    def __init__(self, client, futures: list, n_rows: int):
+        self.client = client
+        self.futures = futures
+        self.n_rows = n_rows
+        self.n_blocks = len(futures)
+
+    def _ship(self, arg):
+        if isinstance(arg, np.ndarray) and arg.nbytes > _SCATTER_BYTES:
+            return self.client.scatter(arg, broadcast=True, hash=False)
+        return arg
+
+    def map_reduce(self, fn, *args):
+        client = self.client
+        args = tuple(self._ship(a) for a in args)
+        parts = [client.submit(fn, f, *args, pure=False) for f in self.futures]
+        total = tree_reduce(parts, lambda a, b: client.submit(add_results, a, b, pure=False))
+        return total.result()
+
+    def close(self) -> None:
+        for f in self.futures:
+            f.release()
+        self.futures = []
+
+
+def _is_dask(a) -> bool:
+    return hasattr(a, "dask") and hasattr(a, "chunks")
+
+
+def _n_values(X) -> int | None:
+    if sp.issparse(X):
+        return int(X.nnz)
+    if _is_dask(X):
+        if type(X._meta).__module__.startswith("sparse"):
+            return None
+        return int(np.prod(X.shape))
+    if hasattr(X, "nnz"):
+        return int(X.nnz)
+    return int(np.prod(np.shape(X)))
+
+
+def choose_backend(X, backend: str = "auto") -> str:
+    """"local" or "dask" for ``backend="auto"`` by the size of X."""
+    if backend not in ("auto", "local", "dask"):
+        raise ValueError(f"backend must be 'auto', 'local' or 'dask', got {backend!r}")
+    if backend != "auto":
+        return backend
+    nv = _n_values(X)
+    if nv is None:
+        return "local" if X.shape[0] <= LOCAL_MAX_SPARSE_ROWS else "dask"
+    return "local" if nv <= LOCAL_MAX_VALUES else "dask"
+
+
+def _group_bounds(n_items: int, n_groups: int) -> list[tuple[int, int]]:
+    """Split ``range(n_items)`` into ``n_groups`` contiguous, near-equal runs."""
+    n_groups = max(1, min(n_groups, n_items))
+    edges = np.linspace(0, n_items, n_groups + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _align(X, Y):
+    """Dask X and Y with identical row chunks and a single column chunk each."""
+    import dask.array as da
+
+    if not _is_dask(Y):
+        Y = da.from_array(np.asarray(Y), chunks=(X.chunks[0], -1))
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
+    if len(X.chunks[1]) > 1:
+        X = X.rechunk({1: -1})
+    if Y.chunks[0] != X.chunks[0] or len(Y.chunks[1]) > 1:
+        Y = Y.rechunk((X.chunks[0], -1))
+    return X, Y
+
+
+def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=None,
+                  n_blocks: int | None = None) -> ChunkSet:
+    """Load a training set into row blocks where the kernels will run.
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix or dask array (n, d)
+        Dask arrays must be chunked by rows; whole dask chunks are grouped
+        into blocks, never split.
+    Y : array-like or dask array (n, l) of 0/1
+    fit_intercept : bool
+        Append the constant-1 column while building each block.
+    backend : {"auto", "local", "dask"}
+        Where the blocks live; "auto" keeps small data in this process.
+    client : distributed.Client, optional
+        Client for the "dask" backend (default: :func:`dmlr.get_client`).
+    n_blocks : int, optional
+        Number of blocks (default: one per worker thread; 1 in-process).
+
+    Returns
+    -------
+    ChunkSet
+    """
+    if X.shape[0] != np.shape(Y)[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
+    where = choose_backend(X, backend)
+    if where == "local":
+        n_blocks = n_blocks or 1
+        if _is_dask(X):
+            import dask
+
+            X, Y = _align(X, Y)
+            xs, ys = X.to_delayed().ravel(), Y.to_delayed().ravel()
+            groups = _group_bounds(len(xs), n_blocks)
+            parts = dask.compute(*[(list(xs[a:b]), list(ys[a:b])) for a, b in groups],
+                                 scheduler="threads")
+            blocks = [concat_blocks(px, py, fit_intercept) for px, py in parts]
+        else:
+            Y = np.asarray(Y)
+            blocks = [make_block(X[a:b], Y[a:b], fit_intercept)
+                      for a, b in _group_bounds(X.shape[0], n_blocks)]
+        return LocalChunks(blocks)
+
+    from distributed import wait
+
+    from dmlr.distributed.client import get_client
+
+    client = client or get_client()
+    warm_up_workers(client)
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise RuntimeError("the Dask cluster has no workers")
+    n_threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+    n_blocks = n_blocks or n_threads
+    futures = []
+    if _is_dask(X):
+        X, Y = _align(X, Y)
+        xs, ys = X.to_delayed().ravel(), Y.to_delayed().ravel()
+        import dask
+
+        for i, (a, b) in enumerate(_group_bounds(len(xs), n_blocks)):
+            part = dask.delayed(concat_blocks)(list(xs[a:b]), list(ys[a:b]), fit_intercept)
+            futures.append(client.compute(part, workers=[workers[i % len(workers)]],
+                                          allow_other_workers=True))
+    else:
+        Y = np.asarray(Y)
+        for i, (a, b) in enumerate(_group_bounds(X.shape[0], n_blocks)):
+            w = workers[i % len(workers)]
+            xf, yf = client.scatter([X[a:b], Y[a:b]], workers=[w])
+            futures.append(client.submit(make_block, xf, yf, fit_intercept, workers=[w],
+                                         allow_other_workers=True, pure=False))
+    with client.as_current():  # distributed.wait uses the current client
+        wait(futures)
+    for f in futures:
+        if f.status == "error":
+            f.result()  # raises the worker's exception here
+    return ClusterChunks(client, futures, int(X.shape[0]))
+
+
+_WARMED: set = set()
+
+
+def warm_up_workers(client) -> None:
+    """Compile the kernels on every worker once per client, before timing starts."""
+    key = id(client)
+    if key not in _WARMED:
+        from dmlr.kernels import warm_up
+
+        client.run(warm_up)
+        _WARMED.add(key)

@@ -1,0 +1,84 @@
+"""Finding the Dask client dmlr runs on.
+
+Order: the current client (``distributed.default_client()``); else the
+scheduler address from the ``address`` argument, ``DASK_SCHEDULER_ADDRESS``
+or dask config ``scheduler-address`` (what the Dask Helm chart sets in the
+Jupyter pod); else a ``LocalCluster`` sized to this machine, started once per
+process and closed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+
+import dask
+
+logger = logging.getLogger("dmlr")
+
+_LOCAL = {"cluster": None, "client": None}
+
+
+def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
+    """(n_workers, threads_per_worker) for a local cluster on ``n_cores`` cores.
+
+    One single-threaded worker process per core, at most 8: the kernels
+    release the GIL, but separate processes keep BLAS and Numba threads from
+    oversubscribing the cores.
+    """
+    n = n_cores or os.cpu_count() or 1
+    return max(1, min(n, 8)), 1
+
+
+def _close_local():
+    client, cluster = _LOCAL["client"], _LOCAL["cluster"]
+    _LOCAL["client"] = _LOCAL["cluster"] = None
+    for obj in (client, cluster):
+        if obj is not None:
+            try:
+                obj.close()
+            except Exception:  # best effort at interpreter exit
+                pass
+
+
+def get_client(address: str | None = None, *, quiet: bool = False):
+    """Return the Dask client dmlr should use.
+
+    Parameters
+    ----------
+    address : str, optional
+        Scheduler address (e.g. ``tcp://dask-scheduler:8786``); overrides
+        the environment and dask config.
+    quiet : bool
+        Do not print the dashboard link of a newly started local cluster.
+
+    Returns
+    -------
+    distributed.Client
+    """
+    from distributed import Client, LocalCluster, default_client
+
+    if address is None:
+        try:
+            return default_client()
+        except ValueError:
+            pass
+        address = os.environ.get("DASK_SCHEDULER_ADDRESS") or dask.config.get("scheduler-address", None)
+    if address:
+        client = Client(address)
+        if not quiet:
+            print(f"dmlr: connected to {address}; dashboard: {client.dashboard_link}")
+        return client
+    if _LOCAL["client"] is not None and _LOCAL["client"].status == "running":
+        return _LOCAL["client"]
+    n_workers, threads = local_cluster_size()
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=True,
+                           dashboard_address=":0", silence_logs=logging.ERROR)
+    client = Client(cluster, set_as_default=True)
+    _LOCAL["cluster"], _LOCAL["client"] = cluster, client
+    atexit.register(_close_local)
+    if not quiet:
+        print(f"dmlr: started a local Dask cluster ({n_workers} workers x {threads} thread); "
+              f"dashboard: {client.dashboard_link}")
+    return client

@@ -1,0 +1,67 @@
+"""The in-memory form of one row chunk that kernels and objectives work on.
+
+A :class:`Block` holds the rows of one chunk with X either dense float64
+(C-contiguous) or scipy CSR float64, never densified, the bias column already
+appended when the model uses one, and Y as int8 0/1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class Block:
+    """One row chunk of a training set, ready for the kernels.
+
+    Attributes
+    ----------
+    X : float64 ndarray (m, d) or scipy.sparse.csr_matrix (m, d)
+    Y : int8 ndarray (m, l)
+    """
+
+    X: object
+    Y: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.Y.shape[0])
+
+
+def as_matrix(X):
+    """Return a chunk as float64 dense ndarray or float64 scipy CSR.
+
+    Accepts numpy arrays, scipy.sparse matrices and pydata ``sparse`` arrays
+    (GCXS/COO, the chunk types of sparse dask arrays).
+    """
+    if sp.issparse(X):
+        return sp.csr_matrix(X, dtype=np.float64)
+    if hasattr(X, "to_scipy_sparse"):  # pydata sparse
+        return sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64)
+    return np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+
+
+def append_bias(X):
+    """Append a constant-1 column (the paper's bias by an extra feature)."""
+    ones = np.ones((X.shape[0], 1))
+    if sp.issparse(X):
+        return sp.hstack([X, sp.csr_matrix(ones)], format="csr")
+    return np.hstack([X, ones])
+
+
+def make_block(X, Y, fit_intercept: bool) -> Block:
+    """Build a :class:`Block` from any chunk type, appending the bias column if asked."""
+    X = as_matrix(X)
+    if fit_intercept:
+        X = append_bias(X)
+    return Block(X=X, Y=np.ascontiguousarray(np.asarray(Y), dtype=np.int8))
+
+
+def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
+    """Concatenate adjacent chunks into one block (order kept)."""
+    Xs = [as_matrix(x) for x in parts_X]
+    X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs, axis=0)
+    return make_block(X, np.concatenate([np.asarray(y) for y in parts_Y], axis=0), fit_intercept)

@@ -1,0 +1,559 @@
+"""Multi-label evaluation metrics computed chunk by chunk (map-reduce).
+
+Inputs are ``Y`` (n, l) true 0/1 labels, ``S`` (n, l) real scores (higher
+means more relevant) and ``P`` (n, l) predicted 0/1 labels. Each may be a
+NumPy array (the whole array is one chunk) or a Dask array; Dask inputs
+must share their row chunks and have a single column chunk, and NumPy
+inputs mixed with Dask ones are cut into the same row chunks. The score
+matrix of a Dask input is never gathered in one place: every row chunk is
+reduced to the additive sums of :func:`chunk_statistics`, all chunks in one
+``dask.compute`` call (with whatever scheduler or client is active), the
+sums are added with :func:`combine` in chunk order and turned into metrics
+by :func:`finalize`.
+
+Macro AUC is not a sum over rows. It is computed exactly in two passes that
+never gather ``S``: the first pass (in the same ``dask.compute`` call as the
+statistics) collects only the scores of positive entries, nnz(Y) values,
+and sorts them per label; the second pass maps over the chunks and counts,
+per label, the (positive, negative) pairs in which the positive scores
+higher, plus one half per tie, with two binary searches of every positive
+among the chunk's sorted negatives of its label. Within a chunk, both the
+statistics and the pair counts are computed over blocks of about
+``2**21`` entries, which bounds the temporary memory.
+
+Conventions
+-----------
+Notation: for row ``i``, ``Y+`` / ``Y-`` are its relevant / irrelevant
+labels, ``rank(j) = #{k : S_k >= S_j}`` (ties rank pessimistically), and a
+*ranked row* has ``|Y+| >= 1`` and ``|Y-| >= 1``. For label ``j``,
+``TP_j, FP_j, FN_j`` count the rows where ``(Y, P)`` is ``(1, 1)``,
+``(0, 1)``, ``(1, 0)``. The top-k of a row are its k highest scores, ties
+broken by the lower label index (a stable sort of ``-S``), and
+``k' = min(k, l)``. Every metric is ``nan`` when the set of rows (or labels)
+it averages over is empty.
+
+==================  =============================================  =====================  ===========================
+metric              definition                                     averaged over          0/0 rule
+==================  =============================================  =====================  ===========================
+hamming_loss        #{(i, j) : P_ij != Y_ij} / (n l)               all entries            --
+subset_accuracy     #{i : P_i == Y_i} / n                          all rows               --
+accuracy            mean |P ∩ Y| / |P ∪ Y| (Jaccard)               all rows               row with P ∪ Y empty: 0
+f1_example          mean 2|P ∩ Y| / (|P| + |Y|)                    all rows               row with P, Y empty: 0
+f1_micro            2 TP / (2 TP + FP + FN), summed over labels    all entries            0 when 2TP + FP + FN = 0
+f1_macro            (1/l) sum_j 2 TP_j / (2 TP_j + FP_j + FN_j)    all l labels           such a label counts 0
+ranking_loss        mean #{(p, q) in Y+ x Y- : S_p <= S_q}         ranked rows            other rows excluded
+                    / (|Y+| |Y-|)
+one_error           fraction of rows whose top-scored labels       ranked rows            other rows excluded
+                    (all those tied at the maximum) are all
+                    irrelevant
+coverage            mean (max_{p in Y+} rank(p) - 1) / l           rows with |Y+| >= 1    other rows excluded
+average_precision   mean (1/|Y+|) sum_{p in Y+}                    ranked rows            other rows excluded
+                    #{k in Y+ : S_k >= S_p} / rank(p)
+auc_macro           mean_j of the ROC AUC of label j:              labels with >= 1       other labels excluded
+                    (#{(a, b) : Y_aj = 1, Y_bj = 0, S_aj > S_bj}   positive and >= 1
+                    + #ties / 2) / (n+_j n-_j)                     negative row
+auc_instance        mean (#{(p, q) in Y+ x Y- : S_p > S_q}         ranked rows            other rows excluded
+                    + #ties / 2) / (|Y+| |Y-|)
+precision_at_k      mean |top-k ∩ Y+| / k'                         all rows               --
+ndcg_at_k           mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}     rows with |Y+| >= 1    other rows excluded
+                    rel_r / log2(r + 1), IDCG@k = sum_{r <=
+                    min(k', |Y+|)} 1 / log2(r + 1)
+==================  =============================================  =====================  ===========================
+
+``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
+1 when the label at position r of the top-k is relevant.
+
+Relation to scikit-learn and to the RBRL reference (MATLAB ``measures/*.m``):
+
+- ``hamming_loss``, ``subset_accuracy`` (``accuracy_score``), ``accuracy``
+  (``jaccard_score(average='samples')``), ``f1_example``, ``f1_micro`` and
+  ``f1_macro`` (``f1_score`` with ``average`` = ``'samples'``, ``'micro'``,
+  ``'macro'``) equal scikit-learn's with ``zero_division=0``. The reference
+  skips labels with a zero F1 denominator but still divides by l, which
+  gives the same ``f1_macro``.
+- ``ranking_loss`` (ties count as mis-ordered), ``average_precision`` and
+  ``(coverage_error - 1) / l`` equal scikit-learn's ``label_ranking_loss``,
+  ``label_ranking_average_precision_score`` and ``coverage_error`` when
+  every row is a ranked row (for coverage: has a relevant label).
+  scikit-learn scores the other rows as perfect (0 loss, precision 1,
+  coverage 0) instead of excluding them. The reference excludes them for
+  ranking loss, average precision and one-error; its coverage
+  (``coverage_new``, eq. 38 of the RBRL paper) gives -1/l to a row without
+  relevant labels, which is excluded here.
+- ``one_error`` counts a tie at the maximum as correct if any tied label is
+  relevant, as the reference does.
+- ``auc_macro`` equals ``roc_auc_score(average='macro')`` restricted to the
+  labels with both classes. The reference counts a tied (positive,
+  negative) pair as correct and divides by all l labels; the two agree on
+  scores without ties when every label has both classes.
+- ``auc_instance`` is Park & Choi's instance AUC; ``1 - ranking_loss``
+  differs from it only by counting ties as 0 instead of 1/2.
+- ``ndcg_at_k`` equals ``ndcg_score(Y, S, k=k)`` on scores without ties when
+  every row has a relevant label. scikit-learn averages the gain over tied
+  scores instead of breaking ties by label index, and scores a row without
+  relevant labels 0 instead of excluding it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dask
+import dask.array as da
+import numpy as np
+
+__all__ = [
+    "METRIC_NAMES",
+    "chunk_statistics",
+    "combine",
+    "finalize",
+    "multilabel_metrics",
+    "predict_from_scores",
+]
+
+#: Cut-offs of ``precision_at_k`` and ``ndcg_at_k``.
+TOP_K = (1, 3, 5)
+#: Entries (rows x labels) processed at once within a chunk.
+BLOCK_ENTRIES = 2**21
+
+METRIC_NAMES = (
+    "hamming_loss", "subset_accuracy", "accuracy", "f1_example", "f1_micro", "f1_macro",
+    "ranking_loss", "one_error", "coverage", "average_precision", "auc_macro", "auc_instance",
+    "precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_1", "ndcg_at_3", "ndcg_at_5",
+)
+
+
+# ----------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------
+
+def multilabel_metrics(Y, S, P, *, metrics=None) -> dict[str, float]:
+    """Evaluate multi-label predictions chunk by chunk.
+
+    Parameters
+    ----------
+    Y : ndarray or dask.array.Array of shape (n, l)
+        True labels, 0/1 (any integer, float or bool dtype).
+    S : ndarray or dask.array.Array of shape (n, l)
+        Finite real scores, higher meaning more relevant.
+    P : ndarray or dask.array.Array of shape (n, l)
+        Predicted labels, 0/1.
+    metrics : str or iterable of str, optional
+        Names from :data:`METRIC_NAMES`; all of them by default.
+
+    Returns
+    -------
+    dict of str to float
+        The requested metrics, in the requested order. See the module
+        docstring for the definitions.
+
+    Raises
+    ------
+    ValueError
+        On an unknown metric name, inputs that are not 2-D or differ in
+        shape, Dask inputs with different row chunks, more than one column
+        chunk or unknown chunk sizes, Y or P not 0/1, or S not finite (for
+        Dask inputs the last two are raised while computing).
+    """
+    names = _metric_names(metrics)
+    blocks, lazy = _row_blocks(Y, S, P)
+    with_auc = "auc_macro" in names
+    calls = [(chunk_statistics, block) for block in blocks]
+    if with_auc:
+        calls += [(_positive_scores, block[:2]) for block in blocks]
+    results = _evaluate(calls, lazy)
+    stats = combine(results[:len(blocks)])
+    if with_auc:
+        positives = _sort_positives(results[len(blocks):], len(stats["tp"]))
+        stats.update(_macro_auc_pair_counts(blocks, positives, lazy))
+    values = finalize(stats)
+    return {name: values[name] for name in names}
+
+
+def predict_from_scores(S, threshold: float = 0.0):
+    """Threshold scores into 0/1 labels, giving every row at least one label.
+
+    Parameters
+    ----------
+    S : ndarray or dask.array.Array of shape (n, l)
+        Scores.
+    threshold : float
+        A label is predicted where its score is strictly greater.
+
+    Returns
+    -------
+    ndarray or dask.array.Array of int8, shape (n, l)
+        Same array type as ``S``. A row with no score above ``threshold``
+        gets its first arg-max label set to 1 (the RBRL reference's rule).
+    """
+    if isinstance(S, da.Array):
+        _check_2d(S, "S")
+        return S.rechunk({1: -1}).map_blocks(_predict_block, threshold, dtype=np.int8)
+    S = np.asarray(S)
+    _check_2d(S, "S")
+    return _predict_block(S, threshold)
+
+
+def chunk_statistics(Y, S, P) -> dict:
+    """Additive sums of one row chunk, from which :func:`finalize` derives the metrics.
+
+    Parameters
+    ----------
+    Y, S, P : ndarray of shape (m, l)
+        True labels (0/1), scores (finite) and predicted labels (0/1) of
+        the same rows.
+
+    Returns
+    -------
+    dict of str to numpy scalar or ndarray
+        Counts and sums whose elementwise sum over the chunks of a data set
+        are the statistics of the whole data set (see :func:`combine`).
+
+    Raises
+    ------
+    ValueError
+        If Y or P holds a value other than 0/1 or S is not finite.
+    """
+    Y = _as_binary(Y, "Y")
+    P = _as_binary(P, "P")
+    S = _as_scores(S)
+    return combine([{**_classification_statistics(Y[rows], P[rows]), **_ranking_statistics(Y[rows], S[rows])}
+                    for rows in _row_slices(Y.shape)])
+
+
+def combine(stats_list) -> dict:
+    """Add per-chunk statistics elementwise, in the order given.
+
+    Parameters
+    ----------
+    stats_list : sequence of dict
+        Outputs of :func:`chunk_statistics` (at least one), all with the same keys.
+
+    Returns
+    -------
+    dict
+        The elementwise sums.
+    """
+    total = dict(stats_list[0])
+    for stats in stats_list[1:]:
+        for key in total:
+            total[key] = total[key] + stats[key]
+    return total
+
+
+def finalize(stats) -> dict[str, float]:
+    """Turn combined statistics into metric values.
+
+    Parameters
+    ----------
+    stats : dict
+        :func:`combine` of :func:`chunk_statistics` outputs, optionally
+        updated with the macro-AUC pair counts (key ``"auc_twice_correct"``).
+
+    Returns
+    -------
+    dict of str to float
+        Every metric of :data:`METRIC_NAMES` (``auc_macro`` only when the
+        pair counts are present); ``nan`` where nothing is averaged over.
+    """
+    n_labels = len(stats["tp"])
+    n = int(stats["n_rows"])
+    tp, fp, fn = (stats[key].astype(np.float64) for key in ("tp", "fp", "fn"))
+    label_f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(n_labels), where=2 * tp + fp + fn > 0)
+    micro_denominator = 2 * tp.sum() + fp.sum() + fn.sum()
+    f1_zero = 0.0 if n else math.nan  # F1 of 0/0 (zero_division=0), unless there are no rows
+    ranked = stats["ranked_rows"]
+    positive = stats["positive_rows"]
+    values = {
+        "hamming_loss": _ratio(stats["mismatches"], n * n_labels),
+        "subset_accuracy": _ratio(stats["exact_rows"], n),
+        "accuracy": _ratio(stats["jaccard_sum"], n),
+        "f1_example": _ratio(stats["f1_example_sum"], n),
+        "f1_micro": _ratio(2 * tp.sum(), micro_denominator) if micro_denominator else f1_zero,
+        "f1_macro": float(label_f1.mean()) if n else math.nan,
+        "ranking_loss": _ratio(stats["ranking_loss_sum"], ranked),
+        "one_error": _ratio(stats["one_error_rows"], ranked),
+        "coverage": _ratio(stats["coverage_depth_sum"], positive * n_labels),
+        "average_precision": _ratio(stats["average_precision_sum"], ranked),
+        "auc_instance": _ratio(stats["auc_instance_sum"], ranked),
+    }
+    for k in TOP_K:
+        values[f"precision_at_{k}"] = _ratio(stats[f"hits_at_{k}"], n * min(k, n_labels))
+        values[f"ndcg_at_{k}"] = _ratio(stats[f"ndcg_at_{k}_sum"], positive)
+    if "auc_twice_correct" in stats:
+        values["auc_macro"] = _macro_auc(stats, n)
+    return values
+
+
+# ----------------------------------------------------------------------------
+# Input handling
+# ----------------------------------------------------------------------------
+
+def _metric_names(metrics) -> tuple[str, ...]:
+    """Validate the requested metric names (all by default)."""
+    if metrics is None:
+        return METRIC_NAMES
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    unknown = [name for name in names if name not in METRIC_NAMES]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRIC_NAMES)}")
+    return names
+
+
+def _check_2d(array, name: str) -> None:
+    """Raise unless ``array`` is 2-D with at least one column."""
+    if array.ndim != 2 or array.shape[1] == 0:
+        raise ValueError(f"{name} must be a 2-D (n, l) array with l >= 1, got shape {array.shape}")
+
+
+def _row_blocks(Y, S, P):
+    """Validate the inputs and split them into aligned row blocks.
+
+    Returns
+    -------
+    blocks : list of tuple
+        ``(Y, S, P)`` per row chunk: NumPy arrays, or ``Delayed`` chunks.
+    lazy : bool
+        Whether the blocks are ``Delayed`` (some input was a Dask array).
+    """
+    names = ("Y", "S", "P")
+    arrays = [a if isinstance(a, da.Array) else np.asarray(a) for a in (Y, S, P)]
+    for array, name in zip(arrays, names):
+        _check_2d(array, name)
+        if isinstance(array, da.Array) and any(math.isnan(c) for c in array.chunks[0]):
+            raise ValueError(f"{name} has unknown chunk sizes; call compute_chunk_sizes() first")
+    shapes = [array.shape for array in arrays]
+    if len(set(shapes)) != 1:
+        raise ValueError(f"Y, S and P must have the same shape, got {shapes}")
+    reference = next((a for a in arrays if isinstance(a, da.Array)), None)
+    if reference is None:
+        return [tuple(arrays)], False
+    arrays = [a if isinstance(a, da.Array) else da.from_array(a, chunks=reference.chunks)
+              for a in arrays]
+    for array, name in zip(arrays, names):
+        if len(array.chunks[1]) != 1:
+            raise ValueError(f"{name} must have a single column chunk, got column chunks "
+                             f"{array.chunks[1]}; rechunk with {{1: -1}}")
+    if len({array.chunks[0] for array in arrays}) != 1:
+        raise ValueError(f"Y, S and P must have identical row chunks, got "
+                         f"{[array.chunks[0] for array in arrays]}")
+    columns = [array.to_delayed().ravel() for array in arrays]
+    return list(zip(*columns)), True
+
+
+def _as_binary(array, name: str) -> np.ndarray:
+    """Return a 0/1 array as bool, or raise."""
+    array = np.asarray(array)
+    if array.dtype != bool:
+        if not np.all((array == 0) | (array == 1)):
+            raise ValueError(f"{name} must hold only 0 and 1")
+        array = array != 0
+    return array
+
+
+def _as_scores(array) -> np.ndarray:
+    """Return finite scores as float64, or raise."""
+    array = np.asarray(array, dtype=np.float64)
+    if not np.all(np.isfinite(array)):
+        raise ValueError("S must be finite (no NaN or infinity)")
+    return array
+
+
+def _row_slices(shape):
+    """Slices cutting ``shape[0]`` rows into blocks of about :data:`BLOCK_ENTRIES` entries (at least one)."""
+    n_rows, n_labels = shape
+    step = max(1, BLOCK_ENTRIES // n_labels)
+    return [slice(start, start + step) for start in range(0, max(n_rows, 1), step)]
+
+
+def _evaluate(calls, lazy: bool) -> list:
+    """Run ``[(func, args), ...]``: eagerly, or as delayed tasks in one ``dask.compute``."""
+    if not lazy:
+        return [func(*args) for func, args in calls]
+    return list(dask.compute(*[dask.delayed(func)(*args) for func, args in calls]))
+
+
+def _ratio(numerator, denominator) -> float:
+    """``numerator / denominator`` as a Python float, ``nan`` when the denominator is 0."""
+    return float(numerator) / float(denominator) if denominator else math.nan
+
+
+def _predict_block(S: np.ndarray, threshold: float) -> np.ndarray:
+    """:func:`predict_from_scores` of one NumPy block."""
+    P = (S > threshold).astype(np.int8)
+    empty = np.flatnonzero(~P.any(axis=1))
+    P[empty, np.argmax(S[empty], axis=1)] = 1
+    return P
+
+
+# ----------------------------------------------------------------------------
+# Per-chunk statistics
+# ----------------------------------------------------------------------------
+
+def _classification_statistics(Y: np.ndarray, P: np.ndarray) -> dict:
+    """Sums for the metrics of the 0/1 predictions (bool Y, P of one chunk)."""
+    both = Y & P
+    intersection = both.sum(axis=1)
+    union = (Y | P).sum(axis=1)
+    size_sum = Y.sum(axis=1) + P.sum(axis=1)
+    return {
+        "n_rows": np.int64(Y.shape[0]),
+        "mismatches": np.int64(np.count_nonzero(Y != P)),
+        "exact_rows": np.int64(np.count_nonzero(union == intersection)),
+        "jaccard_sum": _safe_divide(intersection, union).sum(),
+        "f1_example_sum": _safe_divide(2 * intersection, size_sum).sum(),
+        "tp": both.sum(axis=0, dtype=np.int64),
+        "fp": (P & ~Y).sum(axis=0, dtype=np.int64),
+        "fn": (Y & ~P).sum(axis=0, dtype=np.int64),
+    }
+
+
+def _safe_divide(numerator, denominator) -> np.ndarray:
+    """Elementwise float division with 0 where the denominator is 0."""
+    return np.divide(numerator, denominator, out=np.zeros(len(numerator)),
+                     where=denominator > 0)
+
+
+def _ranking_statistics(Y: np.ndarray, S: np.ndarray) -> dict:
+    """Sums for the metrics of the row-wise ranking of the labels by S."""
+    y_sorted, n_ge, n_gt, rel_ge, rel_gt = _ranked_positions(Y, S)
+    n_labels = Y.shape[1]
+    n_pos = y_sorted.sum(axis=1, dtype=np.int64)
+    ranked = (n_pos > 0) & (n_pos < n_labels)
+    pairs = (n_pos * (n_labels - n_pos))[ranked]
+    irr_ge = np.where(y_sorted, n_ge - rel_ge, 0).sum(axis=1, dtype=np.int64)[ranked]
+    irr_gt = np.where(y_sorted, n_gt - rel_gt, 0).sum(axis=1, dtype=np.int64)[ranked]
+    precision = np.where(y_sorted, rel_ge / n_ge, 0.0).sum(axis=1)
+    depth = np.where(y_sorted, n_ge, 0).max(axis=1).astype(np.int64)
+    stats = {
+        "ranked_rows": np.int64(np.count_nonzero(ranked)),
+        "positive_rows": np.int64(np.count_nonzero(n_pos)),
+        "ranking_loss_sum": (irr_ge / pairs).sum(),
+        "auc_instance_sum": (1.0 - (irr_ge + irr_gt) / (2.0 * pairs)).sum(),
+        "average_precision_sum": (precision[ranked] / n_pos[ranked]).sum(),
+        "one_error_rows": np.int64(np.count_nonzero(ranked & (rel_ge[:, 0] == 0))),
+        "coverage_depth_sum": (depth[n_pos > 0] - 1).sum(),
+    }
+    stats.update(_top_k_statistics(y_sorted, n_pos))
+    return stats
+
+
+def _ranked_positions(Y: np.ndarray, S: np.ndarray):
+    """Sort every row by decreasing score and count, per sorted position, what ranks above.
+
+    Ties are broken by the lower label index. For the label at sorted
+    position p of a row, with score s, the returned (m, l) arrays give:
+    whether it is relevant, ``n_ge`` = #{k : S_k >= s}, ``n_gt`` =
+    #{k : S_k > s}, and ``rel_ge``, ``rel_gt`` the same counts restricted
+    to relevant labels.
+    """
+    m, n_labels = S.shape
+    order = np.argsort(-S, axis=1, kind="stable")
+    y_sorted = np.take_along_axis(Y, order, axis=1)
+    s_sorted = np.take_along_axis(S, order, axis=1)
+    del order
+    group_end = np.ones((m, n_labels), dtype=bool)
+    group_end[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
+    del s_sorted
+    group_start = np.ones((m, n_labels), dtype=bool)
+    group_start[:, 1:] = group_end[:, :-1]
+    position = np.arange(n_labels, dtype=np.int32)
+    # first tie-group end at or after p, last tie-group start at or before p
+    last_tied = np.minimum.accumulate(np.where(group_end, position, n_labels - 1)[:, ::-1], axis=1)[:, ::-1]
+    first_tied = np.maximum.accumulate(np.where(group_start, position, 0), axis=1)
+    relevant_before = np.zeros((m, n_labels + 1), dtype=np.int32)  # relevant in positions < q
+    np.cumsum(y_sorted, axis=1, dtype=np.int32, out=relevant_before[:, 1:])
+    n_ge = last_tied + 1
+    rel_ge = np.take_along_axis(relevant_before, n_ge, axis=1)
+    rel_gt = np.take_along_axis(relevant_before, first_tied, axis=1)
+    return y_sorted, n_ge, first_tied, rel_ge, rel_gt
+
+
+def _top_k_statistics(y_sorted: np.ndarray, n_pos: np.ndarray) -> dict:
+    """Hits and nDCG sums of the top-k positions, for every k in :data:`TOP_K`."""
+    n_labels = y_sorted.shape[1]
+    discount = 1.0 / np.log2(np.arange(2, n_labels + 2))
+    ideal = np.cumsum(discount)
+    has_positive = n_pos > 0
+    stats = {}
+    for k in TOP_K:
+        top = y_sorted[:, :min(k, n_labels)]
+        dcg = top @ discount[:top.shape[1]]
+        best = ideal[np.minimum(n_pos[has_positive], top.shape[1]) - 1]
+        stats[f"hits_at_{k}"] = np.int64(np.count_nonzero(top))
+        stats[f"ndcg_at_{k}_sum"] = (dcg[has_positive] / best).sum()
+    return stats
+
+
+# ----------------------------------------------------------------------------
+# Macro AUC (two passes)
+# ----------------------------------------------------------------------------
+
+def _macro_auc_pair_counts(blocks, positives, lazy: bool) -> dict:
+    """Pass 2 over all chunks: per-label doubled counts of correctly ordered pairs.
+
+    ``positives`` is the ``(indptr, scores)`` output of :func:`_sort_positives`.
+    """
+    if lazy:
+        positives = [dask.delayed(array) for array in positives]
+    return combine(_evaluate([(_auc_chunk_counts, (*block[:2], *positives)) for block in blocks], lazy))
+
+
+def _positive_scores(Y, S):
+    """Pass 1: ``(labels, scores)`` of the positive entries of one chunk."""
+    Y = _as_binary(Y, "Y")
+    S = _as_scores(S)
+    rows, labels = np.nonzero(Y)
+    return labels, S[rows, labels]
+
+
+def _sort_positives(parts, n_labels: int):
+    """Concatenate the positive scores of all chunks, sorted by label then score.
+
+    Returns
+    -------
+    indptr : ndarray of int64, shape (n_labels + 1,)
+        The positives of label j are ``scores[indptr[j]:indptr[j + 1]]``.
+    scores : ndarray of float64
+    """
+    labels = np.concatenate([part[0] for part in parts])
+    scores = np.concatenate([part[1] for part in parts])
+    order = np.lexsort((scores, labels))
+    indptr = np.zeros(n_labels + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels, minlength=n_labels), out=indptr[1:])
+    return indptr, scores[order]
+
+
+def _auc_chunk_counts(Y, S, indptr, scores) -> dict:
+    """Pass 2: for each label, twice the number of correctly ordered pairs in one chunk.
+
+    A (positive, negative) pair counts 2 when the positive scores higher
+    and 1 on a tie; the doubling keeps the sums exact integers.
+    """
+    Y = _as_binary(Y, "Y")
+    S = _as_scores(S)
+    return combine([{"auc_twice_correct": _auc_block_counts(Y[rows], S[rows], indptr, scores)}
+                    for rows in _row_slices(Y.shape)])
+
+
+def _auc_block_counts(Y: np.ndarray, S: np.ndarray, indptr, scores) -> np.ndarray:
+    """:func:`_auc_chunk_counts` of one block, the negatives of each label given by its rows."""
+    # per label, the block's negative scores in increasing order, then +inf for its positives
+    negatives = np.sort(np.where(Y, np.inf, S).T, axis=1)
+    twice_correct = np.zeros(len(indptr) - 1, dtype=np.int64)
+    for j in np.flatnonzero(np.diff(indptr)):
+        positives = scores[indptr[j]:indptr[j + 1]]
+        below = np.searchsorted(negatives[j], positives, side="left")
+        not_above = np.searchsorted(negatives[j], positives, side="right")
+        twice_correct[j] = (below + not_above).sum()
+    return twice_correct
+
+
+def _macro_auc(stats, n: int) -> float:
+    """Mean ROC AUC over the labels that have both classes."""
+    n_pos = stats["tp"] + stats["fn"]
+    pairs = n_pos * (n - n_pos)
+    valid = pairs > 0
+    if not valid.any():
+        return math.nan
+    return float(np.mean(stats["auc_twice_correct"][valid] / (2.0 * pairs[valid])))

@@ -1,0 +1,171 @@
+"""Estimator base: scikit-learn's parameter contract and pickle-free model files.
+
+Model file format (``.npz``, format version 1): a zip of ``.npy`` arrays written
+by :func:`numpy.savez` and read with ``allow_pickle=False``, so loading never
+executes code. Entry ``__dmlr__`` holds UTF-8 JSON::
+
+    {"format": "dmlr-model", "format_version": 1, "model": "RBRL",
+     "params": {...constructor parameters, JSON scalars...},
+     "attributes": {...fitted scalars and lists...},
+     "arrays": [names of the fitted array attributes]}
+
+Every other entry is one fitted numeric array. Saving writes a temporary file
+beside the target and renames it into place, so an interrupted save leaves
+the old file intact.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from dmlr.errors import DmlrInputError
+
+MODEL_FORMAT = "dmlr-model"
+MODEL_FORMAT_VERSION = 1
+_META_KEY = "__dmlr__"
+
+#: model class name -> class, filled by :func:`register_model`.
+MODEL_REGISTRY: dict[str, type] = {}
+
+
+def register_model(cls):
+    """Class decorator: make a model loadable by :func:`load_model`."""
+    MODEL_REGISTRY[cls.__name__] = cls
+    return cls
+
+
+class NotFittedError(RuntimeError):
+    """A fitted attribute was needed before ``fit``."""
+
+
+class BaseModel:
+    """Parameter handling shared by dmlr estimators (scikit-learn contract).
+
+    Subclasses store their constructor arguments unchanged as attributes of
+    the same name, list fitted array attributes in ``_fitted_arrays`` and
+    fitted scalars/lists in ``_fitted_attributes``.
+    """
+
+    _fitted_arrays: tuple = ()
+    _fitted_attributes: tuple = ()
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters of this estimator."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params):
+        """Set constructor parameters; returns self."""
+        valid = set(self._param_names())
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}; "
+                                 f"valid parameters: {sorted(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def _check_fitted(self) -> None:
+        for name in self._fitted_arrays:
+            if not hasattr(self, name):
+                raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    # -- persistence ----------------------------------------------------------
+    def save(self, path) -> Path:
+        """Write the fitted model to ``path`` (``.npz``), atomically, without pickle.
+
+        Returns
+        -------
+        Path
+            The file written.
+        """
+        self._check_fitted()
+        path = Path(path)
+        meta = {
+            "format": MODEL_FORMAT,
+            "format_version": MODEL_FORMAT_VERSION,
+            "model": type(self).__name__,
+            "params": self.get_params(),
+            "attributes": {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)},
+            "arrays": list(self._fitted_arrays),
+        }
+        blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+        arrays = {name: np.asarray(getattr(self, name)) for name in self._fitted_arrays}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **{_META_KEY: blob}, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+
+def load_model(path):
+    """Load a model saved by ``model.save``; never unpickles anything.
+
+    Raises
+    ------
+    DmlrInputError
+        If the file is not a dmlr model or has been tampered with.
+    """
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            contents = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise DmlrInputError(f"not a readable dmlr model file ({e})", path=path) from None
+    if _META_KEY not in contents or contents[_META_KEY].dtype != np.uint8:
+        raise DmlrInputError("not a dmlr model file (no metadata entry)", path=path)
+    try:
+        meta = json.loads(contents.pop(_META_KEY).tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DmlrInputError(f"model metadata is not valid JSON ({e})", path=path) from None
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+        raise DmlrInputError("not a dmlr model file", path=path)
+    if meta.get("format_version") != MODEL_FORMAT_VERSION:
+        raise DmlrInputError(f"unsupported model format version {meta.get('format_version')!r}", path=path)
+    cls = MODEL_REGISTRY.get(meta.get("model"))
+    if cls is None:
+        raise DmlrInputError(f"unknown model type {meta.get('model')!r}", path=path)
+    params, attrs = meta.get("params"), meta.get("attributes")
+    if not isinstance(params, dict) or not isinstance(attrs, dict):
+        raise DmlrInputError("malformed model metadata", path=path)
+    unknown = set(params) - set(cls._param_names())
+    if unknown:
+        raise DmlrInputError(f"unknown parameters {sorted(unknown)} for {cls.__name__}", path=path)
+    if set(meta.get("arrays", [])) != set(cls._fitted_arrays) or set(contents) != set(cls._fitted_arrays):
+        raise DmlrInputError(f"model arrays {sorted(contents)} do not match {cls.__name__}'s "
+                             f"{sorted(cls._fitted_arrays)}", path=path)
+    model = cls(**params)
+    for key, value in attrs.items():
+        if key not in cls._fitted_attributes:
+            raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)
+        setattr(model, key, value)
+    for name, arr in contents.items():
+        if arr.dtype.kind not in "fiub":
+            raise DmlrInputError(f"array {name!r} has non-numeric dtype {arr.dtype}", path=path)
+        setattr(model, name, arr)
+    model._validate_loaded(path)
+    return model

@@ -1,0 +1,51 @@
+"""Shared fixtures: locations of the staged data (skipped when absent) and Dask clusters."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from dmlr.datasets import anchors_dir, data_dir
+
+RBRL_REF = anchors_dir() / "rbrl_reference"
+
+
+def require(path):
+    """Skip the calling test with a clear reason when ``path`` is not there."""
+    if not path.exists():
+        pytest.skip(f"{path} is absent (set DMLR_DATA_DIR / DMLR_ANCHORS_DIR to the staged ../shared folders)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def reference_emotions():
+    """The RBRL reference's emotions split: X_train, Y_train, X_test, Y_test (Y 0/1 int8)."""
+    import scipy.io as sio
+
+    m = sio.loadmat(require(RBRL_REF / "emotions.mat"))
+    to01 = lambda Y: (Y > 0).astype(np.int8)  # noqa: E731
+    return m["X_train"], to01(m["Y_train"]), m["X_test"], to01(m["Y_test"])
+
+
+@pytest.fixture(scope="session")
+def shared_datasets():
+    return require(data_dir())
+
+
+@pytest.fixture(scope="session")
+def cluster2():
+    """A real 2-worker (process) local cluster for the whole session."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+@pytest.fixture
+def client2(cluster2):
+    """The session's 2-worker client, made current for the test."""
+    with cluster2.as_current():
+        yield cluster2

@@ -1,0 +1,35 @@
+"""The command line, end to end on a small synthetic store."""
+
+import json
+
+import pytest
+
+from dmlr.cli import main
+from dmlr.datasets import make_multilabel
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "syn.zarr"
+    make_multilabel(path, n_samples=600, n_features=10, n_labels=5, seed=1)
+    return path
+
+
+def test_info_fit_evaluate(store, tmp_path, capsys):
+    assert main(["info", str(store), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["n_samples"] == 600 and info["n_labels"] == 5 and set(info["splits"]) == {"train", "test"}
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(store), "--out", str(model), "--lambda1", "0.5", "--max-iter", "50"]) == 0
+    assert "model saved to" in capsys.readouterr().out and model.exists()
+    assert main(["evaluate", str(model), str(store), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert 0.0 <= metrics["hamming_loss"] <= 1.0 and "ndcg_at_5" in metrics
+
+
+def test_errors_are_reported_not_raised(store, tmp_path, capsys):
+    assert main(["fit", str(store), "--out", str(tmp_path / "m.npz"), "--split", "nope"]) == 2
+    assert "unknown split 'nope'" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "missing.zarr")]) == 2
+    assert main(["fit", str(store), "--out", str(tmp_path / "m.npz"), "--model", "xgb"]) == 2
+    assert "unknown model" in capsys.readouterr().err

@@ -1,0 +1,102 @@
+"""The distributed layer: same model whatever the workers, blocks and chunks; client discovery."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import dmlr
+from dmlr.datasets import make_multilabel
+from dmlr.distributed.chunks import _group_bounds, choose_backend, tree_reduce
+from dmlr.models import RBRL
+
+PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=150, tol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "small.zarr"
+    make_multilabel(path, n_samples=900, n_features=12, n_labels=7, cardinality=2.0, chunk_rows=64,
+                    dtype="float64", seed=3)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_model(small_store):
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    return RBRL(backend="local", **PARAMS).fit(X.compute(), Y.compute())
+
+
+def test_tree_reduce_order_depends_only_on_count():
+    combine = lambda a, b: f"({a}+{b})"  # noqa: E731
+    assert tree_reduce(list("abcde"), combine) == "(((a+b)+(c+d))+e)"
+    assert _group_bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert _group_bounds(2, 5) == [(0, 1), (1, 2)]
+
+
+def test_auto_backend_keeps_small_data_local():
+    assert choose_backend(np.zeros((100, 10))) == "local"
+    assert choose_backend(np.zeros((3000, 2000))) == "dask"
+    with pytest.raises(ValueError):
+        choose_backend(np.zeros((2, 2)), "gpu")
+
+
+def test_two_process_workers_give_the_local_model(small_store, local_model, client2):
+    model = dmlr.fit(small_store, "rbrl", backend="dask", client=client2, **PARAMS)
+    assert model.backend_ == "dask"
+    assert model.n_iter_ == local_model.n_iter_
+    np.testing.assert_allclose(model.coef_, local_model.coef_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(model.objective_history_, local_model.objective_history_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_workers", [1, 4])
+def test_same_model_with_1_and_4_workers(small_store, local_model, n_workers):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+        model = dmlr.fit(small_store, "rbrl", backend="dask", client=client, **PARAMS)
+    assert model.n_iter_ == local_model.n_iter_
+    np.testing.assert_allclose(model.coef_, local_model.coef_, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_rows,n_blocks", [(64, 1), (128, 3), (256, 5)])
+def test_same_model_with_other_chunks_and_blocks(small_store, local_model, chunk_rows, n_blocks):
+    ds = dmlr.open_dataset(small_store, chunk_rows=chunk_rows)
+    X, Y = ds.arrays("train")
+    model = RBRL(backend="local", n_blocks=n_blocks, **PARAMS).fit(X, Y)
+    ref = RBRL(backend="local", **PARAMS).fit(*dmlr.open_dataset(small_store).arrays("train"))
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=0, atol=1e-10)
+
+
+def test_zarr_fit_evaluate_save_load_on_cluster(small_store, client2, tmp_path):
+    model = dmlr.fit(small_store, "rbrl", backend="dask", **PARAMS)
+    metrics = dmlr.evaluate(model, small_store)
+    assert set(metrics) == set(dmlr.metrics.METRIC_NAMES)
+    # learnable signal: far better than predicting by label frequency alone
+    assert metrics["ranking_loss"] < 0.25 and metrics["f1_micro"] > 0.4
+    again = dmlr.load(model.save(tmp_path / "m.npz"))
+    X = dmlr.open_dataset(small_store).X[:50].compute()
+    np.testing.assert_array_equal(again.decision_function(X), model.decision_function(X))
+
+
+def test_get_client_prefers_current_then_configured_address(cluster2, monkeypatch):
+    with cluster2.as_current():
+        assert dmlr.get_client() is cluster2
+    import dask
+
+    addr = cluster2.scheduler.address
+    with dask.config.set({"scheduler-address": addr}):
+        monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+        from distributed import default_client
+
+        try:
+            default_client()
+            pytest.skip("another default client is active")
+        except ValueError:
+            pass
+        c = dmlr.get_client(quiet=True)
+        try:
+            assert c.scheduler.address == addr
+        finally:
+            c.close()

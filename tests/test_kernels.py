@@ -1,0 +1,80 @@
+"""The O(l log l) pairwise kernel against the paper's O(|P||N|) double loop."""
+
+import numpy as np
+import pytest
+
+from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
+
+
+def brute_force_rbrl(S, Y, lambda2, margin=RANK_MARGIN):
+    """BR + pairwise losses and dL/dS by the reference's double loop (eqs. 5, 16, 19)."""
+    m, l = Y.shape
+    ys = np.where(Y > 0, 1.0, -1.0)
+    r = np.maximum(0.0, 1.0 - ys * S)
+    br = 0.5 * (r ** 2).sum()
+    C = -ys * r
+    rank = 0.0
+    for i in range(m):
+        P, N = np.flatnonzero(Y[i]), np.flatnonzero(Y[i] == 0)
+        if len(P) == 0 or len(N) == 0:
+            continue
+        w = 1.0 / (len(P) * len(N))
+        for p in P:
+            for q in N:
+                h = max(0.0, margin - S[i, p] + S[i, q])
+                rank += 0.5 * w * h * h
+                C[i, p] -= lambda2 * w * h
+                C[i, q] += lambda2 * w * h
+    return br, rank, C
+
+
+@pytest.mark.parametrize("l,p_rel", [(1, 0.3), (2, 0.3), (6, 0.3), (31, 0.3), (90, 0.6)])
+@pytest.mark.parametrize("scale", [0.3, 3.0])
+def test_kernel_matches_double_loop(l, p_rel, scale):
+    # (90, 0.6): rows with more than 32 relevant labels take the argsort branch
+    rng = np.random.default_rng(l)
+    m = 120
+    S = rng.normal(size=(m, l)) * scale
+    Y = (rng.random((m, l)) < p_rel).astype(np.int8)
+    Y[0] = 0          # no relevant label: no pairs
+    Y[1] = 1          # all relevant: no pairs
+    S[2, :] = 0.5     # all scores tied
+    C = np.zeros((m, l))
+    br, rank = rbrl_score_losses(S, Y, 1, 0, 0.7, RANK_MARGIN, C)
+    br_ref, rank_ref, C_ref = brute_force_rbrl(S, Y, 0.7)
+    assert br[0] == pytest.approx(br_ref, rel=1e-12)
+    assert rank[0] == pytest.approx(rank_ref, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(C, C_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_stacked_points_give_each_points_loss():
+    rng = np.random.default_rng(1)
+    Y = (rng.random((50, 7)) < 0.4).astype(np.int8)
+    S0, S1 = rng.normal(size=(50, 7)), rng.normal(size=(50, 7)) * 2
+    C = np.zeros((50, 7))
+    br, rank = rbrl_score_losses(np.hstack([S0, S1]), Y, 2, 1, 1.0, RANK_MARGIN, C)
+    for k, S in enumerate([S0, S1]):
+        b, r, Ck = brute_force_rbrl(S, Y, 1.0)
+        assert br[k] == pytest.approx(b, rel=1e-12)
+        assert rank[k] == pytest.approx(r, rel=1e-12)
+    np.testing.assert_allclose(C, brute_force_rbrl(S1, Y, 1.0)[2], atol=1e-12)
+
+
+def test_lipschitz_row_stats_match_definition():
+    rng = np.random.default_rng(2)
+    Y = (rng.random((40, 5)) < 0.4).astype(np.int8)
+    x2 = rng.random(40) * 3
+    A, B = np.zeros(5), np.zeros(5)
+    rank_lipschitz_row_stats(Y, x2, A, B)
+    A_ref, B_ref = np.zeros(5), np.zeros(5)
+    for i in range(40):
+        npos = Y[i].sum()
+        nneg = 5 - npos
+        if npos == 0 or nneg == 0:
+            continue
+        for j in range(5):
+            c = nneg if Y[i, j] else npos
+            A_ref[j] += c
+            B_ref[j] += c * x2[i] ** 2 / (npos ** 2 * nneg ** 2)
+    np.testing.assert_allclose(A, A_ref)
+    np.testing.assert_allclose(B, B_ref, rtol=1e-13)

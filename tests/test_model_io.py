@@ -1,0 +1,93 @@
+"""Model files: data only (no pickle), validated on load, written atomically."""
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import dmlr
+from dmlr.errors import DmlrInputError
+from dmlr.models import RBRL
+
+
+@pytest.fixture
+def fitted():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    Y = (rng.random((40, 2)) < 0.5).astype(np.int8)
+    return RBRL(max_iter=20).fit(X, Y), X
+
+
+def test_round_trip_keeps_params_and_predictions(fitted, tmp_path):
+    model, X = fitted
+    path = model.save(tmp_path / "m.npz")
+    again = dmlr.load(path)
+    assert again.get_params() == model.get_params()
+    assert again.objective_history_ == model.objective_history_ and again.n_iter_ == model.n_iter_
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+    with zipfile.ZipFile(path) as z:
+        assert sorted(z.namelist()) == ["__dmlr__.npy", "coef_.npy"]
+
+
+def _rewrite(path, **entries):
+    """Replace entries of a saved model's zip with raw .npy payloads."""
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    files.update(entries)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+
+
+def _npy(arr, allow_pickle=False):
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=allow_pickle)
+    return buf.getvalue()
+
+
+class _Boom:
+    def __reduce__(self):
+        return (exec, ("open('PWNED', 'w').write('x')",))
+
+
+def test_tampered_files_raise_and_never_run_code(fitted, tmp_path, monkeypatch):
+    model, _ = fitted
+    monkeypatch.chdir(tmp_path)
+    path = model.save(tmp_path / "m.npz")
+    _rewrite(path, **{"coef_.npy": _npy(np.array([_Boom()], dtype=object), allow_pickle=True)})
+    with pytest.raises(DmlrInputError):
+        dmlr.load(path)
+    assert not (tmp_path / "PWNED").exists()
+
+    path = model.save(tmp_path / "m2.npz")
+    meta = json.loads(np.load(path)["__dmlr__"].tobytes())
+    meta["model"] = "os.system"
+    _rewrite(path, **{"__dmlr__.npy": _npy(np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))})
+    with pytest.raises(DmlrInputError, match="unknown model type"):
+        dmlr.load(path)
+
+    path = model.save(tmp_path / "m3.npz")
+    _rewrite(path, **{"coef_.npy": _npy(np.zeros((2, 2)))})
+    with pytest.raises(DmlrInputError, match="shape"):
+        dmlr.load(path)
+
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    with pytest.raises(DmlrInputError):
+        dmlr.load(tmp_path / "junk.npz")
+
+
+def test_interrupted_save_keeps_the_old_file(fitted, tmp_path, monkeypatch):
+    model, _ = fitted
+    path = model.save(tmp_path / "m.npz")
+    before = path.read_bytes()
+
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", fail)
+    with pytest.raises(KeyboardInterrupt):
+        model.save(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]

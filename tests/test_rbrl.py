@@ -1,0 +1,125 @@
+"""Linear RBRL: gradient checks and parity with the published implementation."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dmlr.kernels.blocks import make_block
+from dmlr.models import RBRL
+from dmlr.models.base import NotFittedError
+from dmlr.objectives import rbrl as objective
+from tests.conftest import RBRL_REF, require
+
+
+def smooth_value_and_grad(X, Y, W, lambda1, lambda2, fit_intercept=True):
+    block = make_block(X, Y, fit_intercept)
+    values, grad = objective.block_value_and_grad(block, W[None], 0, lambda2)
+    return objective.add_ridge(values, grad, W[None], 0, lambda1)
+
+
+def test_gradient_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5))
+    Y = (rng.random((60, 4)) < 0.4).astype(np.int8)
+    W = rng.normal(size=(6, 4)) * 0.3
+    values, grad = smooth_value_and_grad(X, Y, W, 0.7, 0.3)
+    eps = 1e-6
+    num = np.zeros_like(W)
+    for idx in np.ndindex(W.shape):
+        E = np.zeros_like(W)
+        E[idx] = eps
+        num[idx] = (smooth_value_and_grad(X, Y, W + E, 0.7, 0.3)[0][0]
+                    - smooth_value_and_grad(X, Y, W - E, 0.7, 0.3)[0][0]) / (2 * eps)
+    np.testing.assert_allclose(grad, num, rtol=1e-6, atol=1e-6)
+
+
+def test_sparse_and_dense_give_the_same_model():
+    rng = np.random.default_rng(1)
+    Xd = rng.random((200, 30)) * (rng.random((200, 30)) < 0.1)
+    Y = (rng.random((200, 6)) < 0.3).astype(np.int8)
+    dense = RBRL(max_iter=60, tol=0).fit(Xd, Y)
+    sparse = RBRL(max_iter=60, tol=0).fit(sp.csr_matrix(Xd), Y)
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xd)), dense.decision_function(Xd),
+                               atol=1e-10)
+
+
+def test_estimator_contract_and_input_errors():
+    est = RBRL(lambda1=2.0)
+    assert est.get_params()["lambda1"] == 2.0
+    assert est.set_params(lambda3=0.5) is est and est.lambda3 == 0.5
+    with pytest.raises(ValueError, match="invalid parameter"):
+        est.set_params(alpha=1)
+    with pytest.raises(NotFittedError):
+        est.predict(np.zeros((2, 3)))
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    Y = np.zeros((20, 2), dtype=np.int8)
+    Y[::2, 0] = 1
+    assert est.fit(X, Y) is est
+    assert est.coef_.shape == (4, 2) and est.n_iter_ == len(est.objective_history_)
+    with pytest.raises(ValueError, match="labels must be 0 or 1"):
+        RBRL().fit(X, np.where(Y > 0, 1, -1))
+    with pytest.raises(ValueError, match="rows"):
+        RBRL().fit(X, Y[:5])
+    with pytest.raises(ValueError, match="lambda1"):
+        RBRL(lambda1=-1).fit(X, Y)
+    with pytest.raises(ValueError, match="features"):
+        est.decision_function(np.zeros((2, 5)))
+
+
+def test_brl_and_br_variants_drop_their_terms():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(80, 4))
+    Y = (rng.random((80, 3)) < 0.4).astype(np.int8)
+    br = RBRL(lambda2=0.0, lambda3=0.0, max_iter=100, tol=0.0).fit(X, Y)
+    # BR with the squared hinge decouples over labels, and the paper step does not depend on l:
+    # each label refitted alone follows the same iterates
+    for j in range(3):
+        one = RBRL(lambda2=0.0, lambda3=0.0, max_iter=100, tol=0.0).fit(X, Y[:, [j]])
+        np.testing.assert_allclose(one.coef_[:, 0], br.coef_[:, j], rtol=1e-10, atol=1e-12)
+
+
+# --- parity with the reference implementation (../shared/anchors/rbrl_reference) ---------------
+
+def _reference_summary():
+    out = {}
+    for line in require(RBRL_REF / "linear_summary.txt").read_text().splitlines():
+        key, _, value = line.partition(" = ")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.mark.realdata
+def test_gradient_at_zero_matches_reference(reference_emotions):
+    Xtr, Ytr, _, _ = reference_emotions
+    _, grad = smooth_value_and_grad(Xtr, Ytr, np.zeros((73, 6)), 1.0, 0.01)
+    ref = np.loadtxt(require(RBRL_REF / "linear_grad_W0.txt"))
+    np.testing.assert_allclose(grad, ref, rtol=1e-12, atol=1e-9)
+    block = make_block(Xtr, Ytr, True)
+    x_fro2, A, B = objective.block_lipschitz_stats(block)
+    assert x_fro2 == pytest.approx(25732.943488369758, rel=1e-12)
+    assert np.sqrt(np.max(A * B)) == pytest.approx(12827.322962219101, rel=1e-12)
+    assert objective.paper_lipschitz(x_fro2, A, B, 1.0, 0.01) == pytest.approx(44571.31932971255, rel=1e-12)
+
+
+@pytest.mark.realdata
+def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
+    import dmlr
+
+    Xtr, Ytr, Xte, Yte = reference_emotions
+    model = RBRL(lambda1=1, lambda2=0.01, lambda3=0.1, max_iter=1999, tol=1e-6).fit(Xtr, Ytr)
+    ref_obj = np.loadtxt(require(RBRL_REF / "linear_obj.txt"))
+    assert model.n_iter_ == 702 == len(ref_obj)
+    np.testing.assert_allclose(model.objective_history_, ref_obj, rtol=1e-6)
+    ref_scores = np.loadtxt(RBRL_REF / "linear_pre_F_test.txt")
+    np.testing.assert_allclose(model.decision_function(Xte), ref_scores, rtol=1e-6, atol=1e-6)
+    ref_labels = np.loadtxt(RBRL_REF / "linear_pre_Label_test.txt") > 0
+    np.testing.assert_array_equal(model.predict(Xte), ref_labels.astype(np.int8))
+    summary = _reference_summary()
+    metrics = dmlr.evaluate(model, (Xte, Yte))
+    names = {"HammingLoss": "hamming_loss", "SubsetAccuracy": "subset_accuracy", "AccuracyExample": "accuracy",
+             "F1_Micro_Label": "f1_micro", "F1_Macro_Label": "f1_macro", "F1_Example": "f1_example",
+             "Ranking_Loss": "ranking_loss", "Coverage": "coverage", "Average_Precision": "average_precision",
+             "One_Error": "one_error", "AUC_Macro_Label": "auc_macro"}
+    for ref_key, key in names.items():
+        assert metrics[key] == pytest.approx(float(summary[ref_key]), rel=1e-9, abs=1e-12), key

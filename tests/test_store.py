@@ -1,0 +1,128 @@
+"""The Zarr layout: round trips, laziness, chunk alignment, errors, atomic writes."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+
+import dmlr
+from dmlr.data.store import StoreWriter, write_dataset
+from dmlr.datasets import make_multilabel
+from dmlr.errors import DmlrInputError, NotADmlrStoreError
+
+
+def _data(n=300, d=7, l=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), (rng.random((n, l)) < 0.3).astype(np.int8)
+
+
+def test_dense_round_trip_with_splits(tmp_path):
+    X, Y = _data()
+    write_dataset(tmp_path / "d.zarr", X, Y, chunk_rows=64, splits={"train": np.arange(200), "test": np.arange(200, 300)},
+                  label_names=list("abcd"))
+    ds = dmlr.open_dataset(tmp_path / "d.zarr", chunk_rows=128)
+    assert (ds.n_samples, ds.n_features, ds.n_labels) == (300, 7, 4)
+    assert ds.X.chunks[0] == ds.Y.chunks[0] == (128, 128, 44) and len(ds.X.chunks[1]) == 1
+    np.testing.assert_array_equal(ds.X.compute(), X)
+    np.testing.assert_array_equal(ds.Y.compute(), Y)
+    Xt, Yt = ds.arrays("test")
+    np.testing.assert_array_equal(Xt.compute(), X[200:])
+    assert ds.label_names == list("abcd")
+    g = zarr.open_group(str(tmp_path / "d.zarr"), mode="r")
+    assert g["X"].chunks == (64, 7) and g["Y"].dtype == np.int8
+    with pytest.raises(KeyError, match="unknown split 'valid'"):
+        ds.arrays("valid")
+    with pytest.raises(ValueError, match="multiple"):
+        dmlr.open_dataset(tmp_path / "d.zarr", chunk_rows=100)
+
+
+def test_sparse_round_trip_reads_contiguous_row_blocks(tmp_path):
+    _, Y = _data()
+    X = sp.random(300, 50, density=0.05, format="csr", random_state=1)
+    write_dataset(tmp_path / "s.zarr", X, Y, chunk_rows=64)
+    ds = dmlr.open_dataset(tmp_path / "s.zarr")
+    assert ds.is_sparse and type(ds.X._meta).__name__ == "GCXS"
+    np.testing.assert_array_equal(ds.X.compute().todense(), X.toarray())
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    assert g["X"].attrs["encoding-type"] == "csr_matrix" and g["X"]["indptr"].shape == (301,)
+
+
+def test_writer_streams_and_fails_cleanly(tmp_path):
+    X, Y = _data()
+    Xbad = X.copy()
+    Xbad[123, 4] = np.inf
+    with pytest.raises(DmlrInputError, match="row 123: feature value is NaN or infinite"):
+        write_dataset(tmp_path / "bad.zarr", Xbad, Y, chunk_rows=64)
+    Ybad = Y.astype(int)
+    Ybad[77, 1] = 2
+    with pytest.raises(DmlrInputError, match="row 77: label 1 has value 2"):
+        write_dataset(tmp_path / "bad.zarr", X, Ybad, chunk_rows=64)
+    with pytest.raises(DmlrInputError, match="300 rows but Y has 299"):
+        write_dataset(tmp_path / "bad.zarr", X, Y[:-1])
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+
+
+def test_overwrite_keeps_old_store_until_new_one_is_complete(tmp_path):
+    X, Y = _data()
+    write_dataset(tmp_path / "d.zarr", X, Y)
+    with pytest.raises(FileExistsError):
+        write_dataset(tmp_path / "d.zarr", X, Y)
+    Xbad = X.copy()
+    Xbad[-1, 0] = np.nan
+    with pytest.raises(DmlrInputError):
+        write_dataset(tmp_path / "d.zarr", Xbad, Y, overwrite=True)
+    np.testing.assert_array_equal(dmlr.open_dataset(tmp_path / "d.zarr").X.compute(), X)
+    write_dataset(tmp_path / "d.zarr", X[:10], Y[:10], overwrite=True)
+    assert dmlr.open_dataset(tmp_path / "d.zarr").n_samples == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
+
+
+def test_not_a_dmlr_store_and_inconsistent_rows(tmp_path):
+    zarr.open_group(str(tmp_path / "other.zarr"), mode="w").attrs["x"] = 1
+    with pytest.raises(NotADmlrStoreError, match="not a dmlr data set"):
+        dmlr.open_dataset(tmp_path / "other.zarr")
+    with pytest.raises(FileNotFoundError):
+        dmlr.open_dataset(tmp_path / "missing.zarr")
+    X, Y = _data()
+    write_dataset(tmp_path / "d.zarr", X, Y, chunk_rows=64)
+    g = zarr.open_group(str(tmp_path / "d.zarr"), mode="r+")
+    g["X"].resize((250, 7))
+    with pytest.raises(NotADmlrStoreError, match="row counts differ"):
+        dmlr.open_dataset(tmp_path / "d.zarr")
+
+
+def test_writer_rejects_bad_blocks(tmp_path):
+    with StoreWriter(tmp_path / "w.zarr", 3, 2, chunk_rows=4) as w:
+        with pytest.raises(DmlrInputError, match="expected"):
+            w.append(np.zeros((2, 4)), np.zeros((2, 2)))
+        w.append(np.zeros((5, 3)), np.ones((5, 2)))
+    assert dmlr.open_dataset(tmp_path / "w.zarr").n_samples == 5
+
+
+def test_synthetic_presets_and_seed_reproducibility(tmp_path):
+    a = make_multilabel(tmp_path / "a.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5,
+                        chunk_rows=256, seed=7)
+    b = make_multilabel(tmp_path / "b.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5,
+                        chunk_rows=1024, seed=7)
+    da_, db_ = dmlr.open_dataset(a), dmlr.open_dataset(b)
+    np.testing.assert_array_equal(da_.X.compute(), db_.X.compute())
+    np.testing.assert_array_equal(da_.Y.compute(), db_.Y.compute())
+    np.testing.assert_array_equal(da_.splits["test"], db_.splits["test"])
+    assert abs(da_.Y.sum(axis=1).mean().compute() - 2.5) < 0.15
+    c = make_multilabel(tmp_path / "c.zarr", n_samples=300, n_features=20, n_labels=9, seed=8)
+    assert not np.array_equal(dmlr.open_dataset(c).Y.compute(), da_.Y[:300].compute())
+    s = make_multilabel(tmp_path / "s.zarr", n_samples=500, n_features=300, n_labels=9, sparse=True,
+                        density=0.02, seed=1)
+    ds = dmlr.open_dataset(s)
+    nnz = ds.X.compute().nnz
+    assert ds.is_sparse and 0.01 < nnz / (500 * 300) < 0.03
+
+
+@pytest.mark.slow
+def test_presets_have_the_real_sets_shapes(tmp_path):
+    m = dmlr.open_dataset(make_multilabel(tmp_path / "m.zarr", preset="mediamill"))
+    assert (m.n_samples, m.n_features, m.n_labels) == (43907, 120, 101) and not m.is_sparse
+    assert abs(float(m.Y.sum(axis=1).mean().compute()) - 4.376) < 0.05
+    b = dmlr.open_dataset(make_multilabel(tmp_path / "b.zarr", preset="bookmarks"))
+    assert (b.n_samples, b.n_features, b.n_labels) == (87856, 2150, 208) and b.is_sparse
+    assert abs(float(b.Y.sum(axis=1).mean().compute()) - 2.028) < 0.05
