@@ -647,6 +647,9 @@ class ArffReader:
     feature_names, label_names : list of str
     sparse : bool
         The first data row is sparse.
+    store_sparse : bool
+        Build CSR feature blocks (default: :attr:`sparse`; set it when
+        other files of the same conversion are sparse).
     label_source : str
         Where the label columns came from.
     dropped_lines : list of int
@@ -755,12 +758,10 @@ class ArffReader:
         if not body:
             return [], []
         quoted = "'" in body or '"' in body
-        items = body.split(",")
-        if quoted:
-            try:
-                items = split_quoted(body)
-            except ValueError as err:
-                raise DmlrInputError(str(err), path=self.path, line=no) from None
+        try:
+            items = split_quoted(body) if quoted else body.split(",")
+        except ValueError as err:
+            raise DmlrInputError(str(err), path=self.path, line=no) from None
         idx, vals = [], []
         for item in items:
             pair = item.split(None, 1)

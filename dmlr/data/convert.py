@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arff import BLOCK_ROWS, ArffReader, open_text
-from dmlr.data.libsvm import SvmLightReader, SvmStats, read_xc_header
+from dmlr.data.libsvm import SvmLightReader, SvmStats, parse_xc_header, read_xc_header
 from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
 from dmlr.data.store import StoreWriter
 from dmlr.errors import DmlrInputError
@@ -38,7 +39,7 @@ class _Part:
 
     name: str | None
     files: tuple
-    blocks: object  # callable: block_rows -> iterator of (X, Y)
+    blocks: Callable  # blocks(block_rows=...) -> iterator of (X, Y)
     dropped_lines: list = field(default_factory=list)
 
 
@@ -115,10 +116,11 @@ def _sniff(path: Path) -> str:
     if magic.startswith(b"PK"):
         return "npz"
     with open_text(path) as fh:
-        first = next((ln.strip() for ln in fh if ln.strip()), "")
+        head = fh.read(1 << 16)
+    first = next((ln.strip() for ln in head.splitlines() if ln.strip()), "")
     if first.startswith("%") or first.lower().startswith(("@relation", "@attribute")):
         return "arff"
-    if read_xc_header(path) is not None:
+    if parse_xc_header(first) is not None:
         return "xc"
     if ":" in first:
         return "libsvm"
@@ -297,7 +299,7 @@ _OPENERS = {
 
 def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
     """Stream every part of ``source`` into a new store at ``dst``."""
-    block_rows = max(64, min(BLOCK_ROWS, _LABEL_BLOCK_BYTES // max(source.n_labels, 1)))
+    block_rows = max(1, min(BLOCK_ROWS, _LABEL_BLOCK_BYTES // max(source.n_labels, 1)))
     files = [f for p in source.parts for f in p.files]
     input_path = files[0] if len(files) == 1 else ", ".join(str(f) for f in files)
     if len(source.parts) > 1:
@@ -330,7 +332,9 @@ def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zer
         ``part1``, ... A ``.mat`` file with ``train_*``/``test_*`` variables
         is split the same way. A ``.npz`` input is the features file
         ``<name>_X.npz`` (labels read from ``<name>_Y.npz``) or an explicit
-        ``(X_path, Y_path)`` tuple.
+        ``(X_path, Y_path)`` tuple; a two-element ``src`` list of ``.npz``
+        files is also read as such a pair when the second is named
+        ``*_Y.npz`` or the first is not named ``*_X.npz``.
     dst : str or Path
         Destination store (a directory).
     fmt : {"arff", "meka", "mat", "npz", "libsvm", "xc"}, optional

@@ -21,6 +21,7 @@ Blank lines and ``#`` comments are skipped. Errors name the file and the
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,14 @@ import scipy.sparse as sp
 
 from dmlr.data.arff import BLOCK_ROWS, first_duplicate, iter_lines, parse_in_blocks, parse_numbers, str_array
 from dmlr.errors import DmlrInputError
+
+
+def parse_xc_header(text: str):
+    """``(n, d, l)`` if ``text`` is three non-negative integers, else None."""
+    toks = text.split()
+    if len(toks) == 3 and all(t.isdigit() for t in toks):
+        return tuple(int(t) for t in toks)
+    return None
 
 
 def read_xc_header(path):
@@ -44,12 +53,9 @@ def read_xc_header(path):
     lines = iter_lines(path)
     try:
         for no, text, _ in lines:
-            toks = text.split()
-            if not toks:
-                continue
-            if len(toks) == 3 and all(t.isdigit() for t in toks):
-                return no, tuple(int(t) for t in toks)
-            return None
+            if text.strip():
+                header = parse_xc_header(text)
+                return None if header is None else (no, header)
     finally:
         lines.close()
     return None
@@ -229,8 +235,10 @@ class SvmLightReader:
     def scan(self, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False) -> SvmStats:
         """Read the whole file once (streaming) and return its :class:`SvmStats`."""
         stats = SvmStats()
-        for block in self._parsed(block_rows, drop_truncated_last_line):
-            stats.update(block)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a dropped line is reported once, by blocks()
+            for block in self._parsed(block_rows, drop_truncated_last_line):
+                stats.update(block)
         self.dropped_lines.clear()
         return stats
 

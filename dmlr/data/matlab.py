@@ -105,7 +105,7 @@ def binarize_labels(Y, *, path, name: str) -> np.ndarray:
     allowed = (Y == 1) | (neg if neg.any() else (Y == 0))
     if not allowed.all():
         r, c = np.argwhere(~allowed)[0]
-        raise DmlrInputError(f"labels {name!r}: label {int(c)} has value {Y[r, c]!r}; labels must be all "
+        raise DmlrInputError(f"labels {name!r}: label {int(c)} has value {Y[r, c]:g}; labels must be all "
                              f"in {{0, 1}} or all in {{-1, +1}}", path=path, row=int(r))
     return (Y > 0).astype(np.int8)
 
