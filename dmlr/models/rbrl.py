@@ -69,16 +69,19 @@ class RBRL(BaseModel):
         W; with ``fit_intercept`` the last row is the bias.
     objective_history_ : list of float
         Objective after each iteration (at the proximal point).
+    objective_seconds_ : list of float
+        Wall time from the solver's start to each objective value.
     n_iter_ : int
     converged_ : bool
     lipschitz_ : float
         The constant whose inverse was the step.
     n_features_in_, n_labels_ : int
     fit_seconds_ : float
+        Whole fit, including loading the row blocks and the Lipschitz pass.
     """
 
     _fitted_arrays = ("coef_",)
-    _fitted_attributes = ("objective_history_", "n_iter_", "converged_", "lipschitz_",
+    _fitted_attributes = ("objective_history_", "objective_seconds_", "n_iter_", "converged_", "lipschitz_",
                           "n_features_in_", "n_labels_", "fit_seconds_", "backend_")
 
     def __init__(self, lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=2000, tol=1e-6,
@@ -140,13 +143,15 @@ class RBRL(BaseModel):
                 return prox_nuclear_norm(V, lam3, scaling)
 
             callback = _progress_printer(self.verbose) if self.verbose else None
-            res = apg(oracle, prox, np.zeros((d, l)), lipschitz=L, max_iter=int(self.max_iter),
-                      tol=float(self.tol), callback=callback)
+            with chunks.solver_context():
+                res = apg(oracle, prox, np.zeros((d, l)), lipschitz=L, max_iter=int(self.max_iter),
+                          tol=float(self.tol), callback=callback)
             self.backend_ = chunks.backend
         finally:
             chunks.close()
         self.coef_ = res.x
         self.objective_history_ = res.objective_history
+        self.objective_seconds_ = res.seconds
         self.n_iter_ = res.n_iter
         self.converged_ = res.converged
         self.lipschitz_ = L
