@@ -56,8 +56,12 @@ def test_same_model_with_1_and_4_workers(small_store, local_model, n_workers):
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
         model = dmlr.fit(small_store, "rbrl", backend="dask", client=client, **PARAMS)
+        # 2 dask chunks on up to 4 workers: workers without data must not break the fit
+        ds = dmlr.open_dataset(small_store, chunk_rows=512)
+        few = RBRL(backend="dask", **PARAMS).fit(*ds.arrays("train"), client=client)
     assert model.n_iter_ == local_model.n_iter_
     np.testing.assert_allclose(model.coef_, local_model.coef_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(few.coef_, local_model.coef_, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("chunk_rows,n_blocks", [(64, 1), (128, 3), (256, 5)])

@@ -1,0 +1,51 @@
+"""Same data, same model: max |W - W_ref| for 1, 2, 4 workers and several chunk sizes.
+
+Fits linear RBRL (lambda1=1, lambda2=0.01, lambda3=0.1, tol=1e-6) on the RBRL
+reference's emotions training split stored in Zarr with different chunk rows,
+on local clusters of 1, 2 and 4 single-threaded worker processes and
+in-process, and prints the largest coefficient difference from the in-process
+numpy fit, and the iteration counts.
+
+Usage: python benchmarks/determinism.py
+"""
+
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import scipy.io as sio
+
+import dmlr
+from dmlr.data.store import write_dataset
+from dmlr.datasets import anchors_dir
+from dmlr.models import RBRL
+
+PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=1999, tol=1e-6)
+
+
+def main():
+    from distributed import Client, LocalCluster
+
+    m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
+    X, Y = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
+    ref = RBRL(backend="local", **PARAMS).fit(X, Y)
+    work = Path(tempfile.mkdtemp(prefix="dmlr-det-"))
+    print("| workers | stored chunk rows | blocks | iterations | max abs diff of W vs in-process numpy fit |")
+    print("|---|---|---|---|---|")
+    for rows in (16, 64, 256):
+        write_dataset(work / f"e{rows}.zarr", X, Y, chunk_rows=rows)
+        model = RBRL(backend="local", n_blocks=3, **PARAMS).fit(*dmlr.open_dataset(work / f"e{rows}.zarr").arrays())
+        print(f"| in-process | {rows} | 3 | {model.n_iter_} | {np.abs(model.coef_ - ref.coef_).max():.2e} |")
+    for n_workers in (1, 2, 4):
+        with LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            for rows in (16, 64, 256):
+                ds = dmlr.open_dataset(work / f"e{rows}.zarr")
+                model = RBRL(backend="dask", **PARAMS).fit(*ds.arrays(), client=client)
+                diff = np.abs(model.coef_ - ref.coef_).max()
+                print(f"| {n_workers} | {rows} | {n_workers} | {model.n_iter_} | {diff:.2e} |")
+
+
+if __name__ == "__main__":
+    main()
