@@ -104,3 +104,15 @@ def test_get_client_prefers_current_then_configured_address(cluster2, monkeypatc
             assert c.scheduler.address == addr
         finally:
             c.close()
+
+
+def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_path):
+    path = make_multilabel(tmp_path / "sp.zarr", n_samples=1500, n_features=300, n_labels=9, sparse=True,
+                           density=0.03, chunk_rows=256, seed=2)
+    local = dmlr.fit(path, "rbrl", backend="local", **PARAMS)
+    remote = dmlr.fit(path, "rbrl", backend="dask", client=client2, **PARAMS)
+    assert remote.backend_ == "dask" and local.backend_ == "local"
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-10)
+    m_local, m_remote = dmlr.evaluate(local, path), dmlr.evaluate(remote, path)
+    assert m_local["ranking_loss"] == pytest.approx(m_remote["ranking_loss"], abs=1e-12)
+    assert m_local["ranking_loss"] < 0.3
