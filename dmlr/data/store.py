@@ -382,10 +382,40 @@ def _read_csr_rows(path: str, r0: int, r1: int, n_features: int):
     return sp.csr_matrix((data, indices, ip - a), shape=(r1 - r0, n_features))
 
 
-def _read_csr_block_gcxs(path: str, r0: int, r1: int, n_features: int):
+def _read_csr_block_gcxs(path: str, r0: int, r1: int, n_features: int, rows=None):
+    """Rows [r0, r1) of a stored CSR X (or the subset ``rows`` of them) as a GCXS block.
+
+    Row selection happens here, in scipy: indexing GCXS chunks through dask
+    would make pydata ``sparse`` JIT-compile its indexing code in every
+    process (about 10 s each, measured).
+    """
     import sparse as pydata_sparse
     m = _read_csr_rows(path, r0, r1, n_features)
+    if rows is not None:
+        m = m[np.asarray(rows) - r0]
     return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+
+
+def _csr_dask_array(path: str, bounds, n_features: int, dtype, rows=None) -> da.Array:
+    """A dask array of GCXS row blocks, one per ``(r0, r1)`` in ``bounds``.
+
+    With ``rows`` (sorted indices), each block holds only the selected rows of
+    its range, and ranges without any are left out.
+    """
+    import sparse as pydata_sparse
+
+    meta = pydata_sparse.GCXS.from_numpy(np.zeros((0, n_features), dtype=dtype), compressed_axes=(0,))
+    blocks = []
+    for r0, r1 in bounds:
+        sel = None
+        if rows is not None:
+            sel = rows[np.searchsorted(rows, r0):np.searchsorted(rows, r1)]
+            if sel.size == 0:
+                continue
+        m = (r1 - r0) if sel is None else int(sel.size)
+        blk = dask.delayed(_read_csr_block_gcxs, pure=True)(path, r0, r1, n_features, sel)
+        blocks.append(da.from_delayed(blk, shape=(m, n_features), dtype=dtype, meta=meta))
+    return da.concatenate(blocks, axis=0)
 
 
 @dataclass
@@ -450,6 +480,10 @@ class Dataset:
         rows = self.split_rows(split)
         if rows is None:
             return self.X, self.Y
+        if self.is_sparse:
+            edges = np.cumsum((0,) + self.X.chunks[0])
+            X = _csr_dask_array(self.path, list(zip(edges[:-1], edges[1:])), self.n_features, self.X.dtype, rows)
+            return X, self.Y[rows].rechunk((X.chunks[0], -1))
         return self.X[rows], self.Y[rows]
 
     def __repr__(self) -> str:
@@ -508,18 +542,11 @@ def open_dataset(path, *, chunk_rows: int | None = None) -> Dataset:
         raise NotADmlrStoreError(f"Y has shape {g['Y'].shape}, attributes say ({n}, {l})", path=spath)
     Y = da.from_zarr(g["Y"], chunks=(rows, l))
     if meta["x_encoding"] == "csr":
-        import sparse as pydata_sparse
         ipn = g["X"]["indptr"].shape[0]
         if ipn != n + 1:
             raise NotADmlrStoreError(f"X and Y row counts differ (X has {ipn - 1}, Y has {n})", path=spath)
-        dtype = np.dtype(meta.get("x_dtype", "float64"))
-        meta_block = pydata_sparse.GCXS.from_numpy(np.zeros((0, d), dtype=dtype), compressed_axes=(0,))
-        blocks = []
-        for r0 in range(0, n, rows):
-            r1 = min(n, r0 + rows)
-            blk = dask.delayed(_read_csr_block_gcxs, pure=True)(spath, r0, r1, d)
-            blocks.append(da.from_delayed(blk, shape=(r1 - r0, d), dtype=dtype, meta=meta_block))
-        X = da.concatenate(blocks, axis=0)
+        bounds = [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
+        X = _csr_dask_array(spath, bounds, d, np.dtype(meta.get("x_dtype", "float64")))
     else:
         if g["X"].shape[0] != n:
             raise NotADmlrStoreError(f"X and Y row counts differ (X has {g['X'].shape[0]}, Y has {n})",
