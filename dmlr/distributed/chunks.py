@@ -70,6 +70,23 @@ class ChunkSet:
     def map_reduce(self, fn, *args):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def transform(self, fn, *args) -> "ChunkSet":  # pragma: no cover - interface
+        """A new chunk set whose block i is ``fn(block_i, (start_i, stop_i), *args)``.
+
+        The new blocks stay where the old ones are (same process or worker);
+        the old chunk set stays valid until closed.
+        """
+        raise NotImplementedError
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """(start, stop) training-row range of each block, in block order."""
+        edges = np.concatenate([[0], np.cumsum(self._block_sizes())]).astype(int)
+        return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+    def _block_sizes(self) -> list[int]:  # pragma: no cover - interface
+        raise NotImplementedError
+
     def solver_context(self):
         """Context for the solver's own work between map-reduce calls."""
         return contextlib.nullcontext()
@@ -91,6 +108,12 @@ class LocalChunks(ChunkSet):
     def map_reduce(self, fn, *args):
         return tree_reduce([fn(b, *args) for b in self.blocks], add_results)
 
+    def transform(self, fn, *args) -> "LocalChunks":
+        return LocalChunks([fn(b, bnd, *args) for b, bnd in zip(self.blocks, self.bounds)])
+
+    def _block_sizes(self) -> list[int]:
+        return [b.n_rows for b in self.blocks]
+
     def close(self) -> None:
         self.blocks = []
 
@@ -100,11 +123,12 @@ class ClusterChunks(ChunkSet):
 
     backend = "dask"
 
-    def __init__(self, client, futures: list, n_rows: int):
+    def __init__(self, client, futures: list, n_rows: int, sizes: list[int] | None = None):
         self.client = client
         self.futures = futures
         self.n_rows = n_rows
         self.n_blocks = len(futures)
+        self._sizes = sizes
 
     def solver_context(self):
         """Single-threaded BLAS in this process while the workers compute.
@@ -131,6 +155,17 @@ class ClusterChunks(ChunkSet):
         parts = [client.submit(fn, f, *args, pure=False) for f in self.futures]
         total = tree_reduce(parts, lambda a, b: client.submit(add_results, a, b, pure=False))
         return total.result()
+
+    def transform(self, fn, *args) -> "ClusterChunks":
+        args = tuple(self._ship(a) for a in args)
+        futures = [self.client.submit(fn, f, bnd, *args, pure=False) for f, bnd in zip(self.futures, self.bounds)]
+        _wait_or_raise(self.client, futures)
+        return ClusterChunks(self.client, futures, self.n_rows, self._block_sizes())
+
+    def _block_sizes(self) -> list[int]:
+        if self._sizes is None:
+            self._sizes = self.client.gather([self.client.submit(_n_rows, f, pure=False) for f in self.futures])
+        return list(self._sizes)
 
     def close(self) -> None:
         for f in self.futures:
@@ -231,8 +266,6 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
                       for a, b in _group_bounds(X.shape[0], n_blocks)]
         return LocalChunks(blocks)
 
-    from distributed import wait
-
     from dmlr.distributed.client import get_client
 
     client = client or get_client()
@@ -259,12 +292,22 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
             xf, yf = client.scatter([X[a:b], Y[a:b]], workers=[w])
             futures.append(client.submit(make_block, xf, yf, fit_intercept, workers=[w],
                                          allow_other_workers=True, pure=False))
+    _wait_or_raise(client, futures)
+    return ClusterChunks(client, futures, int(X.shape[0]))
+
+
+def _n_rows(block) -> int:
+    return int(block.n_rows)
+
+
+def _wait_or_raise(client, futures) -> None:
+    from distributed import wait
+
     with client.as_current():  # distributed.wait uses the current client
         wait(futures)
     for f in futures:
         if f.status == "error":
             f.result()  # raises the worker's exception here
-    return ClusterChunks(client, futures, int(X.shape[0]))
 
 
 _WARMED: set = set()

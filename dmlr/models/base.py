@@ -79,8 +79,12 @@ class BaseModel:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
+    def _fitted_array_names(self) -> tuple:
+        """Names of the fitted arrays for these parameters (saved in the model file)."""
+        return tuple(self._fitted_arrays)
+
     def _check_fitted(self) -> None:
-        for name in self._fitted_arrays:
+        for name in self._fitted_array_names():
             if not hasattr(self, name):
                 raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
@@ -101,10 +105,10 @@ class BaseModel:
             "model": type(self).__name__,
             "params": self.get_params(),
             "attributes": {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)},
-            "arrays": list(self._fitted_arrays),
+            "arrays": list(self._fitted_array_names()),
         }
         blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-        arrays = {name: np.asarray(getattr(self, name)) for name in self._fitted_arrays}
+        arrays = {name: _dense(getattr(self, name)) for name in self._fitted_array_names()}
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
@@ -118,6 +122,11 @@ class BaseModel:
                 os.unlink(tmp)
             raise
         return path
+
+
+def _dense(a) -> np.ndarray:
+    """Arrays as saved: scipy sparse matrices densified (model files hold plain arrays)."""
+    return a.toarray() if hasattr(a, "toarray") else np.asarray(a)
 
 
 def load_model(path):
@@ -155,10 +164,14 @@ def load_model(path):
     unknown = set(params) - set(cls._param_names())
     if unknown:
         raise DmlrInputError(f"unknown parameters {sorted(unknown)} for {cls.__name__}", path=path)
-    if set(meta.get("arrays", [])) != set(cls._fitted_arrays) or set(contents) != set(cls._fitted_arrays):
+    try:
+        model = cls(**params)
+        expected = set(model._fitted_array_names())
+    except (TypeError, ValueError) as e:
+        raise DmlrInputError(f"invalid model parameters ({e})", path=path) from None
+    if set(meta.get("arrays", [])) != expected or set(contents) != expected:
         raise DmlrInputError(f"model arrays {sorted(contents)} do not match {cls.__name__}'s "
-                             f"{sorted(cls._fitted_arrays)}", path=path)
-    model = cls(**params)
+                             f"{sorted(expected)}", path=path)
     for key, value in attrs.items():
         if key not in cls._fitted_attributes:
             raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)

@@ -20,8 +20,10 @@ import numpy as np
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import append_bias, as_matrix
+from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.metrics import predict_from_scores
 from dmlr.models.base import BaseModel, register_model
+from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.solvers.apg import apg
 from dmlr.solvers.prox import prox_nuclear_norm
@@ -35,26 +37,55 @@ def _progress_printer(every: int):
     return callback
 
 
+#: ``step=`` values; see :class:`RBRL`.
+STEP_RULES = ("paper", "backtracking", "spectral")
+#: ``kernel=`` values besides None (the primal linear model).
+KERNELS = ("rbf", "linear", "poly")
+
+
 @register_model
 class RBRL(BaseModel):
-    """Linear RBRL multi-label classifier (scikit-learn estimator contract).
+    """RBRL multi-label classifier, linear or kernel (scikit-learn estimator contract).
 
     Parameters
     ----------
     lambda1 : float
         Frobenius (ridge) weight.
     lambda2 : float
-        Weight of the pairwise ranking term (0: BRL).
+        Weight of the pairwise ranking term (0: BRL; with lambda3=0 too:
+        binary relevance with the squared hinge).
     lambda3 : float
         Nuclear-norm weight (low rank).
+    kernel : {None, "rbf", "linear", "poly"}
+        None: the primal linear model (eq. 8), W of shape (d [+1], l).
+        Otherwise the kernel model (eq. 12) with dual coefficients A (n, l).
+    gamma : float, optional
+        Kernel coefficient (RBF, poly); default 1 / n_features (the paper).
+    degree, coef0 : int, float
+        Polynomial kernel (gamma x.y + coef0) ** degree.
+    kernel_memory : {"keep", "recompute"}
+        Kernel model: each worker keeps its rows of K (m x n floats) between
+        iterations, or recomputes them at each call (no m x n memory held).
     max_iter : int
         Maximum APG iterations.
     tol : float
         Stop when the relative objective change is at most ``tol``.
     fit_intercept : bool
-        Append a constant-1 feature (the bias is regularized, as the paper).
-    step : {"paper"}
-        Step rule: the paper's Lipschitz bound (eq. 23).
+        Linear model: append a constant-1 feature (the bias is regularized,
+        as the paper). Kernel models have no separate bias.
+    step : {"paper", "backtracking", "spectral"}
+        Step rule. "paper": 1/L with the paper's bound (eq. 23 / 33), the
+        reference's iterates exactly. "backtracking": Beck & Teboulle's
+        backtracking from L = (paper L) / 1024. "spectral": L = the largest
+        eigenvalue of a bound on the Hessian, lambda1 + ||X^T diag(c) X||_2
+        (:func:`dmlr.objectives.rbrl.curvature_weights`), by Lanczos over the
+        chunks, with backtracking kept as a safety net.
+    restart : bool, optional
+        Adaptive momentum restart (O'Donoghue & Candes); default: on for
+        every rule but "paper".
+    warm_start : bool
+        Start from the current ``coef_`` / ``dual_coef_`` when shapes match
+        (regularization paths).
     backend : {"auto", "local", "dask"}
         Where the row chunks live during training; "auto" keeps small data
         in this process (see :func:`dmlr.distributed.make_chunkset`).
@@ -66,7 +97,13 @@ class RBRL(BaseModel):
     Attributes
     ----------
     coef_ : float64 (n_features + fit_intercept, n_labels)
-        W; with ``fit_intercept`` the last row is the bias.
+        Linear model: W; with ``fit_intercept`` the last row is the bias.
+    dual_coef_ : float64 (n_train, n_labels)
+        Kernel model: A.
+    support_ : float64 (n_train, n_features)
+        Kernel model: the training rows (dense or CSR in memory; saved dense).
+    gamma_ : float
+        Kernel model: the kernel coefficient used.
     objective_history_ : list of float
         Objective after each iteration (at the proximal point).
     objective_seconds_ : list of float
@@ -74,7 +111,8 @@ class RBRL(BaseModel):
     n_iter_ : int
     converged_ : bool
     lipschitz_ : float
-        The constant whose inverse was the step.
+        The constant whose inverse was the last step.
+    n_backtracks_, n_restarts_ : int
     n_features_in_, n_labels_ : int
     fit_seconds_ : float
         Whole fit, including loading the row blocks and the Lipschitz pass.
@@ -82,20 +120,32 @@ class RBRL(BaseModel):
 
     _fitted_arrays = ("coef_",)
     _fitted_attributes = ("objective_history_", "objective_seconds_", "n_iter_", "converged_", "lipschitz_",
-                          "n_features_in_", "n_labels_", "fit_seconds_", "backend_")
+                          "n_backtracks_", "n_restarts_", "n_features_in_", "n_labels_", "fit_seconds_",
+                          "backend_", "gamma_")
 
-    def __init__(self, lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=2000, tol=1e-6,
-                 fit_intercept=True, step="paper", backend="auto", n_blocks=None, verbose=0):
+    def __init__(self, lambda1=1.0, lambda2=0.01, lambda3=0.1, kernel=None, gamma=None, degree=3, coef0=1.0,
+                 kernel_memory="keep", max_iter=2000, tol=1e-6, fit_intercept=True, step="paper", restart=None,
+                 warm_start=False, backend="auto", n_blocks=None, verbose=0):
         self.lambda1 = lambda1
         self.lambda2 = lambda2
         self.lambda3 = lambda3
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.kernel_memory = kernel_memory
         self.max_iter = max_iter
         self.tol = tol
         self.fit_intercept = fit_intercept
         self.step = step
+        self.restart = restart
+        self.warm_start = warm_start
         self.backend = backend
         self.n_blocks = n_blocks
         self.verbose = verbose
+
+    def _fitted_array_names(self) -> tuple:
+        return ("coef_",) if self.kernel is None else ("dual_coef_", "support_")
 
     def _validate_params(self) -> None:
         for name in ("lambda1", "lambda2", "lambda3"):
@@ -106,8 +156,12 @@ class RBRL(BaseModel):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
         if not (self.tol >= 0):
             raise ValueError(f"tol must be >= 0, got {self.tol!r}")
-        if self.step != "paper":
-            raise ValueError(f"step must be 'paper', got {self.step!r}")
+        if self.step not in STEP_RULES:
+            raise ValueError(f"step must be one of {STEP_RULES}, got {self.step!r}")
+        if self.kernel is not None and self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be None or one of {KERNELS}, got {self.kernel!r}")
+        if self.kernel_memory not in ("keep", "recompute"):
+            raise ValueError(f"kernel_memory must be 'keep' or 'recompute', got {self.kernel_memory!r}")
 
     def fit(self, X, Y, *, client=None):
         """Fit on X (numpy, scipy.sparse or dask, (n, d)) and Y (0/1, (n, l)).
@@ -126,51 +180,132 @@ class RBRL(BaseModel):
             raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
         if not hasattr(Y, "dask"):
             _check_binary(Y)
+        l = int(np.shape(Y)[1])
+        if self.kernel is None:
+            res = self._fit_linear(X, Y, client)
+            self.coef_ = res.x
+        else:
+            res = self._fit_kernel(X, Y, client)
+            self.dual_coef_ = res.x
+        self.objective_history_ = res.objective_history
+        self.objective_seconds_ = res.seconds
+        self.n_iter_ = res.n_iter
+        self.converged_ = res.converged
+        self.lipschitz_ = res.lipschitz
+        self.n_backtracks_ = res.n_backtracks
+        self.n_restarts_ = res.n_restarts
+        self.n_features_in_ = int(X.shape[1])
+        self.n_labels_ = l
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    # -- the two models -----------------------------------------------------------
+    def _fit_linear(self, X, Y, client):
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, backend=self.backend,
                                client=client, n_blocks=self.n_blocks)
+        lam1, lam2 = float(self.lambda1), float(self.lambda2)
         try:
             d = X.shape[1] + int(self.fit_intercept)
-            l = np.shape(Y)[1]
-            x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
-            L = objective.paper_lipschitz(x_fro2, A, B, self.lambda1, self.lambda2)
-            lam1, lam2, lam3 = float(self.lambda1), float(self.lambda2), float(self.lambda3)
+
+            def paper_L():
+                x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
+                return objective.paper_lipschitz(x_fro2, A, B, lam1, lam2)
+
+            def spectral_L():
+                return objective.spectral_lipschitz(
+                    lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1)
 
             def oracle(points, grad_point):
                 values, grad = chunks.map_reduce(objective.block_value_and_grad, points, grad_point, lam2)
                 return objective.add_ridge(values, grad, points, grad_point, lam1)
 
-            def prox(V, scaling):
-                return prox_nuclear_norm(V, lam3, scaling)
-
-            callback = _progress_printer(self.verbose) if self.verbose else None
-            with chunks.solver_context():
-                res = apg(oracle, prox, np.zeros((d, l)), lipschitz=L, max_iter=int(self.max_iter),
-                          tol=float(self.tol), callback=callback)
-            self.backend_ = chunks.backend
+            x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
+            return self._solve(chunks, oracle, x0, paper_L, spectral_L)
         finally:
             chunks.close()
-        self.coef_ = res.x
-        self.objective_history_ = res.objective_history
-        self.objective_seconds_ = res.seconds
-        self.n_iter_ = res.n_iter
-        self.converged_ = res.converged
-        self.lipschitz_ = L
-        self.n_features_in_ = int(X.shape[1])
-        self.n_labels_ = int(l)
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
+
+    def _fit_kernel(self, X, Y, client):
+        spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
+        X_all = as_matrix(X.compute() if hasattr(X, "dask") else X)
+        chunks = make_chunkset(X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False,
+                               backend=self.backend, client=client, n_blocks=self.n_blocks)
+        lam1, lam2 = float(self.lambda1), float(self.lambda2)
+        n = X_all.shape[0]
+        try:
+            kchunks = chunks.transform(kernel_objective.make_kernel_block, X_all, spec,
+                                       self.kernel_memory == "keep")
+        finally:
+            chunks.close()
+        try:
+            def paper_L():
+                k_fro2, A, B = kchunks.map_reduce(kernel_objective.block_lipschitz_stats)
+                return objective.paper_lipschitz(k_fro2, A, B, lam1, lam2, ridge_scale2=k_fro2)
+
+            def spectral_L():
+                return objective.spectral_lipschitz(
+                    lambda v: kchunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n)
+
+            def oracle(points, grad_point):
+                return kchunks.map_reduce(kernel_objective.block_value_and_grad, points, grad_point, lam1, lam2)
+
+            x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
+            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L)
+        finally:
+            kchunks.close()
+        self.support_ = X_all
+        self.gamma_ = spec.gamma
+        return res
+
+    def _warm_start_point(self, name: str, shape: tuple) -> np.ndarray:
+        prev = getattr(self, name, None) if self.warm_start else None
+        if prev is not None and np.shape(prev) == shape:
+            return np.array(prev, dtype=np.float64)
+        return np.zeros(shape)
+
+    def _solve(self, chunks, oracle, x0, paper_L, spectral_L):
+        """APG with this estimator's step rule; returns the :class:`APGResult`."""
+        lam3 = float(self.lambda3)
+        if self.step == "spectral":
+            L, backtracking = spectral_L(), True
+        elif self.step == "backtracking":
+            L, backtracking = paper_L() / 1024.0, True
+        else:
+            L, backtracking = paper_L(), False
+        restart = self.step != "paper" if self.restart is None else bool(self.restart)
+
+        def prox(V, scaling):
+            return prox_nuclear_norm(V, lam3, scaling)
+
+        callback = _progress_printer(self.verbose) if self.verbose else None
+        with chunks.solver_context():
+            res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
+                      callback=callback, backtracking=backtracking, restart=restart)
+        self.backend_ = chunks.backend
+        return res
 
     def _validate_loaded(self, path) -> None:
-        W = self.coef_
-        if W.ndim != 2 or W.dtype.kind != "f":
-            raise DmlrInputError(f"coef_ must be a 2-D float array, got {W.dtype} {W.shape}", path=path)
-        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
-        if W.shape != expected:
-            raise DmlrInputError(f"coef_ has shape {W.shape}, metadata says {expected}", path=path)
+        l = int(self.n_labels_)
+        if self.kernel is None:
+            W = self.coef_
+            expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), l)
+            arrays = {"coef_": (W, expected)}
+        else:
+            n = np.shape(self.dual_coef_)[0]
+            arrays = {"dual_coef_": (self.dual_coef_, (n, l)),
+                      "support_": (self.support_, (n, int(self.n_features_in_)))}
+        for name, (arr, expected) in arrays.items():
+            if arr.ndim != 2 or arr.dtype.kind != "f":
+                raise DmlrInputError(f"{name} must be a 2-D float array, got {arr.dtype} {arr.shape}", path=path)
+            if arr.shape != expected:
+                raise DmlrInputError(f"{name} has shape {arr.shape}, metadata says {expected}", path=path)
 
     # -- prediction -------------------------------------------------------------
     def decision_function(self, X):
-        """Scores ``[X, 1] @ W``, shape (n, n_labels); dask in, dask out (row chunks kept)."""
+        """Scores, shape (n, n_labels): ``[X, 1] @ W`` or ``k(X, support) @ A``.
+
+        Dask in, dask out (row chunks kept; a kernel model's support rows
+        and coefficients travel once, with the graph).
+        """
         self._check_fitted()
         if X.shape[-1] != self.n_features_in_:
             raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
@@ -183,14 +318,25 @@ class RBRL(BaseModel):
 
     def _scores_block(self, X):
         X = as_matrix(X)
-        if self.fit_intercept:
-            X = append_bias(X)
-        return np.asarray(X @ self.coef_)
+        if self.kernel is None:
+            if self.fit_intercept:
+                X = append_bias(X)
+            return np.asarray(X @ self.coef_)
+        spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
+        support, A = self.support_, self.dual_coef_
+        S = np.zeros((X.shape[0], A.shape[1]))
+        step = _PREDICT_SUPPORT_ROWS
+        for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
+            S += kernel_matrix(X, support[a:a + step], spec) @ A[a:a + step]
+        return S
 
     def predict(self, X):
         """0/1 labels by the sign of the score, at least one per row
         (the reference's rule, :func:`dmlr.metrics.predict_from_scores`)."""
         return predict_from_scores(self.decision_function(X))
+
+
+_PREDICT_SUPPORT_ROWS = 4096
 
 
 def _check_binary(Y) -> None:

@@ -1,0 +1,133 @@
+"""Kernel RBRL objective (Wu et al. 2020, eq. 12) on one row block of K.
+
+With A (n, l) the dual coefficients and scores F = K A, the smooth part is
+
+    f(A) = 1/2 ||(|E - Y o KA|_+)^2||_1 + lambda1/2 tr(A^T K A) + lambda2 f_r(KA)
+
+and g(A) = lambda3 ||A||_* (the reference thresholds the singular values of A).
+Its gradient (eqs. 30-31) is K^T C + lambda1 K A, with C the score gradient
+of the loss terms (the same kernel as the linear model). Both are sums over
+row blocks B (rows start:stop of K, K symmetric):
+
+    value_B = loss(K_B A) + lambda1/2 sum(A_B o (K_B A))
+    grad_B  = K_B^T (C_B + lambda1 A_B)
+
+so each worker needs only its own rows K_B (m x n), built once from its rows
+of X and the whole X (``kernel_memory="keep"``) or rebuilt each call
+(``"recompute"``: m x n memory is not held between iterations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dmlr.kernels.blocks import Block
+from dmlr.kernels.gram import KernelSpec, kernel_matrix
+from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
+from dmlr.objectives.rbrl import curvature_weights
+
+
+@dataclass
+class KernelBlock:
+    """Rows start:stop of the training kernel matrix, and their labels.
+
+    Attributes
+    ----------
+    Y : int8 (m, l)
+    start, stop : int
+        Training-row range of the block (its rows of A are ``A[start:stop]``).
+    K : float64 (m, n) or None
+        The kernel rows, when kept.
+    X, X_all : the block's rows and all n training rows (for recomputing K)
+    spec : KernelSpec
+    """
+
+    Y: np.ndarray
+    start: int
+    stop: int
+    K: np.ndarray | None
+    X: object
+    X_all: object
+    spec: KernelSpec
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.Y.shape[0])
+
+    def gram(self) -> np.ndarray:
+        """K_B, kept or recomputed."""
+        if self.K is not None:
+            return self.K
+        return kernel_matrix(self.X, self.X_all, self.spec)
+
+
+def make_kernel_block(block: Block, bounds: tuple[int, int], X_all, spec: KernelSpec, keep: bool) -> KernelBlock:
+    """Turn a feature block into a kernel block (runs where the block lives).
+
+    Parameters
+    ----------
+    block : Block
+        Rows of X (no bias column) and Y.
+    bounds : (start, stop)
+        The block's training-row range.
+    X_all : float64 (n, p) dense or CSR
+        Every training row, in order.
+    spec : KernelSpec
+    keep : bool
+        Keep K_B in memory (else recompute it at every call).
+    """
+    start, stop = bounds
+    if stop - start != block.n_rows:
+        raise ValueError(f"block has {block.n_rows} rows but bounds {bounds}")
+    K = kernel_matrix(block.X, X_all, spec) if keep else None
+    return KernelBlock(Y=block.Y, start=int(start), stop=int(stop), K=K,
+                       X=None if keep else block.X, X_all=None if keep else X_all, spec=spec)
+
+
+def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, lambda1: float, lambda2: float):
+    """f's block share at several points A and its gradient share at one.
+
+    Parameters
+    ----------
+    kb : KernelBlock
+    points : float64 (k, n, l)
+    grad_point : int
+        Index of the gradient point, or -1.
+    lambda1, lambda2 : float
+
+    Returns
+    -------
+    values : float64 (k,)
+        Block share of f (all three smooth terms).
+    grad : float64 (n, l) or None
+    """
+    k, n, l = points.shape
+    K = kb.gram()
+    A = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(n, k * l))
+    S = np.ascontiguousarray(K @ A)
+    C = np.zeros((kb.n_rows, l)) if grad_point >= 0 else np.zeros((0, l))
+    br, rank = rbrl_score_losses(S, kb.Y, k, grad_point, float(lambda2), RANK_MARGIN, C)
+    A_rows = points[:, kb.start:kb.stop, :]
+    ridge = 0.5 * lambda1 * np.einsum("kil,ikl->k", A_rows, S.reshape(kb.n_rows, k, l))
+    values = br + lambda2 * rank + ridge
+    grad = K.T @ (C + lambda1 * A_rows[grad_point]) if grad_point >= 0 else None
+    return values, grad
+
+
+def block_lipschitz_stats(kb: KernelBlock):
+    """Block shares of ||K||_F^2 and of A_j, B_j of eq. 33 (rows of K in place of x_i)."""
+    row_sq = np.einsum("ij,ij->i", K := kb.gram(), K)
+    l = kb.Y.shape[1]
+    A = np.zeros(l)
+    B = np.zeros(l)
+    rank_lipschitz_row_stats(kb.Y, row_sq, A, B)
+    return float(row_sq.sum()), A, B
+
+
+def block_curvature_matvec(kb: KernelBlock, v: np.ndarray, lambda1: float, lambda2: float) -> np.ndarray:
+    """Block share of (K diag(c) K + lambda1 K) v, the bound on the Hessian in A (v: float64 (n,))."""
+    K = kb.gram()
+    c = curvature_weights(kb.Y, lambda2)
+    return K.T @ (c * (K @ v) + lambda1 * v[kb.start:kb.stop])
