@@ -116,3 +116,14 @@ def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_
     m_local, m_remote = dmlr.evaluate(local, path), dmlr.evaluate(remote, path)
     assert m_local["ranking_loss"] == pytest.approx(m_remote["ranking_loss"], abs=1e-12)
     assert m_local["ranking_loss"] < 0.3
+
+
+@pytest.mark.parametrize("step", ["paper", "spectral"])
+def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, step):
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    params = dict(kernel="rbf", max_iter=60, tol=1e-6, step=step)
+    local = RBRL(backend="local", **params).fit(X.compute(), Y.compute())
+    remote = RBRL(backend="dask", **params).fit(X, Y, client=client2)
+    assert remote.backend_ == "dask" and remote.n_iter_ == local.n_iter_
+    np.testing.assert_allclose(remote.dual_coef_, local.dual_coef_, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(remote.objective_history_, local.objective_history_, rtol=1e-11)
