@@ -33,38 +33,31 @@ import numpy as np
 
 from dmlr.data.convert import convert
 from dmlr.data.store import open_dataset
+from dmlr.datasets import STAGED, data_dir
 
-REPO = Path(__file__).resolve().parents[1]
 
-#: (dataset folder, input file(s), convert options, MANIFEST n, d, L, card as printed there).
+#: (staged set, MANIFEST n, d, L, card as printed there); files and options from dmlr.datasets.STAGED.
 #: card: the union file's "Measured" value where one is staged, else the Summary table's.
 SETS = [
-    ("mediamill_discretized",
-     ["mediamill-train.arff-sort-Discretized.arff.gz", "mediamill-test-Discretized.arff.gz"],
-     {"drop_truncated_last_line": True}, 43851, 120, 101, "4.373"),
-    ("mediamill_subset2000", ["mediamill-train.arff.gz", "mediamill-test.arff.gz"], {}, 2000, 120, 101, "4.394"),
-    ("emotions", ["emotions-train.arff.gz", "emotions-test.arff.gz"], {}, 593, 72, 6, "1.8685"),
-    ("yeast", ["yeast-train.arff.gz", "yeast-test.arff.gz"], {}, 2417, 103, 14, "4.2371"),
-    ("scene", ["scene-train.arff.gz", "scene-test.arff.gz"], {}, 2407, 294, 6, "1.074"),
-    ("enron", ["enron-train.arff.gz", "enron-test.arff.gz"], {}, 1702, 1001, 53, "3.3784"),
-    ("medical", ["medical-train.arff.gz", "medical-test.arff.gz"], {}, 978, 1449, 45, "1.2454"),
-    ("corel5k", ["Corel5k-train-sparse.arff.gz", "Corel5k-test-sparse.arff.gz"], {}, 5000, 499, 374, "3.5220"),
-    ("bibtex", ["bibtex-train.arff.gz", "bibtex-test.arff.gz"], {}, 7395, 1836, 159, "2.4019"),
-    ("image_subset600", ["image.mat"], {}, 600, 294, 5, "1.2350"),
-    ("yahoo_arts", ["arts.mat"], {}, 5000, 462, 26, "1.6360"),
-    ("yahoo_business", ["yahoo_business_X.npz"], {}, 11214, 21924, 30, "1.5990"),
-    ("yahoo_education", ["yahoo_education_X.npz"], {}, 12030, 27534, 33, "1.4632"),
-    ("yahoo_recreation", ["recreation.mat"], {}, 5000, 606, 22, "1.423"),
-    ("tmc2007_500", ["tmc2007-500-train.arff.gz", "tmc2007-500-test.arff.gz"], {}, 28596, 500, 22, "2.1579"),
-    ("rcv1subset1", ["rcv1sub1_X.npz"], {}, 6000, 47236, 101, "2.8797"),
-    ("rcv1subset1", ["rcv1subset1_top944.mat"], {}, 6000, 944, 101, "2.8797"),
-    ("delicious", ["delicious-train.arff.gz", "delicious-test.arff.gz"], {}, 16105, 500, 983, "19.0200"),
+    ("mediamill_discretized", 43851, 120, 101, "4.373"),
+    ("mediamill_subset2000", 2000, 120, 101, "4.394"),
+    ("emotions", 593, 72, 6, "1.8685"),
+    ("yeast", 2417, 103, 14, "4.2371"),
+    ("scene", 2407, 294, 6, "1.074"),
+    ("enron", 1702, 1001, 53, "3.3784"),
+    ("medical", 978, 1449, 45, "1.2454"),
+    ("corel5k", 5000, 499, 374, "3.5220"),
+    ("bibtex", 7395, 1836, 159, "2.4019"),
+    ("image_subset600", 600, 294, 5, "1.2350"),
+    ("yahoo_arts", 5000, 462, 26, "1.6360"),
+    ("yahoo_business", 11214, 21924, 30, "1.5990"),
+    ("yahoo_education", 12030, 27534, 33, "1.4632"),
+    ("yahoo_recreation", 5000, 606, 22, "1.423"),
+    ("tmc2007_500", 28596, 500, 22, "2.1579"),
+    ("rcv1subset1", 6000, 47236, 101, "2.8797"),
+    ("rcv1subset1_top944", 6000, 944, 101, "2.8797"),
+    ("delicious", 16105, 500, 983, "19.0200"),
 ]
-
-
-def default_data_dir() -> Path:
-    """``$DMLR_DATA_DIR`` or ``<repo>/../shared/datasets``."""
-    return Path(os.environ.get("DMLR_DATA_DIR", REPO.parent / "shared" / "datasets"))
 
 
 def card_matches(card: float, printed: str) -> bool:
@@ -91,7 +84,7 @@ def convert_one(data_dir: Path, folder: str, files: list, options: dict, out: Pa
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--data-dir", type=Path, default=data_dir())
     args = parser.parse_args(argv)
     if not args.data_dir.is_dir():
         print(f"no data sets at {args.data_dir} (set DMLR_DATA_DIR)", file=sys.stderr)
@@ -100,7 +93,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     footnotes, all_ok = [], True
     with tempfile.TemporaryDirectory(prefix="dmlr-table-") as tmp:
-        for i, (folder, files, options, n, d, l, card_txt) in enumerate(SETS):
+        for i, (name, n, d, l, card_txt) in enumerate(SETS):
+            folder, files, options = STAGED[name]
             n_, d_, l_, card, sec, splits, notes = convert_one(args.data_dir, folder, files, options,
                                                                Path(tmp) / f"{i}.zarr")
             ok = (n_, d_, l_) == (n, d, l) and card_matches(card, card_txt)

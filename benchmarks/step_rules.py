@@ -1,0 +1,136 @@
+"""Step rules of RBRL's APG: iterations and time to reach the paper-step optimum.
+
+For every data set: fit with ``step="paper"`` (the reference's iterates, stop at
+1e-6 relative change); its final objective is the target. Then each faster
+rule, with the same stopping rule: the first iteration (and its time) at
+which the objective is within 1e-6 relative of the target, the iterations at
+which it stopped, and its final objective relative to the target (negative:
+lower, i.e. better).
+
+Sets (lambda1=1, lambda2=0.01, lambda3=0.1, the reference demo's values):
+emotions (the reference's split) linear and RBF kernel; scene, yeast,
+image_subset600 RBF kernel (gamma = 1/m); enron, yahoo_arts, yahoo_recreation,
+mediamill_discretized linear. Training part: the official train split where
+one exists, else a seeded 60% of the rows. In-process backend.
+
+Writes a convergence plot (objective - best vs iteration and vs seconds, each
+rule, emotions linear and kernel) to ``--png`` when matplotlib is installed
+(``pip install dmlr[plot]``).
+
+Usage: python benchmarks/step_rules.py [--sets a,b] [--png benchmarks/out/convergence.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import dmlr
+from dmlr.datasets import anchors_dir, staged_store
+from dmlr.models import RBRL
+
+RULES = [("backtracking", None), ("spectral", None), ("spectral", False)]
+SETS = {  # name -> kernel (None: linear)
+    "emotions_ref": None, "emotions_ref_kernel": "rbf", "scene": "rbf", "yeast": "rbf", "image_subset600": "rbf",
+    "enron": None, "yahoo_arts": None, "yahoo_recreation": None, "mediamill_discretized": None,
+}
+
+
+def training_part(name: str, workdir: Path, seed: int = 0):
+    """(X, Y) numpy/scipy of the training part of a set."""
+    if name.startswith("emotions_ref"):
+        import scipy.io as sio
+
+        m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
+        return m["X_train"], (m["Y_train"] > 0).astype(np.int8)
+    ds = dmlr.open_dataset(staged_store(name, workdir))
+    if "train" in ds.splits:
+        X, Y = ds.arrays("train")
+        return X.compute(), Y.compute()
+    X, Y = ds.arrays(None)
+    X, Y = X.compute(), Y.compute()
+    idx = np.sort(np.random.default_rng(seed).permutation(X.shape[0])[: int(0.6 * X.shape[0])])
+    return X[idx], Y[idx]
+
+
+def first_within(history, target, rel=1e-6):
+    h = np.asarray(history)
+    hit = np.flatnonzero(h <= target + rel * abs(target))
+    return int(hit[0]) if hit.size else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--png", default=str(Path(__file__).parent / "out" / "convergence.png"))
+    ap.add_argument("--max-iter", type=int, default=5000)
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="dmlr-steps-"))
+    RBRL(max_iter=3).fit(np.eye(4), np.eye(4, 2, dtype=np.int8))  # compile the kernels before timing
+    head = ("data set", "model", "n x d", "rule", "iters to paper opt", "s to paper opt", "iters at stop",
+            "final obj vs paper", "L (paper L)")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    curves = {}
+    for name in args.sets.split(","):
+        kernel = SETS[name]
+        try:
+            X, Y = training_part(name, work)
+        except FileNotFoundError as e:
+            print(f"| {name} | skipped: {e} |")
+            continue
+        common = dict(kernel=kernel, lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=args.max_iter, backend="local")
+        paper = RBRL(step="paper", **common).fit(X, Y)
+        target = paper.objective_history_[-1]
+        kind = "linear" if kernel is None else "RBF kernel"
+        runs = [("paper", None, paper)] + [(s, r, RBRL(step=s, restart=r, **common).fit(X, Y)) for s, r in RULES]
+        for step, restart, m in runs:
+            k = first_within(m.objective_history_, target)
+            label = step + ("" if restart is None else f" (restart={restart})")
+            reach = "never" if k is None else f"{k + 1}"
+            secs = "-" if k is None else f"{m.objective_seconds_[k]:.3f}"
+            rel = (m.objective_history_[-1] - target) / abs(target)
+            print(f"| {name} | {kind} | {X.shape[0]} x {X.shape[1]} | {label} | {reach} | {secs} | {m.n_iter_} | "
+                  f"{rel:+.2e} | {m.lipschitz_:.4g} ({paper.lipschitz_:.4g}) |", flush=True)
+            if name.startswith("emotions_ref"):
+                curves[(name, label)] = (np.asarray(m.objective_history_), np.asarray(m.objective_seconds_))
+    print("\nrestart: default (None) is on for every rule but 'paper'. L: the last step constant (backtracking "
+          "may raise it); paper L: eq. 23 / eq. 33.")
+    if curves:
+        plot(curves, Path(args.png))
+
+
+def plot(curves, png: Path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no convergence plot; pip install 'dmlr[plot]')")
+        return
+    names = sorted({n for n, _ in curves})
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 4 * len(names)), squeeze=False)
+    for row, name in enumerate(names):
+        best = min(h.min() for (n, _), (h, _) in curves.items() if n == name)
+        for (n, label), (h, s) in curves.items():
+            if n != name:
+                continue
+            gap = np.maximum(h - best, 1e-12) / abs(best)
+            axes[row, 0].semilogy(np.arange(1, len(h) + 1), gap, label=label)
+            axes[row, 1].semilogy(s, gap, label=label)
+        axes[row, 0].set(title=f"{name}: objective vs iteration", xlabel="iteration",
+                         ylabel="(F - F_best) / F_best")
+        axes[row, 1].set(title=f"{name}: objective vs seconds", xlabel="seconds")
+        axes[row, 0].legend()
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    print(f"convergence plot: {png}")
+
+
+if __name__ == "__main__":
+    main()
