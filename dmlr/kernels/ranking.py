@@ -107,8 +107,14 @@ def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, po
         if y[q] != 0:
             continue
         a = margin + s[q]
-        # positives with s_p < s_q + margin, i.e. h_pq > 0, are a prefix of sorted_pos
-        k = np.searchsorted(sorted_pos, a)
+        # positives with s_p < s_q + margin, i.e. h_pq > 0, are a prefix of sorted_pos;
+        # a branch-free count beats the binary search for a row's few relevant labels
+        if n_pos <= 16:
+            k = 0
+            for t in range(n_pos):
+                k += sorted_pos[t] < a
+        else:
+            k = np.searchsorted(sorted_pos, a)
         if k == 0:
             continue
         sum_h = k * a - prefix1[k]
@@ -176,15 +182,18 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
             s = S[i, p * l:(p + 1) * l]
             want = p == grad_point
             acc = 0.0
-            for j in range(l):
-                sign = 1.0 if y[j] != 0 else -1.0
-                r = 1.0 - sign * s[j]
-                if r > 0.0:
+            # branch-free: the active set of the hinge is unpredictable row to row
+            if want:
+                for j in range(l):
+                    sign = 2.0 * (y[j] != 0) - 1.0
+                    r = max(1.0 - sign * s[j], 0.0)
                     acc += r * r
-                    if want:
-                        C[i, j] = -sign * r
-                elif want:
-                    C[i, j] = 0.0
+                    C[i, j] = -sign * r
+            else:
+                for j in range(l):
+                    sign = 2.0 * (y[j] != 0) - 1.0
+                    r = max(1.0 - sign * s[j], 0.0)
+                    acc += r * r
             br[p] += 0.5 * acc
             if lambda2 != 0.0:
                 rank[p] += pairwise_squared_hinge_row(s, y, margin, coef, want, pos_scores, pos_order,
