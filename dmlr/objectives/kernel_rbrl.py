@@ -25,8 +25,8 @@ import numpy as np
 
 from dmlr.kernels.blocks import Block
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
-from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
-from dmlr.objectives.rbrl import curvature_weights
+from dmlr.kernels.ranking import rank_lipschitz_row_stats
+from dmlr.objectives.rbrl import curvature_weights, fused_pass
 
 
 @dataclass
@@ -104,16 +104,9 @@ def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, l
     grad : float64 (n, l) or None
     """
     k, n, l = points.shape
-    K = kb.gram()
     A = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(n, k * l))
-    S = np.ascontiguousarray(K @ A)
-    C = np.zeros((kb.n_rows, l)) if grad_point >= 0 else np.zeros((0, l))
-    br, rank = rbrl_score_losses(S, kb.Y, k, grad_point, float(lambda2), RANK_MARGIN, C)
-    A_rows = points[:, kb.start:kb.stop, :]
-    ridge = 0.5 * lambda1 * np.einsum("kil,ikl->k", A_rows, S.reshape(kb.n_rows, k, l))
-    values = br + lambda2 * rank + ridge
-    grad = K.T @ (C + lambda1 * A_rows[grad_point]) if grad_point >= 0 else None
-    return values, grad
+    return fused_pass(kb.gram(), kb.Y, A, k, l, grad_point, lambda2,
+                      ridge_rows=points[:, kb.start:kb.stop, :], lambda1=lambda1)
 
 
 def block_lipschitz_stats(kb: KernelBlock):

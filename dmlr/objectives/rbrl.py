@@ -18,11 +18,23 @@ from dmlr.kernels.blocks import Block
 from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
 
 
+#: Row tile of the fused pass: the tile's scores (tile x k*l floats) stay near this size, so a
+#: worker's extra memory is a few MiB whatever its chunk (S for a whole Bookmarks-shaped chunk
+#: would be 146 MB, ten times the sparse chunk itself).
+TILE_BYTES = 4 * 2 ** 20
+
+
+def tile_rows(n_cols: int) -> int:
+    """Rows per tile so that a float64 (rows, n_cols) tile is about :data:`TILE_BYTES`."""
+    return max(64, TILE_BYTES // (8 * max(n_cols, 1)))
+
+
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
     """Data part of f at several points, and its gradient at one of them.
 
-    One pass over the block: ``S = X @ [W_0 | W_1 | ...]``, one kernel call
-    for the losses and score-gradient, then one ``X.T @ C`` (eqs. 18-19).
+    One fused pass over the block in row tiles: per tile ``S = X_t @ [W_0 | W_1 | ...]``,
+    one kernel call for the losses and score-gradient (BR residual and pairwise
+    coefficients together), and ``X_t.T @ C_t`` accumulated (eqs. 18-19).
 
     Parameters
     ----------
@@ -44,11 +56,36 @@ def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lamb
     """
     k, d, l = points.shape
     W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, k * l))
-    S = np.ascontiguousarray(block.X @ W)
-    C = np.zeros((block.n_rows, l)) if grad_point >= 0 else np.zeros((0, l))
-    br, rank = rbrl_score_losses(S, block.Y, k, grad_point, float(lambda2), RANK_MARGIN, C)
-    values = br + lambda2 * rank
-    grad = np.asarray(block.X.T @ C) if grad_point >= 0 else None
+    return fused_pass(block.X, block.Y, W, k, l, grad_point, lambda2)
+
+
+def fused_pass(X, Y: np.ndarray, W: np.ndarray, k: int, l: int, grad_point: int, lambda2: float,
+               ridge_rows: np.ndarray | None = None, lambda1: float = 0.0):
+    """The tiled pass shared by the linear and kernel objectives.
+
+    ``X`` (m, p) dense or CSR, ``W`` (p, k*l) the stacked points. With
+    ``ridge_rows`` (k, m, l) the kernel model's ridge share is added: value
+    lambda1/2 sum(A_B o S_B) and gradient X^T (lambda1 A_B) (see
+    :mod:`dmlr.objectives.kernel_rbrl`).
+    """
+    m = Y.shape[0]
+    values = np.zeros(k)
+    grad = np.zeros((X.shape[1], l)) if grad_point >= 0 else None
+    step = tile_rows(k * l)
+    for a in range(0, m, step):
+        b = min(a + step, m)
+        Xt = X[a:b]
+        S = np.ascontiguousarray(Xt @ W)
+        C = np.zeros((b - a, l)) if grad_point >= 0 else np.zeros((0, l))
+        br, rank = rbrl_score_losses(S, Y[a:b], k, grad_point, float(lambda2), RANK_MARGIN, C)
+        values += br + lambda2 * rank
+        if ridge_rows is not None:
+            R = ridge_rows[:, a:b, :]
+            values += 0.5 * lambda1 * np.einsum("kil,ikl->k", R, S.reshape(b - a, k, l))
+            if grad_point >= 0:
+                C += lambda1 * R[grad_point]
+        if grad_point >= 0:
+            grad += Xt.T @ C
     return values, grad
 
 
