@@ -33,7 +33,7 @@ LOCAL_MAX_VALUES = 2 ** 22
 LOCAL_MAX_SPARSE_ROWS = 2 ** 16
 _SCATTER_BYTES = 2 ** 20
 #: In-process data at most this many stored values run with single-threaded BLAS.
-SMALL_BLAS_VALUES = 2 ** 18
+SMALL_BLAS_VALUES = 2 ** 21
 
 
 def _stored_values(block) -> int:
