@@ -1,23 +1,33 @@
-"""Linear RBRL speed: ms per iteration next to the matrix-product floor.
+"""RBRL speed: per-iteration time next to the product floor, memory, scaling, and the reference.
 
-Prints one table row per data set:
+Sections (each prints a table):
 
-* emotions (the reference's split, ../shared/anchors/rbrl_reference/emotions.mat):
-  whole fit (702 iterations, in-process backend) next to the reference's 82.9 s;
-* mediamill_discretized (../shared/datasets, train file, 30,970 x 120, 101 labels)
-  and the Bookmarks-shaped synthetic set (train split of 87,856 x 2,150 sparse,
-  208 labels), each on a 2-worker local cluster: one gradient (one map-reduce
-  round trip), and a full fit's mean time per iteration, next to the floor:
-  the two products ``X @ W`` and ``X.T @ G`` timed alone in one process.
+1. Against the reference (emotions, the reference's split, ``step="paper"``):
+   whole fit, linear and RBF kernel, same iterations and objective, next to
+   the Octave reference's 82.9 s and 224.4 s (RESULTS.md).
+2. Linear RBRL on a 2-worker local cluster (processes, 1 thread each):
+   ``mediamill_discretized`` (train file, 30,970 x 120, 101 labels) and the
+   Bookmarks-shaped synthetic set (train split of 87,856 x 2,150 sparse, 208
+   labels). Per iteration: the APG's mean ms/iteration in a fit; the floor =
+   the two products ``X_b @ [W|G]`` and ``X_b.T @ C`` alone, timed on each
+   worker on its own block in the same run (max over workers, as the
+   iteration waits for the slowest); the fused pass (``block_value_and_grad``)
+   on the workers; the Dask overhead = iteration - fused pass. Memory: each
+   worker's peak resident memory during the iterations above its resident
+   memory before the chunk was loaded, as a multiple of the chunk's bytes
+   (so 1x is the chunk alone; the pass's temporaries are the rest).
+3. 1 vs 2 workers on the Bookmarks shape: ms/iteration and speed-up.
+4. Kernel RBRL (RBF) with n = 10,000 rows of a Mediamill-shaped synthetic set
+   on the 2-worker cluster: ms/iteration and memory per worker (each keeps its
+   5,000 x 10,000 rows of K).
 
-Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR]
+Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR] [--sections 1,2,3,4]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -25,100 +35,183 @@ from pathlib import Path
 import numpy as np
 
 import dmlr
-from dmlr.datasets import anchors_dir, data_dir, make_multilabel
+from dmlr.datasets import anchors_dir, make_multilabel, staged_store
 from dmlr.distributed.chunks import make_chunkset
-from dmlr.kernels.blocks import make_block
 from dmlr.models import RBRL
 from dmlr.objectives import rbrl as objective
 
-REFERENCE_EMOTIONS_SECONDS = 82.92  # RESULTS.md, Octave 7.3, 702 iterations
+REFERENCE_SECONDS = {"linear": 82.92, "rbf": 224.36}  # RESULTS.md, Octave 7.3
+REFERENCE_ITERS = {"linear": 702, "rbf": 1648}
 
 
-def best_of(fn, repeats=5):
+def best_ms(fn, repeats=5):
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return min(times), statistics.median(times)
+    return 1000 * min(times)
 
 
-def product_floor_ms(X, Y):
-    """min time of X @ W plus X.T @ G in this process (W: d x 2l, the two points; G: n x l)."""
-    block = make_block(X, Y, True)
-    l = Y.shape[1]
-    W = np.random.default_rng(0).normal(size=(block.X.shape[1], 2 * l)) * 0.01
-    G = np.random.default_rng(1).normal(size=(block.X.shape[0], l))
-    t1, _ = best_of(lambda: block.X @ W)
-    t2, _ = best_of(lambda: block.X.T @ G)
-    return 1000 * (t1 + t2)
+# -- functions run on the workers, on their block -------------------------------------------
+def worker_floor_ms(block, points):
+    """Products alone: X_b @ [W|G] and X_b.T @ C (C: m x l)."""
+    k, d, l = points.shape
+    W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, k * l))
+    C = np.ones((block.n_rows, l))
+    return best_ms(lambda: block.X @ W) + best_ms(lambda: block.X.T @ C)
 
 
-def cluster_row(name, X, Y, client, iters):
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client)
-    d, l = X.shape[1] + 1, Y.shape[1]
-    points = np.random.default_rng(0).normal(size=(2, d, l)) * 0.01
-    chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)  # warm
-    grad_min, grad_med = best_of(lambda: chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01))
-    chunks.close()
-    model = RBRL(max_iter=iters, tol=0.0, backend="dask").fit(X, Y, client=client)
-    ts = model.objective_seconds_
-    per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
-    setup = model.fit_seconds_ - ts[-1]
-    floor = product_floor_ms(X.compute() if hasattr(X, "compute") else X, np.asarray(Y))
-    return (name, X.shape, f"{1000 * grad_min:.1f} / {1000 * grad_med:.1f}", f"{per_iter:.1f}",
-            f"{floor:.1f}", f"{per_iter / floor:.2f}x",
-            f"{model.fit_seconds_:.1f} s ({model.n_iter_} it; setup {setup:.1f} s)")
+def worker_pass_ms(block, points):
+    return best_ms(lambda: objective.block_value_and_grad(block, points, 1, 0.01))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--iters", type=int, default=100, help="iterations of the timed full fits")
-    ap.add_argument("--workdir", default=None)
-    args = ap.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
-    rows = []
+def block_bytes(block):
+    X = block.X
+    nb = (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) if hasattr(X, "indptr") else X.nbytes
+    return nb + block.Y.nbytes
 
+
+def rss_bytes():
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def reset_peak():
+    """Reset this process's peak RSS (VmHWM) counter (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    return True
+
+
+def peak_bytes():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return -1
+
+
+# -- sections --------------------------------------------------------------------------------
+def section_reference():
     import scipy.io as sio
 
     m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
     Xtr, Ytr = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
     RBRL(max_iter=5).fit(Xtr, Ytr)  # compile
-    fits = [RBRL(lambda1=1, lambda2=0.01, lambda3=0.1, max_iter=1999).fit(Xtr, Ytr) for _ in range(5)]
-    best = min(f.fit_seconds_ for f in fits)
-    print(f"emotions (reference split, 355 x 72, 6 labels): {fits[0].n_iter_} iterations, whole fit "
-          f"{best * 1000:.1f} ms (best of 5; {1000 * best / fits[0].n_iter_:.3f} ms/iteration) vs reference "
-          f"{REFERENCE_EMOTIONS_SECONDS} s -> {REFERENCE_EMOTIONS_SECONDS / best:.0f}x faster")
+    print("\n| emotions (reference split) | iterations (reference) | final objective | whole fit, best of 3 "
+          "| reference | speed-up |")
+    print("|---|---|---|---|---|---|")
+    for kernel, key in ((None, "linear"), ("rbf", "rbf")):
+        fits = [RBRL(kernel=kernel, gamma=1 / 72, step="paper", max_iter=1999).fit(Xtr, Ytr) for _ in range(3)]
+        best = min(f.fit_seconds_ for f in fits)
+        print(f"| {key} | {fits[0].n_iter_} ({REFERENCE_ITERS[key]}) | {fits[0].objective_history_[-1]:.10g} | "
+              f"{best:.3f} s | {REFERENCE_SECONDS[key]} s | {REFERENCE_SECONDS[key] / best:.0f}x |", flush=True)
 
+
+def cluster_measure(X, Y, client, iters):
+    """(ms/iter, floor ms, pass ms, overhead ms, memory multiple, fit) on ``client``."""
+    base = client.run(rss_bytes)
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client)
+    d, l = X.shape[1] + 1, Y.shape[1]
+    points = np.random.default_rng(0).normal(size=(2, d, l)) * 0.01
+    floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])
+    passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
+    sizes = client.gather([client.submit(block_bytes, f, pure=False) for f in chunks.futures])
+    client.run(reset_peak)
+    for _ in range(3):  # iterations' memory: the chunk held plus the pass's temporaries
+        chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+    peaks = client.run(peak_bytes)
+    chunks.close()
+    model = RBRL(max_iter=iters, tol=0.0, backend="dask").fit(X, Y, client=client)
+    ts = model.objective_seconds_
+    per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+    mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
+    return per_iter, max(floors), max(passes), per_iter - max(passes), mem, model
+
+
+def section_cluster(client, work, iters):
+    print("\n| data set (train) | n x d | APG ms/iter | floor ms (products on the workers) | iter / floor "
+          "| fused pass ms | Dask overhead ms/iter | peak worker memory / chunk bytes | whole fit |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    sets = []
+    try:
+        ds = dmlr.open_dataset(staged_store("mediamill_discretized", work))
+        sets.append(("mediamill_discretized", *ds.arrays("train")))
+    except FileNotFoundError as e:
+        print(f"(skipping mediamill_discretized: {e})")
+    bk = work / "bookmarks_synthetic.zarr"
+    if not bk.exists():
+        make_multilabel(bk, preset="bookmarks", seed=0)
+    sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(bk).arrays("train")))
+    for name, X, Y in sets:
+        per_iter, floor, pas, over, mem, model = cluster_measure(X, Y, client, iters)
+        print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x | "
+              f"{pas:.1f} | {over:.1f} | {mem:.2f}x | {model.fit_seconds_:.1f} s ({model.n_iter_} it) |",
+              flush=True)
+    return bk
+
+
+def section_scaling(bk, iters):
     from distributed import Client, LocalCluster
 
+    X, Y = dmlr.open_dataset(bk).arrays("train")
+    print("\n| Bookmarks shape, workers | APG ms/iter | fused pass ms (slowest worker) | Dask overhead ms/iter "
+          "| speed-up |")
+    print("|---|---|---|---|---|")
+    one = None
+    for n in (1, 2):
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            per_iter, _, pas, over, _, _ = cluster_measure(X, Y, client, iters)
+        one = one or per_iter
+        print(f"| {n} | {per_iter:.1f} | {pas:.1f} | {over:.1f} | {one / per_iter:.2f}x |", flush=True)
+
+
+def section_kernel(client, work, iters):
+    path = work / "mediamill_synthetic.zarr"
+    if not path.exists():
+        make_multilabel(path, preset="mediamill", seed=0)
+    X, Y = dmlr.open_dataset(path).arrays(None)
+    X, Y = X[:10000].compute(), Y[:10000].compute()
+    base = client.run(rss_bytes)
+    client.run(reset_peak)
+    model = RBRL(kernel="rbf", max_iter=iters, tol=0.0, backend="dask", step="spectral").fit(X, Y, client=client)
+    peaks = client.run(peak_bytes)
+    ts = model.objective_seconds_
+    per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+    k_rows = 10000 * 10000 * 8 / len(peaks) / 2 ** 20
+    print("\n| kernel RBRL (RBF), n = 10,000 x 120, 101 labels, 2 workers | ms/iter | setup s (K rows, Lanczos) "
+          "| peak memory per worker above start | its K rows |")
+    print("|---|---|---|---|---|")
+    mem = max(peaks[w] - base[w] for w in peaks) / 2 ** 20
+    print(f"| mediamill-shaped synthetic | {per_iter:.1f} | {model.fit_seconds_ - ts[-1]:.1f} | {mem:.0f} MiB "
+          f"| {k_rows:.0f} MiB |", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=100, help="iterations of the timed cluster fits")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--sections", default="1,2,3,4")
+    args = ap.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
+    sections = set(args.sections.split(","))
+    if "1" in sections:
+        section_reference()
+    from distributed import Client, LocalCluster
+
+    bk = work / "bookmarks_synthetic.zarr"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        mm = data_dir() / "mediamill_discretized" / "mediamill-train.arff-sort-Discretized.arff.gz"
-        if mm.exists():
-            store = dmlr.convert(mm, work / "mediamill_discretized.zarr", xml=mm.parent / "mediamill.xml",
-                                 overwrite=True)
-            ds = dmlr.open_dataset(store)
-            rows.append(cluster_row("mediamill_discretized (train)", ds.X, ds.Y, client, args.iters))
-        else:
-            print(f"(skipping mediamill_discretized: {mm} absent)")
-        bk = work / "bookmarks_synthetic.zarr"
+        if "2" in sections:
+            bk = section_cluster(client, work, args.iters)
+        if "4" in sections:
+            section_kernel(client, work, max(20, args.iters // 2))
+    if "3" in sections:
         if not bk.exists():
             make_multilabel(bk, preset="bookmarks", seed=0)
-        X, Y = dmlr.open_dataset(bk).arrays("train")
-        rows.append(cluster_row("bookmarks-shaped synthetic (train)", X, Y, client, args.iters))
-
-    head = ("data set", "n x d", "1 gradient ms (min/med)", "APG ms/iter", "floor ms", "iter/floor", "whole fit")
-    print()
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
-    print("\n1 gradient: one map-reduce round trip (loss at 2 points + gradient at 1), best/median of 5.\n"
-          "APG ms/iter: mean time between objective values in the fit (one round trip + SVD prox each).\n"
-          "setup: loading the row blocks from Zarr onto the workers, Numba warm-up, the Lipschitz pass.\n"
-          "floor: X @ W (W: d x 2l, both APG points) + X.T @ G in one process, best of 5.\n"
-          "cluster: 2 local worker processes x 1 thread.")
+        section_scaling(bk, args.iters)
 
 
 if __name__ == "__main__":

@@ -81,9 +81,21 @@ def make_kernel_block(block: Block, bounds: tuple[int, int], X_all, spec: Kernel
     start, stop = bounds
     if stop - start != block.n_rows:
         raise ValueError(f"block has {block.n_rows} rows but bounds {bounds}")
-    K = kernel_matrix(block.X, X_all, spec) if keep else None
+    K = _kernel_rows(block.X, X_all, spec) if keep else None
     return KernelBlock(Y=block.Y, start=int(start), stop=int(stop), K=K,
                        X=None if keep else block.X, X_all=None if keep else X_all, spec=spec)
+
+
+def _kernel_rows(X, X_all, spec: KernelSpec, tile: int = 512) -> np.ndarray:
+    """k(X, X_all) filled tile by tile into one array: the products' temporaries stay
+    tile x n instead of two more m x n arrays (the peak was 3x K's size)."""
+    from dmlr.kernels.gram import _row_sq_norms
+
+    K = np.empty((X.shape[0], X_all.shape[0]))
+    all_sq = _row_sq_norms(X_all) if spec.name == "rbf" else None
+    for a in range(0, X.shape[0], tile):
+        K[a:a + tile] = kernel_matrix(X[a:a + tile], X_all, spec, all_sq)
+    return K
 
 
 def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, lambda1: float, lambda2: float):
