@@ -44,7 +44,7 @@ def cmd_info(args) -> int:
 
 def _model_params(args) -> dict:
     params = {}
-    for name in ("lambda1", "lambda2", "lambda3", "max_iter", "tol", "backend"):
+    for name in ("lambda1", "lambda2", "lambda3", "kernel", "gamma", "step", "max_iter", "tol", "backend"):
         value = getattr(args, name)
         if value is not None:
             params[name] = value
@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--lambda3", type=float)
     f.add_argument("--max-iter", dest="max_iter", type=int)
     f.add_argument("--tol", type=float)
+    f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
+    f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
+    f.add_argument("--step", choices=["paper", "backtracking", "spectral"], help="APG step rule")
     f.add_argument("--backend", choices=["auto", "local", "dask"])
     f.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
     f.add_argument("--verbose", type=int, default=0, help="print progress every N iterations")

@@ -33,3 +33,17 @@ def test_errors_are_reported_not_raised(store, tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.zarr")]) == 2
     assert main(["fit", str(store), "--out", str(tmp_path / "m.npz"), "--model", "xgb"]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
+    from dmlr.models.base import load_model
+
+    out = tmp_path / "k.npz"
+    assert main(["fit", str(store), "--out", str(out), "--kernel", "rbf", "--gamma", "0.05", "--step", "spectral",
+                 "--max-iter", "30"]) == 0
+    model = load_model(out)
+    assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.step == "spectral"
+    assert model.dual_coef_.shape[1] == 5
+    capsys.readouterr()
+    assert main(["evaluate", str(out), str(store), "--json"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out)["hamming_loss"] <= 1.0
