@@ -19,6 +19,7 @@ import numpy as np
 
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.errors import DmlrInputError
+from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.blocks import append_bias, as_matrix
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.metrics import predict_from_scores
@@ -66,6 +67,19 @@ class RBRL(BaseModel):
     kernel_memory : {"keep", "recompute"}
         Kernel model: each worker keeps its rows of K (m x n floats) between
         iterations, or recomputes them at each call (no m x n memory held).
+    kernel_approximation : {None, "nystroem", "fourier"}
+        With a kernel: None fits the exact kernel model (eq. 12). "nystroem"
+        (any kernel) or "fourier" (random Fourier features, RBF only) map X
+        to ``n_components`` approximate kernel features
+        (:mod:`dmlr.kernels.approx`) and fit the linear model (eq. 8) on
+        them: no n x n matrix, so it scales like the linear model. Not the
+        same problem as eq. 12 (W, not A, is regularized). Ignored when
+        ``kernel`` is None.
+    n_components : int
+        Number of approximate kernel features (Nystroem: landmark rows
+        sampled from the training set, at most n_train).
+    random_state : int or None
+        Seed of the landmark sample / random features.
     max_iter : int
         Maximum APG iterations.
     tol : float
@@ -98,6 +112,11 @@ class RBRL(BaseModel):
     ----------
     coef_ : float64 (n_features + fit_intercept, n_labels)
         Linear model: W; with ``fit_intercept`` the last row is the bias.
+        Approximate kernel model: (n_components + fit_intercept, n_labels).
+    feature_landmarks_, feature_projection_ : float64 (n_components, n_features), (n_components, n_components)
+        Approximate kernel model, "nystroem": landmark rows and K_mm^{-1/2}.
+    feature_omega_, feature_offset_ : float64 (n_features, n_components), (n_components,)
+        Approximate kernel model, "fourier": Omega and b.
     dual_coef_ : float64 (n_train, n_labels)
         Kernel model: A.
     support_ : float64 (n_train, n_features)
@@ -124,7 +143,8 @@ class RBRL(BaseModel):
                           "backend_", "gamma_")
 
     def __init__(self, lambda1=1.0, lambda2=0.01, lambda3=0.1, kernel=None, gamma=None, degree=3, coef0=1.0,
-                 kernel_memory="keep", max_iter=2000, tol=1e-6, fit_intercept=True, step="paper", restart=None,
+                 kernel_memory="keep", kernel_approximation=None, n_components=256, random_state=0,
+                 max_iter=2000, tol=1e-6, fit_intercept=True, step="paper", restart=None,
                  warm_start=False, backend="auto", n_blocks=None, verbose=0):
         self.lambda1 = lambda1
         self.lambda2 = lambda2
@@ -134,6 +154,9 @@ class RBRL(BaseModel):
         self.degree = degree
         self.coef0 = coef0
         self.kernel_memory = kernel_memory
+        self.kernel_approximation = kernel_approximation
+        self.n_components = n_components
+        self.random_state = random_state
         self.max_iter = max_iter
         self.tol = tol
         self.fit_intercept = fit_intercept
@@ -145,7 +168,15 @@ class RBRL(BaseModel):
         self.verbose = verbose
 
     def _fitted_array_names(self) -> tuple:
-        return ("coef_",) if self.kernel is None else ("dual_coef_", "support_")
+        if self.kernel is None:
+            return ("coef_",)
+        # -- approximate kernel features (dmlr.kernels.approx) --
+        if self.kernel_approximation == "nystroem":
+            return ("coef_", "feature_landmarks_", "feature_projection_")
+        if self.kernel_approximation == "fourier":
+            return ("coef_", "feature_omega_", "feature_offset_")
+        # --
+        return ("dual_coef_", "support_")
 
     def _validate_params(self) -> None:
         for name in ("lambda1", "lambda2", "lambda3"):
@@ -162,6 +193,21 @@ class RBRL(BaseModel):
             raise ValueError(f"kernel must be None or one of {KERNELS}, got {self.kernel!r}")
         if self.kernel_memory not in ("keep", "recompute"):
             raise ValueError(f"kernel_memory must be 'keep' or 'recompute', got {self.kernel_memory!r}")
+        # -- approximate kernel features (dmlr.kernels.approx) --
+        if self.kernel_approximation not in (None,) + APPROXIMATIONS:
+            raise ValueError(f"kernel_approximation must be None or one of {APPROXIMATIONS}, "
+                             f"got {self.kernel_approximation!r}")
+        if not (isinstance(self.n_components, (int, np.integer)) and not isinstance(self.n_components, bool)
+                and self.n_components >= 1):
+            raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}")
+        if self.random_state is not None and not (isinstance(self.random_state, (int, np.integer))
+                                                  and not isinstance(self.random_state, bool)
+                                                  and self.random_state >= 0):
+            raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
+        if self.kernel is not None and self.kernel_approximation == "fourier" and self.kernel != "rbf":
+            raise ValueError(f"kernel_approximation='fourier' approximates the RBF kernel only, "
+                             f"not kernel={self.kernel!r}; use 'nystroem'")
+        # --
 
     def fit(self, X, Y, *, client=None):
         """Fit on X (numpy, scipy.sparse or dask, (n, d)) and Y (0/1, (n, l)).
@@ -183,6 +229,9 @@ class RBRL(BaseModel):
         l = int(np.shape(Y)[1])
         if self.kernel is None:
             res = self._fit_linear(X, Y, client)
+            self.coef_ = res.x
+        elif self.kernel_approximation is not None:  # approximate kernel features (dmlr.kernels.approx)
+            res = self._fit_linear(self._fit_feature_map(X).transform(X), Y, client)
             self.coef_ = res.x
         else:
             res = self._fit_kernel(X, Y, client)
@@ -256,6 +305,29 @@ class RBRL(BaseModel):
         self.gamma_ = spec.gamma
         return res
 
+    # -- approximate kernel features (dmlr.kernels.approx) -------------------------
+    def _fit_feature_map(self, X) -> KernelFeatureMap:
+        """Build the Nystroem / Fourier map on X and keep its arrays as fitted attributes."""
+        spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
+        if self.kernel_approximation == "nystroem":
+            fmap = nystroem_features(X, spec, int(self.n_components), self.random_state)
+            self.feature_landmarks_, self.feature_projection_ = fmap.landmarks, fmap.projection
+        else:
+            fmap = fourier_features(X.shape[1], spec, int(self.n_components), self.random_state)
+            self.feature_omega_, self.feature_offset_ = fmap.projection, fmap.offset
+        self.gamma_ = spec.gamma
+        return fmap
+
+    def _feature_map(self) -> KernelFeatureMap:
+        """The fitted (or loaded) feature map, rebuilt from the saved arrays."""
+        spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
+        if self.kernel_approximation == "nystroem":
+            return KernelFeatureMap("nystroem", spec, np.asarray(self.feature_landmarks_, dtype=np.float64),
+                                    np.asarray(self.feature_projection_, dtype=np.float64))
+        return KernelFeatureMap("fourier", spec, None, np.asarray(self.feature_omega_, dtype=np.float64),
+                                np.asarray(self.feature_offset_, dtype=np.float64))
+    # --
+
     def _warm_start_point(self, name: str, shape: tuple) -> np.ndarray:
         prev = getattr(self, name, None) if self.warm_start else None
         if prev is not None and np.shape(prev) == shape:
@@ -265,12 +337,6 @@ class RBRL(BaseModel):
     def _solve(self, chunks, oracle, x0, paper_L, spectral_L):
         """APG with this estimator's step rule; returns the :class:`APGResult`."""
         lam3 = float(self.lambda3)
-        if self.step == "spectral":
-            L, backtracking = spectral_L(), True
-        elif self.step == "backtracking":
-            L, backtracking = paper_L() / 1024.0, True
-        else:
-            L, backtracking = paper_L(), False
         restart = self.step != "paper" if self.restart is None else bool(self.restart)
 
         def prox(V, scaling):
@@ -278,6 +344,12 @@ class RBRL(BaseModel):
 
         callback = _progress_printer(self.verbose) if self.verbose else None
         with chunks.solver_context():
+            if self.step == "spectral":
+                L, backtracking = spectral_L(), True
+            elif self.step == "backtracking":
+                L, backtracking = paper_L() / 1024.0, True
+            else:
+                L, backtracking = paper_L(), False
             res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
                       callback=callback, backtracking=backtracking, restart=restart)
         self.backend_ = chunks.backend
@@ -289,13 +361,23 @@ class RBRL(BaseModel):
             W = self.coef_
             expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), l)
             arrays = {"coef_": (W, expected)}
+        elif self.kernel_approximation is not None:  # approximate kernel features (dmlr.kernels.approx)
+            D, d = int(self.n_components), int(self.n_features_in_)
+            arrays = {"coef_": (self.coef_, (D + int(bool(self.fit_intercept)), l))}
+            if self.kernel_approximation == "nystroem":
+                arrays.update(feature_landmarks_=(self.feature_landmarks_, (D, d)),
+                              feature_projection_=(self.feature_projection_, (D, D)))
+            else:
+                arrays.update(feature_omega_=(self.feature_omega_, (d, D)),
+                              feature_offset_=(self.feature_offset_, (D,)))
         else:
             n = np.shape(self.dual_coef_)[0]
             arrays = {"dual_coef_": (self.dual_coef_, (n, l)),
                       "support_": (self.support_, (n, int(self.n_features_in_)))}
         for name, (arr, expected) in arrays.items():
-            if arr.ndim != 2 or arr.dtype.kind != "f":
-                raise DmlrInputError(f"{name} must be a 2-D float array, got {arr.dtype} {arr.shape}", path=path)
+            if arr.ndim != len(expected) or arr.dtype.kind != "f":
+                raise DmlrInputError(f"{name} must be a {len(expected)}-D float array, got {arr.dtype} {arr.shape}",
+                                     path=path)
             if arr.shape != expected:
                 raise DmlrInputError(f"{name} has shape {arr.shape}, metadata says {expected}", path=path)
 
@@ -322,6 +404,11 @@ class RBRL(BaseModel):
             if self.fit_intercept:
                 X = append_bias(X)
             return np.asarray(X @ self.coef_)
+        if self.kernel_approximation is not None:  # approximate kernel features (dmlr.kernels.approx)
+            Z = self._feature_map().transform(X)
+            if self.fit_intercept:
+                Z = append_bias(Z)
+            return Z @ self.coef_
         spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
         support, A = self.support_, self.dual_coef_
         S = np.zeros((X.shape[0], A.shape[1]))
