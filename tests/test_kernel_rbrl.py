@@ -148,3 +148,19 @@ def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
     np.testing.assert_allclose(model.decision_function(Xte), ref_scores, rtol=1e-6, atol=1e-6)
     ref_labels = np.loadtxt(RBRL_REF / "kernel_pre_Label_test.txt") > 0
     np.testing.assert_array_equal(model.predict(Xte), ref_labels.astype(np.int8))
+
+
+def test_br_variant_equals_liblinear_squared_hinge_svm():
+    # lambda2 = lambda3 = 0: per-label L2-regularized squared-hinge SVMs. liblinear's primal
+    # 1/2 ||w||^2 + C sum sqhinge with C = 1/(2 lambda1) (its intercept is a regularized
+    # constant feature, as RBRL's bias): an independent solver for the same optimum.
+    from sklearn.svm import LinearSVC
+
+    X, Y = _problem(7, n=150, p=6, l=3)
+    lam1 = 0.5
+    ours = RBRL(lambda1=lam1, lambda2=0.0, lambda3=0.0, step="spectral", tol=1e-13, max_iter=20000).fit(X, Y)
+    for j in range(Y.shape[1]):
+        svm = LinearSVC(C=1 / (2 * lam1), loss="squared_hinge", dual=False, tol=1e-12, max_iter=100000,
+                        intercept_scaling=1.0).fit(X, Y[:, j].astype(np.int64))
+        np.testing.assert_allclose(ours.coef_[:-1, j], svm.coef_.ravel(), rtol=1e-5, atol=1e-6)
+        assert ours.coef_[-1, j] == pytest.approx(svm.intercept_[0], rel=1e-5, abs=1e-6)
