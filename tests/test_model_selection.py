@@ -1,0 +1,227 @@
+"""Grid search with K-fold CV: splits, warm-started paths, cluster vs in-process, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dmlr.metrics import multilabel_metrics, predict_from_scores
+from dmlr.model_selection import (PAPER_GRID, PAPER_METRICS, grid_search_cv, kfold_indices, param_grid)
+from dmlr.models import RBRL
+
+GRID = {"lambda1": [0.01, 1.0], "lambda2": [0.01, 1.0], "lambda3": [0.01, 1.0]}
+# Tight tolerance: path (warm) and cold fits then reach the same optimum to far
+# below the metrics' resolution, so their scores must agree.
+SOLVER = dict(step="spectral", tol=1e-10, max_iter=5000)
+
+
+def _synthetic(n=150, d=10, l=4, seed=0):
+    """Rows with a linear signal: Y = [X W + noise > 0.3]."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    W = rng.normal(size=(d, l))
+    Y = (X @ W + 0.5 * rng.normal(size=(n, l)) > 0.3).astype(np.int8)
+    assert Y.any(axis=0).all() and (~Y.astype(bool)).any(axis=0).all()
+    return X, Y
+
+
+@pytest.fixture(scope="module")
+def data():
+    return _synthetic()
+
+
+@pytest.fixture(scope="module")
+def local_result(data):
+    X, Y = data
+    return grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client="local")
+
+
+def _scores(result):
+    return [(r["params"], r["mean_score"], r["std_score"], r["fold_scores"],
+             [r[f"mean_{m}"] for m in PAPER_METRICS], r["mean_n_iter"]) for r in result.results]
+
+
+# -- splits and grids ------------------------------------------------------------
+
+@pytest.mark.parametrize("n, k", [(10, 2), (11, 3), (150, 5), (7, 7)])
+def test_kfold_partitions_rows(n, k):
+    splits = kfold_indices(n, k, seed=3)
+    assert len(splits) == k
+    vals = np.concatenate([va for _, va in splits])
+    assert np.array_equal(np.sort(vals), np.arange(n))  # disjoint and covering
+    sizes = sorted(len(va) for _, va in splits)
+    assert sizes[-1] - sizes[0] <= 1
+    for tr, va in splits:
+        assert np.array_equal(np.sort(np.concatenate([tr, va])), np.arange(n))
+        assert not np.intersect1d(tr, va).size
+        assert np.all(np.diff(tr) > 0) and np.all(np.diff(va) > 0)
+
+
+def test_kfold_deterministic_by_seed():
+    a, b, c = kfold_indices(50, 5, seed=1), kfold_indices(50, 5, seed=1), kfold_indices(50, 5, seed=2)
+    assert all(np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+    assert not all(np.array_equal(x[1], y[1]) for x, y in zip(a, c))
+    # shuffled: the first fold is not simply the first rows
+    assert not np.array_equal(a[0][1], np.arange(10))
+
+
+@pytest.mark.parametrize("n, k", [(10, 1), (10, 0), (3, 4)])
+def test_kfold_rejects_bad_fold_counts(n, k):
+    with pytest.raises(ValueError, match="fold"):
+        kfold_indices(n, k)
+
+
+def test_param_grid_and_paper_grid():
+    points = param_grid({"lambda1": [1, 2]}, lambda3=[3, 4, 5])
+    assert points == [{"lambda1": a, "lambda3": b} for a in (1, 2) for b in (3, 4, 5)]
+    assert param_grid(lambda2=[0.5]) == [{"lambda2": 0.5}]
+    assert set(PAPER_GRID) == {"lambda1", "lambda2", "lambda3"}
+    for values in PAPER_GRID.values():
+        assert np.allclose(values, [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2])
+    assert len(param_grid(PAPER_GRID)) == 343
+
+
+# -- the search -------------------------------------------------------------------
+
+def test_result_shape_and_best_is_argmax(local_result):
+    r = local_result
+    assert len(r.results) == 8 and r.n_fits == 24 and r.n_splits == 3 and r.backend == "local"
+    assert [rec["params"] for rec in r.results] == param_grid(GRID)
+    means = np.array([rec["mean_score"] for rec in r.results])
+    assert np.all(np.isfinite(means))
+    assert r.best_index == int(np.argmax(means))
+    assert r.best_score == means.max()
+    assert r.best_params == r.results[r.best_index]["params"]
+    for rec in r.results:
+        assert rec["mean_score"] == pytest.approx(np.mean(rec["fold_scores"]), abs=1e-15)
+        # paper_mean is the mean of the six oriented paper metrics
+        oriented = [1 - rec["mean_hamming_loss"], rec["mean_subset_accuracy"], rec["mean_f1_example"],
+                    1 - rec["mean_ranking_loss"], 1 - rec["mean_coverage"], rec["mean_average_precision"]]
+        assert rec["mean_score"] == pytest.approx(np.mean(oriented), abs=1e-12)
+    assert r.seconds > 0
+    assert "paper_mean" in r.table(3) and len(r.top(3)) == 3
+
+
+def test_cluster_equals_in_process(data, local_result, client2):
+    from distributed import get_task_stream
+
+    X, Y = data
+    with get_task_stream(client2) as ts:
+        remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client2)
+    assert remote.backend == "dask"
+    ran = [t for t in ts.data if "_fit_path" in str(t.get("key", ""))]
+    assert len(ran) == 8 // 2 * 3  # units: 4 (lambda1, lambda2) settings x 3 folds, each a lambda3 path
+    assert _scores(remote) == _scores(local_result)  # exact: fixed aggregation order, same BLAS threading
+    assert remote.best_params == local_result.best_params and remote.best_score == local_result.best_score
+    # client=None picks up the current client (client2 is current in this test)
+    current = grid_search_cv(RBRL(**SOLVER), X, Y, {"lambda3": [0.01, 1.0]}, cv=3)
+    assert current.backend == "dask"
+
+
+def test_warm_path_matches_cold_fits(data, local_result):
+    X, Y = data
+    splits = kfold_indices(X.shape[0], 3, seed=0)
+    for rec in local_result.results:
+        folds = []
+        for tr, va in splits:
+            est = RBRL(**SOLVER, **rec["params"]).fit(X[tr], Y[tr])
+            assert est.converged_
+            S = est.decision_function(X[va])
+            folds.append(multilabel_metrics(Y[va], S, predict_from_scores(S), metrics=PAPER_METRICS))
+        for m in PAPER_METRICS:
+            assert rec[f"mean_{m}"] == pytest.approx(np.mean([f[m] for f in folds]), abs=1e-6), (rec["params"], m)
+
+
+class _SpyRBRL(RBRL):
+    """Records, per fit, lambda3 and whether it started from a previous solution."""
+
+    log: list = []
+
+    def fit(self, X, Y, *, client=None):
+        type(self).log.append((self.lambda3, self.warm_start, getattr(self, "coef_", None) is not None))
+        return super().fit(X, Y, client=client)
+
+
+@pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
+def test_path_runs_largest_first_with_warm_starts(data):
+    X, Y = data
+    _SpyRBRL.log = []
+    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"lambda3": [0.1, 10.0, 1.0]}, cv=2, client="local", refit=False)
+    # one unit per fold, each the path 10 -> 1 -> 0.1; only the first fit starts from zero
+    assert _SpyRBRL.log == [(10.0, True, False), (1.0, True, True), (0.1, True, True)] * 2
+    _SpyRBRL.log = []
+    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"lambda3": [0.1, 10.0]}, cv=2, client="local", refit=False,
+                   path_param=None)
+    assert all(not started_warm for _, _, started_warm in _SpyRBRL.log) and len(_SpyRBRL.log) == 4
+
+
+def test_warm_start_counts_and_early_stop_warning(data, local_result):
+    # tight tol: 4 (lambda1, lambda2) settings x 3 folds, one warm-started fit each, none stopped at once
+    assert local_result.n_warm_fits == 12 and local_result.n_warm_first_test_stops == 0
+    X, Y = data
+    # loose tol: the relative-objective-change test passes right after a warm start
+    with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
+        r = grid_search_cv(RBRL(tol=1e-3, step="spectral"), X, Y, {"lambda3": [10.0, 1.0, 0.1, 0.01]}, cv=3,
+                           client="local", refit=False)
+    assert r.n_warm_fits == 9 and 0 < r.n_warm_first_test_stops <= 9
+    assert r.n_warm_first_test_stops == sum(it <= 2 for rec in r.results[1:] for it in rec["fold_n_iter"])
+
+
+def test_refit_has_best_params(data, local_result):
+    X, Y = data
+    best = local_result.best_estimator
+    assert best is not None
+    assert {k: best.get_params()[k] for k in GRID} == local_result.best_params
+    assert best.n_features_in_ == X.shape[1] and best.converged_
+    cold = RBRL(**SOLVER, **local_result.best_params).fit(X, Y)
+    np.testing.assert_allclose(best.coef_, cold.coef_, rtol=0, atol=1e-12)
+    assert grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0]}, cv=2, client="local",
+                          refit=False).best_estimator is None
+
+
+def test_loss_scoring_is_minimized_and_dask_input(data):
+    import dask.array as da
+
+    X, Y = data
+    grid = {"lambda1": [0.01, 100.0], "lambda3": [0.01, 10.0]}
+    r = grid_search_cv(RBRL(tol=1e-6), X, Y, grid, cv=3, scoring="ranking_loss", client="local", refit=False)
+    means = [rec["mean_score"] for rec in r.results]
+    assert not r.greater_is_better and r.best_index == int(np.argmin(means)) and r.best_score == min(means)
+    assert means == [rec["mean_ranking_loss"] for rec in r.results]
+    rd = grid_search_cv(RBRL(tol=1e-6), da.from_array(X, chunks=(40, 10)), da.from_array(Y, chunks=(40, 4)),
+                        grid, cv=3, scoring="ranking_loss", client="local", refit=False)
+    assert _scores(rd) == _scores(r)
+
+
+@pytest.mark.parametrize("grid, kwargs, message", [
+    ({"lambda9": [1.0]}, {}, "unknown parameter.*lambda9"),
+    ({"lambda1": []}, {}, "'lambda1' are empty"),
+    ({"lambda1": 1.0}, {}, "must be a list"),
+    ({}, {}, "grid is empty"),
+    ({"lambda1": [1.0]}, {"scoring": "accuracy_at_7"}, "unknown scoring 'accuracy_at_7'"),
+    ({"lambda1": [1.0]}, {"cv": 1}, "at least 2 folds"),
+    ({"lambda1": [1.0]}, {"cv": 151}, "more than the 150 training rows"),
+    ({"lambda1": [1.0]}, {"client": "somewhere"}, "client must be"),
+    ({"lambda1": [1.0]}, {"path_param": "lamda3"}, "path_param 'lamda3'"),
+    ({"lambda1": [1.0, 1.0]}, {}, "'lambda1' repeat"),
+])
+def test_errors(data, grid, kwargs, message):
+    X, Y = data
+    with pytest.raises(ValueError, match=message):
+        grid_search_cv(RBRL(max_iter=5), X, Y, grid, **{"client": "local", **kwargs})
+
+
+@pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
+def test_no_client_runs_in_process_without_starting_a_cluster(data):
+    from distributed import default_client
+
+    try:
+        default_client()
+        pytest.skip("a default Dask client exists in this session")
+    except ValueError:
+        pass
+    X, Y = data
+    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False)
+    assert r.backend == "local"
+    with pytest.raises(ValueError):
+        default_client()
