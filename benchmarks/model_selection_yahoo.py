@@ -104,7 +104,7 @@ def main(argv=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the count is printed below
             res = grid_search_cv(est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client,
-                                 path_param=None if args.cold else "lambda3")
+                                 path_param=None if args.cold else "lambda3", verbose=25)
         elapsed = time.perf_counter() - t
 
     capped = sum(r["mean_n_iter"] >= args.max_iter for r in res.results)

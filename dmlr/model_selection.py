@@ -254,7 +254,8 @@ def _ranking(records, greater_is_better: bool) -> list[int]:
 # ----------------------------------------------------------------------------
 
 def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, seed: int | None = 0,
-                   client=None, refit: bool = True, path_param: str | None = "lambda3") -> GridSearchResult:
+                   client=None, refit: bool = True, path_param: str | None = "lambda3",
+                   verbose: int = 0) -> GridSearchResult:
     """Exhaustive grid search with K-fold cross-validation and warm-started paths.
 
     The RBRL paper (Wu et al. 2020, Sec. 5.2) chooses the hyper-parameters
@@ -304,6 +305,8 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
         solution is the cheapest and a good start for the next). None, or
         a parameter not in the grid: every grid point is its own unit and
         starts from zero.
+    verbose : int
+        Print a progress line every ``verbose`` completed units (0: quiet).
 
     Returns
     -------
@@ -362,8 +365,9 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     units = [(s, f) for s in range(len(settings)) for f in range(len(splits))]
 
     runner, backend = _resolve_client(client)
+    progress = _progress_printer(len(units), len(path_values), verbose, start) if verbose else None
     outputs = runner(type(estimator), base_params, settings, path, path_values, units, X, Y, splits,
-                     metric_names)
+                     metric_names, progress)
 
     # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
     per_point: dict[tuple, list] = {}
@@ -437,13 +441,17 @@ def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, 
     return out
 
 
-def _run_sequential(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names):
-    return [_fit_path(cls, base_params, settings[s], path, path_values, X, Y, splits, f, metric_names)
-            for s, f in units]
+def _run_sequential(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress):
+    outputs = []
+    for s, f in units:
+        outputs.append(_fit_path(cls, base_params, settings[s], path, path_values, X, Y, splits, f, metric_names))
+        if progress is not None:
+            progress()
+    return outputs
 
 
 def _cluster_runner(client):
-    def run(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names):
+    def run(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress):
         from distributed import as_completed
 
         # Scatter once to every worker: each of the units reads random rows of the whole set.
@@ -456,12 +464,27 @@ def _cluster_runner(client):
             for fut in as_completed(futures):
                 outputs[index[fut.key]] = fut.result()  # raises the unit's exception, if any
                 fut.release()
+                if progress is not None:
+                    progress()
         finally:
             client.cancel([f for f in futures if f.status == "pending"])
             for f in (X_f, Y_f, splits_f):
                 f.release()
         return outputs
     return run
+
+
+def _progress_printer(n_units: int, fits_per_unit: int, every: int, start: float):
+    done = [0]
+
+    def progress():
+        done[0] += 1
+        if done[0] % every == 0 or done[0] == n_units:
+            elapsed = time.perf_counter() - start
+            eta = elapsed / done[0] * (n_units - done[0])
+            print(f"  units {done[0]:5d}/{n_units} ({done[0] * fits_per_unit} fits)  {elapsed:8.1f} s elapsed, "
+                  f"~{eta:.0f} s to go", flush=True)
+    return progress
 
 
 def _resolve_client(client):

@@ -198,3 +198,10 @@ def test_nystroem_rbrl_ranks_like_the_exact_kernel_model():
         assert np.corrcoef(Se[:, j], Sa[:, j])[0, 1] > 0.9
     # exact path unchanged: no feature arrays
     assert exact._fitted_array_names() == ("dual_coef_", "support_")
+
+
+def test_an_approximation_without_a_kernel_is_an_error():
+    from dmlr.models import RBRL
+
+    with pytest.raises(ValueError, match="needs a kernel"):
+        RBRL(kernel_approximation="nystroem").fit(np.eye(4), np.eye(4, 2, dtype=np.int8))

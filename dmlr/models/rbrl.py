@@ -73,8 +73,7 @@ class RBRL(BaseModel):
         to ``n_components`` approximate kernel features
         (:mod:`dmlr.kernels.approx`) and fit the linear model (eq. 8) on
         them: no n x n matrix, so it scales like the linear model. Not the
-        same problem as eq. 12 (W, not A, is regularized). Ignored when
-        ``kernel`` is None.
+        same problem as eq. 12 (W, not A, is regularized). Needs ``kernel``.
     n_components : int
         Number of approximate kernel features (Nystroem: landmark rows
         sampled from the training set, at most n_train).
@@ -204,6 +203,9 @@ class RBRL(BaseModel):
                                                   and not isinstance(self.random_state, bool)
                                                   and self.random_state >= 0):
             raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
+        if self.kernel is None and self.kernel_approximation is not None:
+            raise ValueError(f"kernel_approximation={self.kernel_approximation!r} needs a kernel "
+                             f"(e.g. kernel='rbf'); the linear model has none to approximate")
         if self.kernel is not None and self.kernel_approximation == "fourier" and self.kernel != "rbf":
             raise ValueError(f"kernel_approximation='fourier' approximates the RBF kernel only, "
                              f"not kernel={self.kernel!r}; use 'nystroem'")
