@@ -8,9 +8,12 @@ minimizes eq. 8,
 
 with f_r the pairwise squared hinge with margin 2 (eq. 16), by accelerated
 proximal gradient with singular value thresholding (Algorithm 1, eqs. 24-27)
-and the paper's Lipschitz step (eqs. 22-23). ``lambda2=0`` gives BRL, the
-paper's ablation; ``lambda2=lambda3=0`` is binary relevance with the squared
-hinge.
+and the paper's Lipschitz step (eqs. 22-23) or a faster rule (``step=``).
+The kernel model (eq. 12, Algorithm 2) optimizes the dual coefficients A
+with each worker holding its own rows of K (:mod:`dmlr.objectives.kernel_rbrl`);
+Nystroem / Fourier features give an approximate kernel model through the
+linear path. ``lambda2=0`` gives BRL, the paper's ablation;
+``lambda2=lambda3=0`` is binary relevance with the squared hinge.
 """
 
 from __future__ import annotations
