@@ -15,7 +15,8 @@ Sections (each prints a table):
    on the workers; the Dask overhead = iteration - fused pass. Memory: each
    worker's peak resident memory during the iterations above its resident
    memory before the chunk was loaded, as a multiple of the chunk's bytes
-   (so 1x is the chunk alone; the pass's temporaries are the rest).
+   (so 1x is the chunk alone; it also counts heap left over from loading), and in
+   brackets the growth during the iterations alone (the pass's temporaries).
 3. 1 vs 2 workers on the Bookmarks shape: ms/iteration and speed-up.
 4. Kernel RBRL (RBF) with n = 10,000 rows of a Mediamill-shaped synthetic set
    on the 2-worker cluster: ms/iteration and memory per worker (each keeps its
@@ -118,6 +119,7 @@ def cluster_measure(X, Y, client, iters):
     floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])
     passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
     sizes = client.gather([client.submit(block_bytes, f, pure=False) for f in chunks.futures])
+    loaded = client.run(rss_bytes)
     client.run(reset_peak)
     for _ in range(3):  # iterations' memory: the chunk held plus the pass's temporaries
         chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
@@ -127,12 +129,14 @@ def cluster_measure(X, Y, client, iters):
     ts = model.objective_seconds_
     per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
     mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
-    return per_iter, max(floors), max(passes), per_iter - max(passes), mem, model
+    temp = max((peaks[w] - loaded[w]) for w in peaks) / max(sizes)
+    return per_iter, max(floors), max(passes), per_iter - max(passes), (mem, temp), model
 
 
 def section_cluster(client, work, iters):
     print("\n| data set (train) | n x d | APG ms/iter | floor ms (products on the workers) | iter / floor "
-          "| fused pass ms | Dask overhead ms/iter | peak worker memory / chunk bytes | whole fit |")
+          "| fused pass ms | Dask overhead ms/iter | peak worker memory / chunk bytes (pass temporaries / chunk) "
+          "| whole fit |")
     print("|---|---|---|---|---|---|---|---|---|")
     sets = []
     try:
@@ -147,7 +151,7 @@ def section_cluster(client, work, iters):
     for name, X, Y in sets:
         per_iter, floor, pas, over, mem, model = cluster_measure(X, Y, client, iters)
         print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x | "
-              f"{pas:.1f} | {over:.1f} | {mem:.2f}x | {model.fit_seconds_:.1f} s ({model.n_iter_} it) |",
+              f"{pas:.1f} | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) | {model.fit_seconds_:.1f} s ({model.n_iter_} it) |",
               flush=True)
     return bk
 
