@@ -33,12 +33,14 @@ Prints the elapsed time, fits per second, the best parameters and score
 and the top-5 table.
 
 Usage: python benchmarks/model_selection_yahoo.py [--tol 1e-4] [--max-iter 500] [--step spectral] [--cold]
+                                                  [--checkpoint FILE]  # resumable, one lambda1 value at a time
                                                   [--settings N]  # only the first N (lambda1, lambda2) settings
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -48,7 +50,7 @@ import warnings
 import numpy as np
 
 from dmlr.datasets import data_dir
-from dmlr.model_selection import PAPER_GRID, grid_search_cv
+from dmlr.model_selection import PAPER_GRID, GridSearchResult, grid_search_cv
 from dmlr.models import RBRL
 
 
@@ -74,6 +76,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cold", action="store_true",
                     help="no warm starts: every grid point fitted from zero (path_param=None)")
+    ap.add_argument("--checkpoint", default=None,
+                    help="JSON file: run one lambda1 value at a time, save each, resume a killed run from it")
     ap.add_argument("--settings", type=int, default=None,
                     help="probe: only the first N (lambda1, lambda2) settings of the grid")
     args = ap.parse_args(argv)
@@ -97,18 +101,42 @@ def main(argv=None):
 
     from distributed import Client, LocalCluster
 
+    est = RBRL(step=args.step, tol=args.tol, max_iter=args.max_iter)
+    path_param = None if args.cold else "lambda3"
+    config = {"tol": args.tol, "max_iter": args.max_iter, "step": args.step, "seed": args.seed,
+              "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}
+    state = load_checkpoint(args.checkpoint, config)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        est = RBRL(step=args.step, tol=args.tol, max_iter=args.max_iter)
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the count is printed below
-            res = grid_search_cv(est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client,
-                                 path_param=None if args.cold else "lambda3", verbose=25)
+            if args.checkpoint is None:
+                res = grid_search_cv(est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client,
+                                     path_param=path_param, verbose=25)
+            else:
+                # One lambda1 value (49 points) at a time, each saved when done: a killed run resumes
+                # where it stopped. Units are independent, so the records equal one whole-grid call's.
+                for value in grid["lambda1"]:
+                    if repr(value) in state["slices"]:
+                        continue
+                    part = grid_search_cv(est, X_tr, Y_tr, {**grid, "lambda1": [value]}, cv=5, seed=args.seed,
+                                          client=client, path_param=path_param, refit=False, verbose=49)
+                    state["slices"][repr(value)] = {"results": part.results, "seconds": part.seconds,
+                                                    "n_warm_fits": part.n_warm_fits,
+                                                    "n_warm_first_test_stops": part.n_warm_first_test_stops}
+                    save_checkpoint(args.checkpoint, state)
+                    print(f"  lambda1={value:g} done in {part.seconds:.1f} s (saved to {args.checkpoint})",
+                          flush=True)
+                res = combine_slices(state, grid, est, X_tr, Y_tr)
         elapsed = time.perf_counter() - t
 
     capped = sum(r["mean_n_iter"] >= args.max_iter for r in res.results)
-    print(f"elapsed: {elapsed:.1f} s total ({res.seconds:.1f} s CV + {res.refit_seconds:.1f} s refit)")
+    if args.checkpoint is None:
+        print(f"elapsed: {elapsed:.1f} s total ({res.seconds:.1f} s CV + {res.refit_seconds:.1f} s refit)")
+    else:
+        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['lambda1'])} lambda1 slices, "
+              f"{state['runs']} process run(s); this run {elapsed:.1f} s) + {res.refit_seconds:.1f} s refit")
     print(f"fits: {res.n_fits} CV fits, {res.n_fits / res.seconds:.2f} fits/s "
           f"({2 * res.seconds / res.n_fits:.2f} worker-seconds per fit on 2 workers)")
     print(f"mean solver iterations per fit: {np.mean([r['mean_n_iter'] for r in res.results]):.1f}; "
@@ -123,6 +151,43 @@ def main(argv=None):
     print(f"load average at end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("top 5:")
     print(res.table(5))
+
+
+def load_checkpoint(path, config) -> dict:
+    """Saved slices of an interrupted run with the same settings (else a fresh state)."""
+    state = {"config": config, "slices": {}, "runs": 1}
+    if path is not None and os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("config") != json.loads(json.dumps(config)):
+            sys.exit(f"{path} holds a run with other settings: {saved.get('config')}; remove it or choose "
+                     f"another --checkpoint")
+        state["slices"], state["runs"] = saved["slices"], saved.get("runs", 1) + 1
+        print(f"resuming from {path}: lambda1 slices done: {sorted(state['slices'], key=float)}", flush=True)
+    return state
+
+
+def save_checkpoint(path, state) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint
+
+
+def combine_slices(state, grid, est, X, Y) -> GridSearchResult:
+    """The whole-grid result from the lambda1 slices (grid order is lambda1-major), refit included."""
+    records = [rec for value in grid["lambda1"] for rec in state["slices"][repr(value)]["results"]]
+    slices = state["slices"].values()
+    best_index = max(range(len(records)), key=lambda i: (records[i]["mean_score"], -i))  # paper_mean: max
+    best_params = dict(records[best_index]["params"])
+    t = time.perf_counter()
+    best = RBRL(**{**est.get_params(), **best_params}).fit(X, Y)
+    return GridSearchResult(results=records, best_params=best_params, best_score=records[best_index]["mean_score"],
+                            best_index=best_index, best_estimator=best, scoring="paper_mean",
+                            greater_is_better=True, n_splits=5, n_fits=5 * len(records),
+                            seconds=sum(sl["seconds"] for sl in slices), refit_seconds=time.perf_counter() - t,
+                            n_warm_fits=sum(sl["n_warm_fits"] for sl in slices),
+                            n_warm_first_test_stops=sum(sl["n_warm_first_test_stops"] for sl in slices))
 
 
 if __name__ == "__main__":
