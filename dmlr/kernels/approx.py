@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.kernels.blocks import as_matrix
-from dmlr.kernels.gram import KernelSpec, _row_sq_norms, kernel_matrix
+from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
 
 #: ``method`` values of :class:`KernelFeatureMap` (the estimator's ``kernel_approximation``).
 APPROXIMATIONS = ("nystroem", "fourier")
@@ -202,7 +202,7 @@ def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0) -> KernelF
     idx = np.sort(np.random.default_rng(seed).choice(n, size=D, replace=False))
     landmarks = gather_rows(X, idx)
     landmarks = landmarks.toarray() if sp.issparse(landmarks) else np.ascontiguousarray(landmarks)
-    K_mm = kernel_matrix(landmarks, landmarks, spec, B_sq_norms=_row_sq_norms(landmarks))
+    K_mm = kernel_matrix(landmarks, landmarks, spec, B_sq_norms=row_sq_norms(landmarks))
     return KernelFeatureMap(method="nystroem", spec=spec, landmarks=landmarks,
                             projection=inverse_sqrt_psd(K_mm))
 

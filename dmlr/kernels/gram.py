@@ -52,7 +52,8 @@ class KernelSpec:
         return cls(name=name, gamma=float(gamma), degree=int(degree), coef0=float(coef0))
 
 
-def _row_sq_norms(X) -> np.ndarray:
+def row_sq_norms(X) -> np.ndarray:
+    """||x_i||^2 of each row of a dense or CSR matrix, float64 (m,)."""
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1)).ravel()
     return np.einsum("ij,ij->i", X, X)
@@ -89,8 +90,8 @@ def kernel_matrix(A, B, spec: KernelSpec, B_sq_norms: np.ndarray | None = None) 
         return G
     if spec.name == "poly":
         return (spec.gamma * G + spec.coef0) ** spec.degree
-    b2 = _row_sq_norms(B) if B_sq_norms is None else B_sq_norms
-    D = _row_sq_norms(A)[:, None] + b2[None, :] - 2.0 * G
+    b2 = row_sq_norms(B) if B_sq_norms is None else B_sq_norms
+    D = row_sq_norms(A)[:, None] + b2[None, :] - 2.0 * G
     np.maximum(D, 0.0, out=D)
     D *= -spec.gamma
     return np.exp(D, out=D)

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmlr.kernels.blocks import Block
-from dmlr.kernels.gram import KernelSpec, kernel_matrix
-from dmlr.kernels.ranking import rank_lipschitz_row_stats
-from dmlr.objectives.rbrl import curvature_weights, fused_pass
+from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
+from dmlr.objectives.rbrl import curvature_weights, fused_pass, lipschitz_stats_from_rows
 
 
 @dataclass
@@ -89,10 +88,8 @@ def make_kernel_block(block: Block, bounds: tuple[int, int], X_all, spec: Kernel
 def _kernel_rows(X, X_all, spec: KernelSpec, tile: int = 512) -> np.ndarray:
     """k(X, X_all) filled tile by tile into one array: the products' temporaries stay
     tile x n instead of two more m x n arrays (the peak was 3x K's size)."""
-    from dmlr.kernels.gram import _row_sq_norms
-
     K = np.empty((X.shape[0], X_all.shape[0]))
-    all_sq = _row_sq_norms(X_all) if spec.name == "rbf" else None
+    all_sq = row_sq_norms(X_all) if spec.name == "rbf" else None
     for a in range(0, X.shape[0], tile):
         K[a:a + tile] = kernel_matrix(X[a:a + tile], X_all, spec, all_sq)
     return K
@@ -123,12 +120,7 @@ def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, l
 
 def block_lipschitz_stats(kb: KernelBlock):
     """Block shares of ||K||_F^2 and of A_j, B_j of eq. 33 (rows of K in place of x_i)."""
-    row_sq = np.einsum("ij,ij->i", K := kb.gram(), K)
-    l = kb.Y.shape[1]
-    A = np.zeros(l)
-    B = np.zeros(l)
-    rank_lipschitz_row_stats(kb.Y, row_sq, A, B)
-    return float(row_sq.sum()), A, B
+    return lipschitz_stats_from_rows(kb.Y, row_sq_norms(kb.gram()))
 
 
 def block_curvature_matvec(kb: KernelBlock, v: np.ndarray, lambda1: float, lambda2: float) -> np.ndarray:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dmlr.kernels.blocks import Block
+from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
 
 
@@ -99,15 +100,15 @@ def block_lipschitz_stats(block: Block):
     A, B : float64 (l,)
         Block shares of A_j and B_j of Proposition 1.
     """
-    X = block.X
-    if hasattr(X, "multiply"):
-        row_sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-    else:
-        row_sq = np.einsum("ij,ij->i", X, X)
-    l = block.Y.shape[1]
+    return lipschitz_stats_from_rows(block.Y, row_sq_norms(block.X))
+
+
+def lipschitz_stats_from_rows(Y: np.ndarray, row_sq: np.ndarray):
+    """(sum of row_sq, A, B) of eqs. 22 / 33 from the rows' squared norms (of X, or of K)."""
+    l = Y.shape[1]
     A = np.zeros(l)
     B = np.zeros(l)
-    rank_lipschitz_row_stats(block.Y, row_sq, A, B)
+    rank_lipschitz_row_stats(Y, row_sq, A, B)
     return float(row_sq.sum()), A, B
 
 
