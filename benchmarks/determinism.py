@@ -9,7 +9,6 @@ numpy fit, and the iteration counts.
 Usage: python benchmarks/determinism.py
 """
 
-import logging
 import tempfile
 from pathlib import Path
 
@@ -25,7 +24,9 @@ PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=1999, tol=1e-6)
 
 
 def main():
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
     X, Y = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
@@ -38,8 +39,7 @@ def main():
         model = RBRL(backend="local", n_blocks=3, **PARAMS).fit(*dmlr.open_dataset(work / f"e{rows}.zarr").arrays())
         print(f"| in-process | {rows} | 3 | {model.n_iter_} | {np.abs(model.coef_ - ref.coef_).max():.2e} |")
     for n_workers in (1, 2, 4):
-        with LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        with local_cluster(n_workers, 1) as cluster, Client(cluster) as client:
             for rows in (16, 64, 256):
                 ds = dmlr.open_dataset(work / f"e{rows}.zarr")
                 model = RBRL(backend="dask", **PARAMS).fit(*ds.arrays(), client=client)

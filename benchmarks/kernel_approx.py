@@ -30,7 +30,6 @@ Usage: python benchmarks/kernel_approx.py [--workdir DIR] [--skip-mediamill]
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import tempfile
 import time
@@ -97,7 +96,9 @@ def small_rows(sets):
 
 
 def mediamill_row(work: Path):
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     store = work / "mediamill_synthetic.zarr"
     if not store.exists():
@@ -106,8 +107,7 @@ def mediamill_row(work: Path):
     X, Y = ds.arrays("train")
     Xte, Yte = ds.arrays("test")
     n = ds.n_samples
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with local_cluster(2, 1) as cluster, Client(cluster) as client:
         model = RBRL(**PARAMS, kernel_approximation="nystroem", n_components=1024, max_iter=100, tol=0.0,
                      backend="dask").fit(X, Y, client=client)
         ts = model.objective_seconds_

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -99,15 +98,16 @@ def main(argv=None):
           f"cores: {os.cpu_count()}; load average at start: "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     est = RBRL(step=args.step, tol=args.tol, max_iter=args.max_iter)
     path_param = None if args.cold else "lambda3"
     config = {"tol": args.tol, "max_iter": args.max_iter, "step": args.step, "seed": args.seed,
               "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}
     state = load_checkpoint(args.checkpoint, config)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with local_cluster(2, 1) as cluster, Client(cluster) as client:
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the count is printed below

@@ -30,7 +30,6 @@ Usage: python benchmarks/paper_tables.py [--sets emotions,yahoo_arts] [--repeats
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -125,7 +124,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     grid = PAPER_GRID if args.grid == "paper" else COARSE_GRID
     work = Path(tempfile.mkdtemp(prefix="dmlr-tables-"))
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     jobs = []
     for name in args.sets.split(","):
@@ -134,8 +135,7 @@ def main(argv=None):
         if args.table in ("6", "both") and name in PAPER_TABLE6_BRL:
             jobs.append((name, True))
     rows = []
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with local_cluster(args.workers, 1) as cluster, Client(cluster) as client:
         for name, brl in jobs:
             try:
                 X, Y = load_all(name, work)

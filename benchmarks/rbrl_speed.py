@@ -28,7 +28,6 @@ Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR] [--sections
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -157,7 +156,9 @@ def section_cluster(client, work, iters):
 
 
 def section_scaling(bk, iters):
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     X, Y = dmlr.open_dataset(bk).arrays("train")
     print("\n| Bookmarks shape, workers | APG ms/iter | fused pass ms (slowest worker) | Dask overhead ms/iter "
@@ -165,8 +166,7 @@ def section_scaling(bk, iters):
     print("|---|---|---|---|---|")
     one = None
     for n in (1, 2):
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        with local_cluster(n, 1) as cluster, Client(cluster) as client:
             per_iter, _, pas, over, _, _ = cluster_measure(X, Y, client, iters)
         one = one or per_iter
         print(f"| {n} | {per_iter:.1f} | {pas:.1f} | {over:.1f} | {one / per_iter:.2f}x |", flush=True)
@@ -203,11 +203,12 @@ def main(argv=None):
     sections = set(args.sections.split(","))
     if "1" in sections:
         section_reference()
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
 
     bk = work / "bookmarks_synthetic.zarr"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with local_cluster(2, 1) as cluster, Client(cluster) as client:
         if "2" in sections:
             bk = section_cluster(client, work, args.iters)
         if "4" in sections:

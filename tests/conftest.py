@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
@@ -37,10 +35,11 @@ def shared_datasets():
 @pytest.fixture(scope="session")
 def cluster2():
     """A real 2-worker (process) local cluster for the whole session."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+    from dmlr.distributed import local_cluster
+
+    with local_cluster(2, 1) as cluster, Client(cluster, set_as_default=False) as client:
         yield client
 
 

@@ -127,3 +127,17 @@ def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, ste
     assert remote.backend_ == "dask" and remote.n_iter_ == local.n_iter_
     np.testing.assert_allclose(remote.dual_coef_, local.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(remote.objective_history_, local.objective_history_, rtol=1e-11)
+
+
+def test_local_cluster_workers_get_the_malloc_setting(client2):
+    """dmlr's local workers run with a fixed mmap threshold (see WORKER_ENVIRON); Dask's own
+    trim setting stays, so both reach the worker processes."""
+    import os
+
+    from dmlr.distributed.client import WORKER_ENVIRON
+
+    seen = client2.run(lambda: {k: os.environ.get(k) for k in (*WORKER_ENVIRON, "MALLOC_TRIM_THRESHOLD_")})
+    assert len(seen) == 2
+    for env in seen.values():
+        assert env["MALLOC_MMAP_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"]
+        assert env["MALLOC_TRIM_THRESHOLD_"] is not None

@@ -2,6 +2,6 @@
 memory, map kernels over them and tree-sum the results."""
 
 from dmlr.distributed.chunks import ChunkSet, ClusterChunks, LocalChunks, make_chunkset
-from dmlr.distributed.client import get_client
+from dmlr.distributed.client import get_client, local_cluster
 
-__all__ = ["ChunkSet", "ClusterChunks", "LocalChunks", "get_client", "make_chunkset"]
+__all__ = ["ChunkSet", "ClusterChunks", "LocalChunks", "get_client", "local_cluster", "make_chunkset"]

@@ -31,6 +31,45 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
     return max(1, min(n, 8)), 1
 
 
+#: Environment of dmlr's worker processes (merged over Dask's own ``pre-spawn-environ``).
+#: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, and setting any malloc tunable turns off
+#: glibc's dynamic mmap threshold: every allocation above 128 KiB (a tile's scores, a CSR
+#: row slice, the output of ``X.T @ C``) then becomes a fresh ``mmap`` whose pages fault on
+#: first touch, and the sparse fused pass ran 2x slower on a worker than in one process
+#: (Bookmarks-shaped block: 331 ms against 168 ms; ``benchmarks/rbrl_speed.py``). A fixed
+#: 32 MiB threshold lets the tiles reuse heap memory again (169 ms on the worker) while
+#: Dask's trimming still returns freed memory to the OS. On a cluster that dmlr does not
+#: start, set the same variable in the workers' environment (``deploy/values.yaml`` does).
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2 ** 20)}
+
+
+def local_cluster(n_workers: int | None = None, threads_per_worker: int | None = None, **kwargs):
+    """A ``LocalCluster`` of worker processes with :data:`WORKER_ENVIRON` set.
+
+    Parameters
+    ----------
+    n_workers, threads_per_worker : int, optional
+        Default: :func:`local_cluster_size` of this machine.
+    **kwargs
+        Passed to ``distributed.LocalCluster`` (``processes=True``,
+        ``dashboard_address=":0"`` and quiet logs unless given).
+
+    Returns
+    -------
+    distributed.LocalCluster
+    """
+    from distributed import LocalCluster
+
+    default_workers, default_threads = local_cluster_size()
+    kwargs.setdefault("processes", True)
+    kwargs.setdefault("dashboard_address", ":0")
+    kwargs.setdefault("silence_logs", logging.ERROR)
+    if kwargs["processes"]:
+        kwargs["env"] = {**WORKER_ENVIRON, **kwargs.get("env", {})}
+    return LocalCluster(n_workers=n_workers or default_workers,
+                        threads_per_worker=threads_per_worker or default_threads, **kwargs)
+
+
 def _close_local():
     client, cluster = _LOCAL["client"], _LOCAL["cluster"]
     _LOCAL["client"] = _LOCAL["cluster"] = None
@@ -57,7 +96,7 @@ def get_client(address: str | None = None, *, quiet: bool = False):
     -------
     distributed.Client
     """
-    from distributed import Client, LocalCluster, default_client
+    from distributed import Client, default_client
 
     if address is None:
         try:
@@ -73,8 +112,7 @@ def get_client(address: str | None = None, *, quiet: bool = False):
     if _LOCAL["client"] is not None and _LOCAL["client"].status == "running":
         return _LOCAL["client"]
     n_workers, threads = local_cluster_size()
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=True,
-                           dashboard_address=":0", silence_logs=logging.ERROR)
+    cluster = local_cluster(n_workers, threads)
     client = Client(cluster, set_as_default=True)
     _LOCAL["cluster"], _LOCAL["client"] = cluster, client
     atexit.register(_close_local)
