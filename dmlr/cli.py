@@ -1,4 +1,4 @@
-"""Command line: ``dmlr convert | info | fit | evaluate | demo``."""
+"""Command line: ``dmlr convert | info | fit | evaluate | report | demo``."""
 
 from __future__ import annotations
 
@@ -48,8 +48,7 @@ def _model_params(args) -> dict:
         value = getattr(args, name)
         if value is not None:
             params[name] = value
-    if args.verbose:
-        params["verbose"] = args.verbose
+    params["verbose"] = 0 if getattr(args, "quiet", False) else args.verbose
     return params
 
 
@@ -57,7 +56,7 @@ def _client(args):
     if getattr(args, "scheduler", None):
         from dmlr.distributed.client import get_client
 
-        return get_client(args.scheduler)
+        return get_client(args.scheduler, quiet=getattr(args, "quiet", False))
     return None
 
 
@@ -81,6 +80,20 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(metrics, indent=2))
     else:
         _print_metrics(metrics)
+    return 0
+
+
+def cmd_report(args) -> int:
+    import dmlr
+    from dmlr.report import MatplotlibMissingError, write_report
+
+    model = dmlr.load(args.model)
+    try:
+        path = write_report(model, args.data, args.out, split=args.split)
+    except MatplotlibMissingError as e:
+        print(f"dmlr report: error: {e}", file=sys.stderr)
+        return 2
+    print(f"report written to {path}")
     return 0
 
 
@@ -145,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--step", choices=["paper", "backtracking", "spectral"], help="APG step rule")
     f.add_argument("--backend", choices=["auto", "local", "dask"])
     f.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
-    f.add_argument("--verbose", type=int, default=0, help="print progress every N iterations")
+    shown = f.add_mutually_exclusive_group()
+    shown.add_argument("--verbose", type=int, default=10, metavar="N",
+                       help="show progress every N iterations (default: 10; 0: none)")
+    shown.add_argument("--quiet", action="store_true", help="no progress lines (same as --verbose 0)")
     f.set_defaults(func=cmd_fit)
 
     e = sub.add_parser("evaluate", help="evaluate a saved model on a dmlr Zarr store")
@@ -154,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", default="test")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_evaluate)
+
+    r = sub.add_parser("report", help="write a PNG: convergence, per-label F1 and AUC, score distributions "
+                                      "(needs matplotlib: pip install 'dmlr[plot]')")
+    r.add_argument("model", help="model file (.npz)")
+    r.add_argument("data", help="dmlr Zarr store")
+    r.add_argument("--split", default="test", help="split to evaluate on (default: test; 'all': every row)")
+    r.add_argument("--out", default="report.png", help="PNG to write (default: report.png)")
+    r.set_defaults(func=cmd_report)
 
     d = sub.add_parser("demo", help="synthetic Mediamill-shaped set -> local cluster -> RBRL -> metrics")
     d.add_argument("--dir", default="dmlr-demo")

@@ -384,7 +384,8 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     if warm and n_short >= WARM_STOP_WARN_FRACTION * len(warm):
         warnings.warn(f"{n_short} of {len(warm)} warm-started fits stopped at the solver's first stopping test "
                       f"(n_iter_ <= 2) and may be short of their optimum, scoring like the previous "
-                      f"{path!r} value; use a tighter tol or path_param=None", RuntimeWarning, stacklevel=2)
+                      f"{path!r} value; use step='spectral' or 'backtracking' (whose gradient_tol stops "
+                      f"them), a tighter tol or path_param=None", RuntimeWarning, stacklevel=2)
 
     greater = _greater_is_better(scoring)
     order = _ranking(records, greater)

@@ -50,3 +50,37 @@ def test_apg_stops_at_max_iter_and_callback():
     assert res.n_iter == 7 and not res.converged and seen == list(range(1, 8))
     with pytest.raises(ValueError):
         apg(oracle, lambda V, s: (V, 0.0), np.ones((2, 2)), lipschitz=0.0)
+
+
+def test_gradient_tol_keeps_a_warm_start_from_stopping_short():
+    # min 1/2 ||A W - B||^2 + lam ||W||_* with a loose step (L 100x the true constant, like the
+    # paper's bound) and a large irreducible residual, started near but not at the optimum: the
+    # objective barely moves per step, so the relative-change test alone stops at once
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(40, 6)) * np.linspace(0.2, 2.0, 6)
+    noise = rng.normal(size=(40, 4))
+    B = A @ rng.normal(size=(6, 4)) + 30 * (noise - A @ np.linalg.lstsq(A, noise, rcond=None)[0])
+    lam = 0.5
+
+    def oracle(points, grad_point):
+        R = np.einsum("ij,kjl->kil", A, points) - B
+        grad = A.T @ R[grad_point] if grad_point >= 0 else None
+        return 0.5 * (R ** 2).sum(axis=(1, 2)), grad
+
+    def prox(V, s):
+        return prox_nuclear_norm(V, lam, s)
+
+    L = 100 * np.linalg.norm(A, 2) ** 2
+    best = apg(oracle, prox, np.zeros((6, 4)), lipschitz=L / 100, max_iter=100000, tol=1e-15).x
+    x0 = best + 0.05 * rng.normal(size=best.shape)
+    short = apg(oracle, prox, x0, lipschitz=L, max_iter=100000, tol=1e-4)
+    kept = apg(oracle, prox, x0, lipschitz=L, max_iter=100000, tol=1e-4, gradient_tol=1e-4)
+    assert short.n_iter <= 2 and short.converged
+    assert kept.converged and kept.n_iter > 10 * short.n_iter
+    assert np.linalg.norm(kept.x - best) < 0.05 * np.linalg.norm(short.x - best)
+    # one extra oracle call, at the origin (the reference of the test), for a warm start only
+    assert kept.n_oracle_calls == kept.n_iter + 2
+    cold = apg(oracle, prox, np.zeros((6, 4)), lipschitz=L, max_iter=100000, tol=1e-4, gradient_tol=1e-4)
+    assert cold.n_oracle_calls == cold.n_iter + 1
+    with pytest.raises(ValueError, match="gradient_tol"):
+        apg(oracle, prox, x0, lipschitz=L, gradient_tol=-1.0)

@@ -36,6 +36,19 @@ Algorithm 1's):
 * ``restart=True``: the gradient-mapping adaptive restart of O'Donoghue &
   Candes (2015): when <G_t - W_t, W_t - W_{t-1}> > 0 the momentum is reset
   (b = 1). The test uses points known before the oracle call, so it is free.
+* ``gradient_tol``: the relative-change test alone can stop a run far from the
+  optimum when the objective moves slowly at first: started from the solution
+  of a neighbouring regularization value (a warm start along a path), the
+  objective changed by less than 1e-4 relative in the first iterations and 1120
+  of 1470 warm fits of the Yahoo grid stopped after 2 iterations, 0.2 to 40%
+  above the optimum. With ``gradient_tol`` the run also needs the composite
+  gradient mapping g_t = L (G_t - W_t) (zero exactly at a minimizer of f + g)
+  to have shrunk to ``gradient_tol`` times its norm at the origin (the cold
+  start), which a start near but not at the new optimum cannot satisfy by
+  standing still. The reference is the origin, not the run's own first step:
+  measured against its own (already small) first mapping, a warm fit needed
+  more iterations than a cold one (yahoo_arts, 3000 rows, tol 1e-4: 446
+  against 186). A warm start costs one extra oracle call, at the origin.
 """
 
 from __future__ import annotations
@@ -100,7 +113,8 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
 
 
 def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000, tol: float = 1e-6,
-        callback=None, backtracking: bool = False, restart: bool = False, eta: float = 2.0) -> APGResult:
+        callback=None, backtracking: bool = False, restart: bool = False, eta: float = 2.0,
+        gradient_tol: float | None = None) -> APGResult:
     """Minimize f + g by FISTA.
 
     Parameters
@@ -127,6 +141,9 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         Adaptive (gradient-mapping) momentum restart.
     eta : float
         Backtracking factor (> 1).
+    gradient_tol : float, optional
+        Also require ||L (G_t - W_t)||_F <= gradient_tol * (its value at the
+        origin) before the relative-change test may stop the run.
 
     Returns
     -------
@@ -136,6 +153,13 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         raise ValueError(f"lipschitz constant must be positive and finite, got {lipschitz}")
     if not eta > 1.0:
         raise ValueError(f"eta must be > 1, got {eta}")
+    if gradient_tol is not None and not gradient_tol >= 0:
+        raise ValueError(f"gradient_tol must be >= 0, got {gradient_tol}")
+    reference_mapping = None
+    if gradient_tol is not None and np.any(x0):
+        zero = np.zeros_like(x0)
+        _, grad0 = oracle(zero[None], 0)
+        reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
     L = float(lipschitz)
     start = time.perf_counter()
     result = APGResult(x=x0, lipschitz=L)
@@ -144,7 +168,7 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
     b = 1.0
     values, grad = oracle(G[None], 0)
     f_G = float(values[0])
-    result.n_oracle_calls = 1
+    result.n_oracle_calls = 1 + (reference_mapping is not None)
     hist = result.objective_history
     while True:
         step = 1.0 / L
@@ -164,6 +188,8 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
             result.lipschitz = L
             continue
         result.n_restarts += int(bool(do_restart))
+        mapping = L * float(np.linalg.norm(G - W_new))
+        reference_mapping = mapping if reference_mapping is None else reference_mapping
         obj = f_W + g_new
         hist.append(obj)
         elapsed = time.perf_counter() - start
@@ -171,7 +197,8 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         result.x = W_new
         result.n_iter = len(hist)
         stop = callback(len(hist), obj, elapsed) if callback is not None else False
-        if len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol:
+        small_mapping = gradient_tol is None or mapping <= gradient_tol * reference_mapping
+        if len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol and small_mapping:
             result.converged = True
             return result
         if stop or not want_grad:
