@@ -1,0 +1,170 @@
+"""Faults: a worker process killed (SIGKILL) in the middle of a fit.
+
+The row blocks of a fit on a Zarr store are Dask futures computed from the
+Zarr-reading graph, so when the worker holding a block dies Dask can compute
+the block again from the store on a surviving worker. The fit must then end
+with the model an in-process fit gives: same iterations, same coefficients,
+same objective history.
+
+Two ways to die, on a 3-worker cluster of one-thread worker processes (3
+row blocks, one per worker):
+
+* ``between_calls``: just before the fit's ``KILL_AT``-th map-reduce call,
+  this process SIGKILLs the worker process that is the only holder of a block;
+* ``inside_oracle``: at the same point, that worker is armed instead, and
+  SIGKILLs itself inside its next loss/gradient call, while the other workers
+  compute theirs.
+
+The triggers hook only the chunk set's one public operation
+(``ClusterChunks.map_reduce``) and the per-block loss/gradient function that
+the fit ships to the workers, so they do not depend on how ``map_reduce``
+reaches the blocks (tasks or actors).
+"""
+
+import logging
+import os
+import signal
+import sys
+from collections import Counter
+
+import cloudpickle
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.utils import key_split
+
+import dmlr
+from dmlr.datasets import make_multilabel
+from dmlr.distributed.chunks import ClusterChunks
+
+# tol=0: the fit runs exactly max_iter iterations
+PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=60, tol=0.0)
+KILL_AT = 10          # the kill comes at about this iteration
+N_WORKERS = 3
+#: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
+BLOCK_TASK = "concat_blocks"
+
+
+class _BlockCounter(SchedulerPlugin):
+    """Counts the row blocks computed (task results reaching memory) on the scheduler."""
+
+    name = "dmlr-test-block-counter"
+
+    def __init__(self):
+        self.computed = Counter()
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "memory" and key_split(key) == BLOCK_TASK:
+            self.computed[key] += 1
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("faults") / "set.zarr"
+    return make_multilabel(path, n_samples=3000, n_features=40, n_labels=10, cardinality=2.0, chunk_rows=128,
+                           dtype="float64", seed=11)
+
+
+@pytest.fixture(scope="module")
+def local_model(store):
+    return dmlr.fit(store, "rbrl", backend="local", **PARAMS)
+
+
+@pytest.fixture
+def cluster3():
+    # no work stealing: a block stays on the one worker that computed it (stealing an oracle
+    # task would copy it to another worker, and the kill would then not lose it)
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0",
+                         silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(N_WORKERS, timeout=60)
+        counter = _BlockCounter()
+        cluster.scheduler.add_plugin(counter)  # the scheduler runs in this process, idle here
+        yield cluster, client, counter
+
+
+def _sole_block_holder(client) -> tuple[str, str]:
+    """(worker address, block key) of a row block that only one worker holds."""
+    holders = {}
+    for addr, keys in client.has_what().items():
+        for k in keys:
+            if key_split(k) == BLOCK_TASK:
+                holders.setdefault(k, []).append(addr)
+    sole = sorted((addrs[0], k) for k, addrs in holders.items() if len(addrs) == 1)
+    assert sole, f"no row block is held by exactly one worker: {holders}"
+    return sole[0]
+
+
+def _arm_self_kill(kill_at: int) -> int:
+    """Run on a worker (shipped by value, via client.run): its ``kill_at``-th loss/gradient call from now
+    SIGKILLs it.
+
+    Functions travel to workers by reference, so the fit's
+    ``dmlr.objectives.rbrl.block_value_and_grad`` resolves to this wrapper on
+    that worker only.
+    """
+    import os
+    import signal
+
+    import dmlr.objectives.rbrl as objective
+
+    original = objective.block_value_and_grad
+    calls = [0]
+
+    def block_value_and_grad(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+
+    objective.block_value_and_grad = block_value_and_grad
+    return os.getpid()
+
+
+@pytest.mark.parametrize("how", ["between_calls", "inside_oracle"])
+def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch, how):
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    assert len(set(pids.values())) == N_WORKERS and os.getpid() not in pids.values()
+    killed = {}
+    map_reduce = ClusterChunks.map_reduce
+    calls = [0]
+
+    def counting_map_reduce(self, fn, *args):
+        calls[0] += 1
+        if calls[0] == KILL_AT:
+            victim, block = _sole_block_holder(self.client)
+            killed.update(addr=victim, block=block)
+            if how == "between_calls":
+                os.kill(pids[victim], signal.SIGKILL)
+            else:
+                module = sys.modules[__name__]
+                cloudpickle.register_pickle_by_value(module)  # ship _arm_self_kill itself, not its name
+                try:
+                    assert self.client.run(_arm_self_kill, 1, workers=[victim]) == {victim: pids[victim]}
+                finally:
+                    cloudpickle.unregister_pickle_by_value(module)
+        return map_reduce(self, fn, *args)
+
+    monkeypatch.setattr(ClusterChunks, "map_reduce", counting_map_reduce)
+    model = dmlr.fit(store, "rbrl", backend="dask", client=client, **PARAMS)
+
+    # the victim's process is gone and it left the cluster
+    workers = client.scheduler_info()["workers"]
+    assert killed["addr"] not in workers, "the victim worker is still in the cluster"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[killed["addr"]], 0)
+    # the block that only it held was computed again from the Zarr chunks
+    assert len(counter.computed) == N_WORKERS, counter.computed
+    assert counter.computed[killed["block"]] >= 2, f"the lost block was not recomputed: {counter.computed}"
+
+    # same model as the in-process fit: same iterations, coefficients, objective
+    assert model.backend_ == "dask"
+    assert model.n_iter_ == local_model.n_iter_ == PARAMS["max_iter"]
+    rel = np.linalg.norm(model.coef_ - local_model.coef_) / np.linalg.norm(local_model.coef_)
+    assert rel <= 1e-10, f"coef_ differs by {rel:.3g} (relative)"
+    assert len(model.objective_history_) == len(local_model.objective_history_)
+    np.testing.assert_allclose(model.objective_history_, local_model.objective_history_, rtol=1e-10, atol=0)
