@@ -130,13 +130,18 @@ def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, ste
 
 
 def test_local_cluster_workers_get_the_malloc_setting(client2):
-    """dmlr's local workers run with a fixed mmap threshold (see WORKER_ENVIRON); Dask's own
-    trim setting stays, so both reach the worker processes."""
-    import os
-
+    """dmlr's local workers start with a fixed mmap threshold (see WORKER_ENVIRON) beside Dask's
+    own trim setting. glibc reads them at process start, so the test reads the environment
+    the process was started with (/proc/self/environ), not os.environ."""
     from dmlr.distributed.client import WORKER_ENVIRON
 
-    seen = client2.run(lambda: {k: os.environ.get(k) for k in (*WORKER_ENVIRON, "MALLOC_TRIM_THRESHOLD_")})
+    def start_environ():
+        with open("/proc/self/environ", "rb") as fh:
+            pairs = [item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item]
+        env = {k.decode(): v.decode() for k, v in pairs}
+        return {k: env.get(k) for k in (*WORKER_ENVIRON, "MALLOC_TRIM_THRESHOLD_")}
+
+    seen = client2.run(start_environ)
     assert len(seen) == 2
     for env in seen.values():
         assert env["MALLOC_MMAP_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"]

@@ -64,10 +64,14 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int | None =
     kwargs.setdefault("processes", True)
     kwargs.setdefault("dashboard_address", ":0")
     kwargs.setdefault("silence_logs", logging.ERROR)
-    if kwargs["processes"]:
-        kwargs["env"] = {**WORKER_ENVIRON, **kwargs.get("env", {})}
-    return LocalCluster(n_workers=n_workers or default_workers,
-                        threads_per_worker=threads_per_worker or default_threads, **kwargs)
+    # glibc reads its tunables once, at process start: they must be in the environment the
+    # worker process is spawned with (the nanny's "pre-spawn-environ", which each nanny
+    # reads when it is created and reuses for restarts), not set later as the nanny's
+    # ``env=`` variables are
+    pre_spawn = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_ENVIRON}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
+        return LocalCluster(n_workers=n_workers or default_workers,
+                            threads_per_worker=threads_per_worker or default_threads, **kwargs)
 
 
 def _close_local():
