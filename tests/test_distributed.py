@@ -146,3 +146,37 @@ def test_local_cluster_workers_get_the_malloc_setting(client2):
     for env in seen.values():
         assert env["MALLOC_MMAP_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"]
         assert env["MALLOC_TRIM_THRESHOLD_"] is not None
+
+
+def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(small_store, client2, monkeypatch):
+    """A client that cannot connect to the workers directly (only to the scheduler) still
+    gets every block's result, through the scheduler."""
+    import dask
+
+    from distributed.actor import Actor
+
+    import dmlr.distributed.chunks as chunks_module
+    from dmlr.distributed.chunks import make_chunkset
+    from dmlr.objectives import rbrl as objective
+
+    class Unreachable(Actor):
+        @property
+        def _worker_rpc(self):
+            return self._client.rpc("tcp://127.0.0.1:9")  # the discard port: connection refused
+
+    monkeypatch.setattr(chunks_module, "_direct_actor_handle", lambda: Unreachable)
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    points = np.random.default_rng(0).normal(size=(2, X.shape[1] + 1, Y.shape[1]))
+    local = make_chunkset(X.compute(), Y.compute(), fit_intercept=True, backend="local", n_blocks=2)
+    expected = local.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+    from distributed import Client
+
+    # a client of its own: its connection pool reads the connect timeout when it is made
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+            Client(client2.scheduler.address, set_as_default=False) as client:
+        remote = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client, n_blocks=2)
+        got = remote.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+        assert remote._direct is False
+        remote.close()
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-12)
