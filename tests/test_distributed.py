@@ -180,3 +180,33 @@ def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(sma
         remote.close()
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-12)
+
+
+_INTERVALS: list = []
+
+
+def _sleep_and_record(block, seconds):
+    import time
+
+    start = time.perf_counter()
+    time.sleep(seconds)
+    _INTERVALS.append((start, time.perf_counter()))
+    return np.zeros(1)
+
+
+def test_blocks_on_one_multithreaded_worker_run_side_by_side(small_store):
+    """Two blocks on one worker with two threads are computed at the same time, not in turn."""
+    from distributed import Client, LocalCluster
+
+    from dmlr.distributed.chunks import make_chunkset
+
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+        chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client)
+        assert chunks.n_blocks == 2
+        _INTERVALS.clear()
+        chunks.map_reduce(_sleep_and_record, 0.5)
+        chunks.close()
+    (a0, a1), (b0, b1) = sorted(_INTERVALS)
+    assert b0 < a1, f"the second block started {b0 - a1:.2f} s after the first ended"

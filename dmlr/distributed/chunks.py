@@ -158,9 +158,20 @@ class BlockActor:
     def __init__(self, block):
         self.block = block
 
-    def apply(self, fn, *args):
-        """``fn(block, *args)`` on this worker."""
-        return fn(self.block, *args)
+    async def apply(self, fn, *args):
+        """``fn(block, *args)`` on one of this worker's task threads.
+
+        A worker runs plain actor methods on a single "actor" thread, so the
+        blocks of a worker with several threads would take turns; a coroutine
+        method runs on the event loop and hands the work to the worker's
+        default executor (``nthreads`` threads), where blocks run side by side.
+        """
+        import asyncio
+
+        from distributed import get_worker
+
+        executor = get_worker().executors["default"]
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, self.block, *args))
 
 
 #: A map-reduce call is repeated at most this many times after losing workers.
