@@ -5,6 +5,7 @@ Public API::
     dmlr.convert(src, dst, ...)          # ARFF / MEKA / .mat / .npz / libsvm / XC -> Zarr
     ds = dmlr.open_dataset(path)         # lazy dask arrays ds.X, ds.Y, ds.splits
     model = dmlr.fit(data, model="rbrl", split="train", client=None, **params)
+    model = dmlr.fit(data, ..., checkpoint="fit.ckpt", checkpoint_every=10, resume=True)  # Zarr checkpoints
     dmlr.evaluate(model, data, split="test")
     model.save(path); dmlr.load(path)
     dmlr.get_client()

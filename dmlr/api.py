@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def make_model(model, **params) -> BaseModel:
     return cls(**params)
 
 
-def fit(data, model="rbrl", *, split: str | None = "train", client=None, **params) -> BaseModel:
+def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpoint=None,
+        checkpoint_every: int = 10, resume: bool = False, **params) -> BaseModel:
     """Fit a model on a data set.
 
     Parameters
@@ -65,6 +67,22 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, **param
     client : distributed.Client, optional
         Dask client; by default the current one, the configured scheduler,
         or a local cluster (only when the data are large enough to need one).
+    checkpoint : str or Path, optional
+        Directory of a Zarr checkpoint: the solver's full state is written
+        there (atomically) every ``checkpoint_every`` iterations, and the
+        final result, marked complete, when the fit ends
+        (:mod:`dmlr.models.checkpoint`).
+    checkpoint_every : int
+        Iterations between checkpoints (default 10).
+    resume : bool
+        Continue from the state in ``checkpoint`` (e.g. after the process
+        running the fit was killed): the fit ends at the model an
+        uninterrupted fit gives, with ``resumed_from_iteration_`` set to the
+        checkpoint's iteration. With no checkpoint there yet, the fit starts
+        from scratch. A checkpoint written for another problem (other
+        parameters or data) raises a ``ValueError``; without ``resume``, an
+        unfinished checkpoint raises :class:`FileExistsError`. See
+        :meth:`dmlr.models.RBRL.fit`.
     **params
         Estimator parameters, e.g. ``lambda1=1.0``.
 
@@ -75,7 +93,11 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, **param
     """
     est = make_model(model, **params)
     X, Y = resolve_arrays(data, split, default_split="train")
-    return est.fit(X, Y, client=client)
+    if checkpoint is None and not resume:
+        return est.fit(X, Y, client=client)
+    if "checkpoint" not in inspect.signature(est.fit).parameters:
+        raise ValueError(f"{type(est).__name__} does not support checkpoints (checkpoint=, resume=)")
+    return est.fit(X, Y, client=client, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume)
 
 
 def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:

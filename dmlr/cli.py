@@ -63,7 +63,14 @@ def _client(args):
 def cmd_fit(args) -> int:
     import dmlr
 
-    model = dmlr.fit(args.data, args.model, split=args.split, client=_client(args), **_model_params(args))
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint DIR")
+    ckpt = {}
+    if args.checkpoint:
+        ckpt = {"checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume}
+    model = dmlr.fit(args.data, args.model, split=args.split, client=_client(args), **ckpt, **_model_params(args))
+    if getattr(model, "resumed_from_iteration_", 0):
+        print(f"resumed from the checkpoint at iteration {model.resumed_from_iteration_} in {args.checkpoint}")
     print(f"fitted {type(model).__name__}: {model.n_iter_} iterations, objective "
           f"{model.objective_history_[-1]:.6g}, {model.fit_seconds_:.2f} s ({model.backend_} backend)")
     path = model.save(args.out)
@@ -158,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--step", choices=["paper", "backtracking", "spectral"], help="APG step rule")
     f.add_argument("--backend", choices=["auto", "local", "dask"])
     f.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
+    f.add_argument("--checkpoint", metavar="DIR",
+                   help="write the solver state to this Zarr checkpoint every --checkpoint-every iterations "
+                        "(marked complete at the end)")
+    f.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=10, metavar="K",
+                   help="iterations between checkpoints (default: 10)")
+    f.add_argument("--resume", action="store_true",
+                   help="continue from the state in --checkpoint (start from scratch if there is none); "
+                        "a checkpoint of other parameters or data is an error")
     shown = f.add_mutually_exclusive_group()
     shown.add_argument("--verbose", type=int, default=10, metavar="N",
                        help="show progress every N iterations (default: 10; 0: none)")

@@ -26,17 +26,23 @@ from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_featur
 from dmlr.kernels.blocks import append_bias, as_matrix
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.metrics import predict_from_scores
+from dmlr.models import checkpoint as ckpt_store
 from dmlr.models.base import BaseModel, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.progress import ProgressReporter
-from dmlr.solvers.apg import apg
+from dmlr.solvers.apg import APGResult, apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step=`` values; see :class:`RBRL`.
 STEP_RULES = ("paper", "backtracking", "spectral")
 #: ``kernel=`` values besides None (the primal linear model).
 KERNELS = ("rbf", "linear", "poly")
+#: Parameters that define the problem or its stopping rule: a checkpoint records them and
+#: resuming needs the same values (:mod:`dmlr.models.checkpoint`).
+CHECKPOINT_PARAMS = ("lambda1", "lambda2", "lambda3", "kernel", "gamma", "degree", "coef0",
+                     "kernel_approximation", "n_components", "random_state", "tol", "gradient_tol",
+                     "fit_intercept", "step", "restart")
 
 
 @register_model
@@ -138,12 +144,15 @@ class RBRL(BaseModel):
     n_features_in_, n_labels_ : int
     fit_seconds_ : float
         Whole fit, including loading the row blocks and the Lipschitz pass.
+    resumed_from_iteration_ : int
+        The checkpoint iteration this fit continued from (0: started from
+        scratch; ``n_iter_``: the checkpoint held the finished fit).
     """
 
     _fitted_arrays = ("coef_",)
     _fitted_attributes = ("objective_history_", "objective_seconds_", "n_iter_", "converged_", "lipschitz_",
                           "n_backtracks_", "n_restarts_", "n_features_in_", "n_labels_", "fit_seconds_",
-                          "backend_", "gamma_")
+                          "backend_", "gamma_", "resumed_from_iteration_")
 
     def __init__(self, lambda1=1.0, lambda2=0.01, lambda3=0.1, kernel=None, gamma=None, degree=3, coef0=1.0,
                  kernel_memory="keep", kernel_approximation=None, n_components=256, random_state=0,
@@ -219,8 +228,36 @@ class RBRL(BaseModel):
                              f"not kernel={self.kernel!r}; use 'nystroem'")
         # --
 
-    def fit(self, X, Y, *, client=None):
+    def fit(self, X, Y, *, client=None, checkpoint=None, checkpoint_every=10, resume=False):
         """Fit on X (numpy, scipy.sparse or dask, (n, d)) and Y (0/1, (n, l)).
+
+        Parameters
+        ----------
+        X, Y : arrays
+        client : distributed.Client, optional
+            For ``backend="dask"`` (default: :func:`dmlr.get_client`).
+        checkpoint : str or Path, optional
+            Directory of a Zarr checkpoint of the solver
+            (:mod:`dmlr.models.checkpoint`): the full APG state is written
+            there atomically every ``checkpoint_every`` iterations, and the
+            final result when the fit ends (the checkpoint is then marked
+            complete, not removed). Covers every RBRL variant: linear,
+            kernel (``dual_coef_``) and approximate-kernel features (which
+            need an integer ``random_state`` to be rebuilt on resume).
+        checkpoint_every : int
+            Iterations between checkpoints.
+        resume : bool
+            Continue from ``checkpoint`` if it holds a state: the fit then
+            ends at the model of an uninterrupted fit (same iterates,
+            ``resumed_from_iteration_`` > 0). With no checkpoint there (or
+            one without any state yet) the fit starts from scratch. A
+            checkpoint of a different problem (other lambdas, kernel, step
+            rule, tol, data, ...) raises
+            :class:`~dmlr.models.checkpoint.CheckpointMismatchError` (a
+            ``ValueError``); a complete one returns its result without
+            iterating. Without ``resume``, an unfinished checkpoint at
+            ``checkpoint`` raises :class:`FileExistsError` and a complete
+            one is replaced.
 
         Returns
         -------
@@ -229,6 +266,7 @@ class RBRL(BaseModel):
         import time
 
         self._validate_params()
+        ckpt = self._checkpoint_request(checkpoint, checkpoint_every, resume)
         start = time.perf_counter()
         if X.ndim != 2 or np.ndim(Y) != 2:
             raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
@@ -238,13 +276,13 @@ class RBRL(BaseModel):
             _check_binary(Y)
         l = int(np.shape(Y)[1])
         if self.kernel is None:
-            res = self._fit_linear(X, Y, client)
+            res = self._fit_linear(X, Y, client, ckpt)
             self.coef_ = res.x
         elif self.kernel_approximation is not None:  # approximate kernel features (dmlr.kernels.approx)
-            res = self._fit_linear(self._fit_feature_map(X).transform(X), Y, client)
+            res = self._fit_linear(self._fit_feature_map(X).transform(X), Y, client, ckpt)
             self.coef_ = res.x
         else:
-            res = self._fit_kernel(X, Y, client)
+            res = self._fit_kernel(X, Y, client, ckpt)
             self.dual_coef_ = res.x
         self.objective_history_ = res.objective_history
         self.objective_seconds_ = res.seconds
@@ -258,8 +296,21 @@ class RBRL(BaseModel):
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
+    def _checkpoint_request(self, checkpoint, every, resume):
+        """Validated ``(path, every, resume)``, or None without a checkpoint."""
+        if checkpoint is None:
+            if resume:
+                raise ValueError("resume=True needs a checkpoint path (checkpoint=...)")
+            return None
+        if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool) and every >= 1):
+            raise ValueError(f"checkpoint_every must be a positive integer, got {every!r}")
+        if self.kernel_approximation is not None and self.random_state is None:
+            raise ValueError("checkpointing a fit on approximate kernel features needs an integer random_state "
+                             "(the features are rebuilt from it on resume)")
+        return (checkpoint, int(every), bool(resume))
+
     # -- the two models -----------------------------------------------------------
-    def _fit_linear(self, X, Y, client):
+    def _fit_linear(self, X, Y, client, ckpt=None):
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, backend=self.backend,
                                client=client, n_blocks=self.n_blocks)
         lam1, lam2 = float(self.lambda1), float(self.lambda2)
@@ -279,11 +330,12 @@ class RBRL(BaseModel):
                 return objective.add_ridge(values, grad, points, grad_point, lam1)
 
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
-            return self._solve(chunks, oracle, x0, paper_L, spectral_L)
+            data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
+            return self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
         finally:
             chunks.close()
 
-    def _fit_kernel(self, X, Y, client):
+    def _fit_kernel(self, X, Y, client, ckpt=None):
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
         X_all = as_matrix(X.compute() if hasattr(X, "dask") else X)
         chunks = make_chunkset(X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False,
@@ -291,6 +343,7 @@ class RBRL(BaseModel):
         lam1, lam2 = float(self.lambda1), float(self.lambda2)
         n = X_all.shape[0]
         try:
+            data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             kchunks = chunks.transform(kernel_objective.make_kernel_block, X_all, spec,
                                        self.kernel_memory == "keep")
         finally:
@@ -308,7 +361,7 @@ class RBRL(BaseModel):
                 return kchunks.map_reduce(kernel_objective.block_value_and_grad, points, grad_point, lam1, lam2)
 
             x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
-            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L)
+            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
         finally:
             kchunks.close()
         self.support_ = X_all
@@ -344,8 +397,13 @@ class RBRL(BaseModel):
             return np.array(prev, dtype=np.float64)
         return np.zeros(shape)
 
-    def _solve(self, chunks, oracle, x0, paper_L, spectral_L):
-        """APG with this estimator's step rule; returns the :class:`APGResult`."""
+    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None):
+        """APG with this estimator's step rule; returns the :class:`APGResult`.
+
+        With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
+        one (``data_fp``: :func:`dmlr.models.checkpoint.data_fingerprint` of
+        the training data).
+        """
         lam3 = float(self.lambda3)
         restart = self.step != "paper" if self.restart is None else bool(self.restart)
         gradient_tol = self.gradient_tol
@@ -355,21 +413,45 @@ class RBRL(BaseModel):
         def prox(V, scaling):
             return prox_nuclear_norm(V, lam3, scaling)
 
+        store, saved = None, None
+        if ckpt is not None:
+            path, every, resume = ckpt
+            fingerprint = ckpt_store.make_fingerprint(
+                type(self).__name__, {k: getattr(self, k) for k in CHECKPOINT_PARAMS}, x0.shape, data_fp)
+            store, saved = ckpt_store.open_for_fit(path, fingerprint, resume=resume, max_iter=int(self.max_iter))
+        self.backend_ = chunks.backend
+        if isinstance(saved, APGResult):  # a complete checkpoint: the fit had ended
+            self.resumed_from_iteration_ = saved.n_iter
+            return saved
+        state = saved
+        self.resumed_from_iteration_ = 0 if state is None else state.n_iter
         callback = (ProgressReporter(int(self.verbose), max_iter=int(self.max_iter), tol=float(self.tol))
                     if self.verbose else None)
-        with chunks.solver_context():
-            if self.step == "spectral":
-                L, backtracking = spectral_L(), True
-            elif self.step == "backtracking":
-                L, backtracking = paper_L() / 1024.0, True
-            else:
-                L, backtracking = paper_L(), False
-            res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
-                      callback=callback, backtracking=backtracking, restart=restart,
-                      gradient_tol=gradient_tol)
+        writer = ckpt_store.BackgroundWriter(store.save_state) if store is not None else None
+        try:
+            with chunks.solver_context():
+                backtracking = self.step != "paper"
+                if state is not None:  # L is in the state (it changes under backtracking)
+                    L = state.lipschitz
+                elif self.step == "spectral":
+                    L = spectral_L()
+                elif self.step == "backtracking":
+                    L = paper_L() / 1024.0
+                else:
+                    L = paper_L()
+                res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
+                          callback=callback, backtracking=backtracking, restart=restart,
+                          gradient_tol=gradient_tol, state=state,
+                          checkpoint=(every, writer) if writer is not None else None)
+        except BaseException:
+            if writer is not None:  # let the checkpoint being written land; the fit's error wins
+                writer.wait(raise_error=False)
+            raise
         if callback is not None:
             callback.finish(res.converged)
-        self.backend_ = chunks.backend
+        if writer is not None:
+            writer.wait()
+            store.save_final(res, int(self.max_iter))
         return res
 
     def _validate_loaded(self, path) -> None:

@@ -1,6 +1,6 @@
 """Solvers that know nothing about Dask: they see a smooth oracle and a prox."""
 
-from dmlr.solvers.apg import APGResult, apg
+from dmlr.solvers.apg import APGResult, APGState, apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
-__all__ = ["APGResult", "apg", "prox_nuclear_norm"]
+__all__ = ["APGResult", "APGState", "apg", "prox_nuclear_norm"]

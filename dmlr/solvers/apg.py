@@ -49,6 +49,18 @@ Algorithm 1's):
   measured against its own (already small) first mapping, a warm fit needed
   more iterations than a cold one (yahoo_arts, 3000 rows, tol 1e-4: 446
   against 186). A warm start costs one extra oracle call, at the origin.
+
+Checkpoints and resuming (the solver knows no storage; see
+:mod:`dmlr.models.checkpoint` for the Zarr side): after iteration t the run is
+fully described by an :class:`APGState` -- W_t, the next extrapolation point
+G_{t+1} with f(G_{t+1}) and grad f(G_{t+1}) (already computed by the
+speculative oracle call), b_{t+1}, L, the history, the counters and the
+``gradient_tol`` reference. ``checkpoint=(every, fn)`` hands that state to
+``fn`` after every ``every``-th iteration that the run goes on from, and
+``apg(..., state=s)`` continues from it: the resumed run computes exactly
+the numbers the uninterrupted run computes (no oracle call is repeated, so
+nothing depends on how the oracle sums), hence the same iterates bit for bit
+when the oracle is deterministic.
 """
 
 from __future__ import annotations
@@ -96,6 +108,54 @@ class APGResult:
     n_oracle_calls: int = 0
 
 
+@dataclass
+class APGState:
+    """Everything :func:`apg` needs to continue after iteration ``n_iter``.
+
+    The next iteration computes W_{t+1} = prox(G - grad / L) and the momentum
+    from W (= W_t) and W_{t+1}; W_{t-1} is not needed, because G = G_{t+1}
+    (which was built from it) is kept as computed.
+
+    Attributes
+    ----------
+    n_iter : int
+        t, the number of objective values so far (= len(objective_history)).
+    W : ndarray (d, l)
+        W_t, the last proximal point (the result if the run stopped here).
+    G : ndarray (d, l)
+        G_{t+1}, the next extrapolation point.
+    grad : ndarray (d, l)
+        grad f(G_{t+1}).
+    f_G : float
+        f(G_{t+1}) (the backtracking test needs it).
+    b : float
+        b_{t+1}, the momentum sequence.
+    lipschitz : float
+        L (changes under backtracking only).
+    objective_history, seconds : list of float
+        obj(1..t) and the wall time since the start at each (on resume the
+        clock continues from ``seconds[-1]``).
+    n_backtracks, n_restarts, n_oracle_calls : int
+    reference_mapping : float or None
+        ||L (G_1 - W_1)||, or its value at the origin for a warm start: the
+        reference of the ``gradient_tol`` test.
+    """
+
+    n_iter: int
+    W: np.ndarray
+    G: np.ndarray
+    grad: np.ndarray
+    f_G: float
+    b: float
+    lipschitz: float
+    objective_history: list
+    seconds: list
+    n_backtracks: int = 0
+    n_restarts: int = 0
+    n_oracle_calls: int = 0
+    reference_mapping: float | None = None
+
+
 def relative_change(new: float, old: float) -> float:
     """|new - old| / |old| (inf when old is 0 and new differs)."""
     if old == 0.0:
@@ -114,7 +174,7 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
 
 def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000, tol: float = 1e-6,
         callback=None, backtracking: bool = False, restart: bool = False, eta: float = 2.0,
-        gradient_tol: float | None = None) -> APGResult:
+        gradient_tol: float | None = None, checkpoint=None, state: APGState | None = None) -> APGResult:
     """Minimize f + g by FISTA.
 
     Parameters
@@ -144,6 +204,15 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
     gradient_tol : float, optional
         Also require ||L (G_t - W_t)||_F <= gradient_tol * (its value at the
         origin) before the relative-change test may stop the run.
+    checkpoint : (int, callable), optional
+        ``(every, fn)``: ``fn(state)`` with the :class:`APGState` after every
+        iteration t with ``t % every == 0`` that the run goes on from (not
+        after the last one). ``fn`` must not modify the arrays.
+    state : APGState, optional
+        Continue from this state (``x0`` then only gives the shape and
+        ``lipschitz`` is ignored: L is the state's). The other arguments
+        must be those of the interrupted run for the same iterates, except
+        ``max_iter``, which must exceed ``state.n_iter``.
 
     Returns
     -------
@@ -155,20 +224,28 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         raise ValueError(f"eta must be > 1, got {eta}")
     if gradient_tol is not None and not gradient_tol >= 0:
         raise ValueError(f"gradient_tol must be >= 0, got {gradient_tol}")
-    reference_mapping = None
-    if gradient_tol is not None and np.any(x0):
-        zero = np.zeros_like(x0)
-        _, grad0 = oracle(zero[None], 0)
-        reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
-    L = float(lipschitz)
-    start = time.perf_counter()
-    result = APGResult(x=x0, lipschitz=L)
-    W = x0
-    G = x0
-    b = 1.0
-    values, grad = oracle(G[None], 0)
-    f_G = float(values[0])
-    result.n_oracle_calls = 1 + (reference_mapping is not None)
+    if checkpoint is not None:
+        every, save_state = checkpoint
+        if not (isinstance(every, (int, np.integer)) and every >= 1 and callable(save_state)):
+            raise ValueError(f"checkpoint must be (every >= 1, callable), got {checkpoint!r}")
+    if state is not None:
+        W, G, b, L, grad, f_G, reference_mapping, result = _restore(state, x0, max_iter)
+        start = time.perf_counter() - (state.seconds[-1] if state.seconds else 0.0)
+    else:
+        reference_mapping = None
+        if gradient_tol is not None and np.any(x0):
+            zero = np.zeros_like(x0)
+            _, grad0 = oracle(zero[None], 0)
+            reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
+        L = float(lipschitz)
+        start = time.perf_counter()
+        result = APGResult(x=x0, lipschitz=L)
+        W = x0
+        G = x0
+        b = 1.0
+        values, grad = oracle(G[None], 0)
+        f_G = float(values[0])
+        result.n_oracle_calls = 1 + (reference_mapping is not None)
     hist = result.objective_history
     while True:
         step = 1.0 / L
@@ -205,3 +282,31 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
             return result
         W, G, b = W_new, G_next, b_next
         grad, f_G = grad_next, float(values[1])
+        if checkpoint is not None and len(hist) % every == 0:
+            save_state(APGState(n_iter=len(hist), W=W, G=G, grad=grad, f_G=f_G, b=b, lipschitz=L,
+                                objective_history=list(hist), seconds=list(result.seconds),
+                                n_backtracks=result.n_backtracks, n_restarts=result.n_restarts,
+                                n_oracle_calls=result.n_oracle_calls, reference_mapping=reference_mapping))
+
+
+def _restore(state: APGState, x0: np.ndarray, max_iter: int):
+    """Check a saved state against this run; the loop variables and the result so far."""
+    t = int(state.n_iter)
+    if t < 1 or len(state.objective_history) != t or len(state.seconds) != t:
+        raise ValueError(f"inconsistent APG state: n_iter={t} with {len(state.objective_history)} objective "
+                         f"values and {len(state.seconds)} times")
+    for name in ("W", "G", "grad"):
+        a = getattr(state, name)
+        if a is None or np.shape(a) != np.shape(x0):
+            raise ValueError(f"APG state {name} has shape {np.shape(a)}, the problem's is {np.shape(x0)}")
+    if not (state.lipschitz > 0 and math.isfinite(state.lipschitz)):
+        raise ValueError(f"APG state lipschitz constant must be positive and finite, got {state.lipschitz}")
+    if t >= max_iter:
+        raise ValueError(f"the saved state is at iteration {t}; max_iter={max_iter} leaves nothing to do")
+    L = float(state.lipschitz)
+    result = APGResult(x=state.W, objective_history=[float(v) for v in state.objective_history], n_iter=t,
+                       seconds=[float(v) for v in state.seconds], lipschitz=L,
+                       n_backtracks=int(state.n_backtracks), n_restarts=int(state.n_restarts),
+                       n_oracle_calls=int(state.n_oracle_calls))
+    ref = None if state.reference_mapping is None else float(state.reference_mapping)
+    return state.W, state.G, float(state.b), L, state.grad, float(state.f_G), ref, result
