@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import RBRL
+from dmlr.models import MMP, RBRL, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL}
+MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP}
 
 
 def _as_dataset(data):

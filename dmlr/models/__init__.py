@@ -2,5 +2,6 @@
 
 from dmlr.models.base import MODEL_REGISTRY, BaseModel, load_model
 from dmlr.models.rbrl import RBRL
+from dmlr.models.ranksvm import MMP, RankSVM
 
-__all__ = ["MODEL_REGISTRY", "BaseModel", "RBRL", "load_model"]
+__all__ = ["MMP", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]

@@ -1,0 +1,348 @@
+"""Numba kernels for the Rank-SVM primal (Park & Choi 2013, seed 000) on label scores.
+
+All kernels are pure functions of numpy arrays, compiled with
+``cache=True, nogil=True`` (as :mod:`dmlr.kernels.ranking`).
+
+Notation. For one instance with scores ``s = M^T x`` (one entry per label),
+relevant labels P (y = 1), irrelevant labels Nb (y = 0) and N_i = |P| |Nb|,
+the pair argument of the hinge is
+
+    a_kl = 1 - s_k + s_l,   k in P, l in Nb,
+
+computed everywhere (fast path and double loop alike) as ``s_l - (s_k - margin)``
+so that both paths classify exact ties identically.
+
+* Pairwise hinge (eq. 5):   R_i = 1/N_i sum_{k,l} [a_kl]_+.
+* Smoothed hinge (eqs. 9, 12-15): with g of eq. 14, A_i of eq. 13 and
+  d(beta) = 1/2 ||beta||^2, each pair's scalar problem is
+
+      max_{beta in [0, 1]}  beta a_kl / N_i - alpha/2 beta^2,
+
+  solved by eq. 15, beta_hat_kl = median(1, z_l - z_k, 0) = clip(a_kl / mu, 0, 1)
+  with z_k = (s_k - 1/2) / (alpha N_i), z_l = (s_l + 1/2) / (alpha N_i), i.e. a
+  smoothing width (in units of a) of **mu = alpha * N_i**. The per-pair value is
+  the Huberized hinge
+
+      0                        a <= 0
+      a^2 / (2 mu N_i)         0 < a < mu
+      (a - mu/2) / N_i         a >= mu
+
+  so 0 <= R_i - R_i^alpha <= alpha N_i / 2 (eq. 10 with C = max d = N_i / 2).
+* Score gradient (eqs. 16-17): dR_i/ds_k = zeta_k / N_i with
+  zeta_k = -sum_{l in Nb} beta_hat_kl (k in P), zeta_l = +sum_{k in P} beta_hat_kl
+  (l in Nb); dR_i/dM = x (zeta / N_i)^T. The kernels return these coefficients
+  ``c = zeta / N_i`` (so that the gradient of a block is X^T C).
+
+``alpha = 0`` gives the plain hinge and a subgradient: beta_hat_kl = 1 where
+a_kl > 0 and 0 where a_kl <= 0 (the choice at the kink a = 0 is 0).
+
+Rows with no pair (no relevant or no irrelevant label) have N_i = 0: they
+contribute loss 0 and coefficient 0 (the sum in eq. 5 is empty; the 0/0 of
+1/N_i is taken as 0). They still count as instances in the mean of eq. 5
+(the objective divides by n, all rows), so a stochastic step on such a row is
+the regularizer's step only.
+
+Cost. :func:`ranksvm_row` sorts the two lists {s_k - margin}_{k in P} and
+{s_l}_{l in Nb} (the paper's "sorting of two lists", Section 4, after
+Zhang et al. 2011) and, with prefix sums of each sorted list and of its
+squares, finds by binary search for each label the segment of the other list
+in the linear region (beta = 1) and in the quadratic region (0 < beta < 1):
+O(K log K) per row. :func:`ranksvm_row_naive` is the O(|P| |Nb|) double loop
+(the reference the tests compare against).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: Margin of the pairwise hinge (eq. 4: h(a) = [1 - a]_+).
+RANKSVM_MARGIN = 1.0
+
+
+@njit(cache=True, nogil=True)
+def ranksvm_row_naive(s, y, alpha, margin, coef_out):
+    """Smoothed (alpha > 0) or plain (alpha = 0) pairwise hinge of one row, by the double loop.
+
+    Parameters
+    ----------
+    s : float64 (K,)
+        Scores of the row.
+    y : int8 (K,)
+        0/1 labels.
+    alpha : float
+        Smoothing parameter of eq. 9 (>= 0); the width is mu = alpha * N_i.
+    margin : float
+        Hinge margin (1 in eq. 4).
+    coef_out : float64 (K,)
+        Receives dR_i/ds (eqs. 16-17 divided by x; a subgradient when alpha = 0).
+
+    Returns
+    -------
+    float
+        R_i (eq. 5) or its smoothing (eq. 9); 0 for a row without pairs.
+    """
+    K = s.shape[0]
+    n_pos = 0
+    for j in range(K):
+        coef_out[j] = 0.0
+        n_pos += y[j] != 0
+    n_neg = K - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return 0.0
+    n_pairs = float(n_pos * n_neg)
+    mu = alpha * n_pairs
+    loss = 0.0
+    for k in range(K):
+        if y[k] == 0:
+            continue
+        u = s[k] - margin
+        for l in range(K):
+            if y[l] != 0:
+                continue
+            a = s[l] - u
+            if mu > 0.0:
+                if a <= 0.0:
+                    beta = 0.0
+                elif a >= mu:
+                    beta = 1.0
+                    loss += a - 0.5 * mu
+                else:
+                    beta = a / mu
+                    loss += 0.5 * a * a / mu
+            else:
+                if a > 0.0:
+                    beta = 1.0
+                    loss += a
+                else:
+                    beta = 0.0
+            coef_out[k] -= beta
+            coef_out[l] += beta
+    for j in range(K):
+        coef_out[j] /= n_pairs
+    return loss / n_pairs
+
+
+@njit(cache=True, nogil=True)
+def _sort_with_prefix(vals, n, prefix1, prefix2):
+    """Sort vals[:n] in place; prefix sums of the sorted values and of their squares."""
+    if n > 1:
+        srt = np.sort(vals[:n])
+        vals[:n] = srt
+    prefix1[0] = 0.0
+    prefix2[0] = 0.0
+    for i in range(n):
+        prefix1[i + 1] = prefix1[i] + vals[i]
+        prefix2[i + 1] = prefix2[i] + vals[i] * vals[i]
+
+
+@njit(cache=True, nogil=True)
+def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
+    """As :func:`ranksvm_row_naive`, in O(K log K) by sorting (the fast path).
+
+    Parameters
+    ----------
+    s, y, alpha, margin, coef_out
+        As :func:`ranksvm_row_naive`.
+    u, v, pu1, pu2, pv1, pv2 : float64 scratch arrays of length >= K + 1
+        Reused across rows: the sorted lists u = {s_k - margin}_{k in P},
+        v = {s_l}_{l in Nb} and their prefix sums (of values and squares).
+
+    Returns
+    -------
+    float
+        Same as :func:`ranksvm_row_naive` (up to rounding of the prefix sums).
+
+    Notes
+    -----
+    With a_kl = v_l - u_k: for a negative l, the positives in the linear
+    region (beta = 1) are u_k <= v_l - mu, those in the quadratic region
+    (beta = a / mu) are v_l - mu < u_k < v_l; symmetrically for a positive k,
+    the negatives v_l >= u_k + mu and u_k < v_l < u_k + mu. The loss is
+    summed over negatives only:
+
+        linear:     c1 (v - mu/2) - S1(u)
+        quadratic:  (c2 v^2 - 2 v S1(u) + S2(u)) / (2 mu)
+
+    and the coefficients are c_l = (c1 + (c2 v - S1(u)) / mu) / N_i,
+    c_k = -(c1' + (S1(v) - c2' u) / mu) / N_i.
+    """
+    K = s.shape[0]
+    n_pos = 0
+    n_neg = 0
+    for j in range(K):
+        coef_out[j] = 0.0
+        if y[j] != 0:
+            u[n_pos] = s[j] - margin
+            n_pos += 1
+        else:
+            v[n_neg] = s[j]
+            n_neg += 1
+    if n_pos == 0 or n_neg == 0:
+        return 0.0
+    n_pairs = float(n_pos * n_neg)
+    mu = alpha * n_pairs
+    _sort_with_prefix(u, n_pos, pu1, pu2)
+    _sort_with_prefix(v, n_neg, pv1, pv2)
+    us = u[:n_pos]
+    vs = v[:n_neg]
+    loss = 0.0
+    for l in range(K):
+        if y[l] != 0:
+            continue
+        vl = s[l]
+        hi = np.searchsorted(us, vl, side="left")          # u_k < v_l: a > 0
+        if hi == 0:
+            continue
+        if mu > 0.0:
+            lo = np.searchsorted(us, vl - mu, side="right")  # u_k <= v_l - mu: beta = 1
+            c1 = float(lo)
+            c2 = float(hi - lo)
+            s1 = pu1[hi] - pu1[lo]
+            s2 = pu2[hi] - pu2[lo]
+            loss += c1 * (vl - 0.5 * mu) - pu1[lo]
+            loss += (c2 * vl * vl - 2.0 * vl * s1 + s2) / (2.0 * mu)
+            coef_out[l] = (c1 + (c2 * vl - s1) / mu) / n_pairs
+        else:
+            c1 = float(hi)
+            loss += c1 * vl - pu1[hi]
+            coef_out[l] = c1 / n_pairs
+    for k in range(K):
+        if y[k] == 0:
+            continue
+        uk = s[k] - margin
+        lo = np.searchsorted(vs, uk, side="right")             # v_l > u_k: a > 0
+        if lo == n_neg:
+            continue
+        if mu > 0.0:
+            hi = np.searchsorted(vs, uk + mu, side="left")     # v_l >= u_k + mu: beta = 1
+            if hi < lo:
+                hi = lo
+            c1 = float(n_neg - hi)
+            c2 = float(hi - lo)
+            s1 = pv1[hi] - pv1[lo]
+            coef_out[k] = -(c1 + (s1 - c2 * uk) / mu) / n_pairs
+        else:
+            coef_out[k] = -float(n_neg - lo) / n_pairs
+    return loss / n_pairs
+
+
+@njit(cache=True, nogil=True)
+def pairwise_hinge_row(s, y, coef_out, u, v, pu1, pu2, pv1, pv2):
+    """Plain pairwise hinge R_i (eq. 5) and a subgradient (eq. 7's dR_t): alpha = 0."""
+    return ranksvm_row(s, y, 0.0, RANKSVM_MARGIN, coef_out, u, v, pu1, pu2, pv1, pv2)
+
+
+@njit(cache=True, nogil=True)
+def ranksvm_scores_loss(S, Y, alpha, margin, C):
+    """Sum of the per-row (smoothed) pairwise hinges of a block of scores and dR/dS.
+
+    Parameters
+    ----------
+    S : float64 (m, K)
+        Scores X @ M.
+    Y : int8 (m, K)
+        0/1 labels.
+    alpha : float
+        Smoothing parameter (0: plain hinge and subgradient).
+    margin : float
+    C : float64 (m, K)
+        Receives the coefficients c_i (row i: dR_i/ds_i), so that the block's
+        share of the gradient of the mean loss is X^T C / n.
+
+    Returns
+    -------
+    float
+        sum_i R_i (not divided by the number of rows).
+    """
+    m, K = Y.shape
+    u = np.empty(K + 1)
+    v = np.empty(K + 1)
+    pu1 = np.empty(K + 1)
+    pu2 = np.empty(K + 1)
+    pv1 = np.empty(K + 1)
+    pv2 = np.empty(K + 1)
+    total = 0.0
+    for i in range(m):
+        total += ranksvm_row(S[i], Y[i], alpha, margin, C[i], u, v, pu1, pu2, pv1, pv2)
+    return total
+
+
+@njit(cache=True, nogil=True)
+def ranksvm_scores_loss_naive(S, Y, alpha, margin, C):
+    """:func:`ranksvm_scores_loss` by the O(|P||Nb|) double loop per row (reference)."""
+    m, K = Y.shape
+    total = 0.0
+    for i in range(m):
+        total += ranksvm_row_naive(S[i], Y[i], alpha, margin, C[i])
+    return total
+
+
+def block_loss_and_coef(S, Y, alpha: float = 0.0, margin: float = RANKSVM_MARGIN, naive: bool = False):
+    """(sum of R_i, C (m, K)) for a block of scores; grad of the mean loss = X^T C / n.
+
+    ``alpha = 0``: the plain hinge (eq. 5) and a subgradient; ``alpha > 0``:
+    the smoothed loss of eq. 9 and its gradient (eqs. 15-17).
+    """
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    C = np.zeros(S.shape)
+    fn = ranksvm_scores_loss_naive if naive else ranksvm_scores_loss
+    return float(fn(S, Y, float(alpha), float(margin), C)), C
+
+
+@njit(cache=True, nogil=True)
+def mmp_row(s, y, coef_out):
+    """MMP (Crammer & Singer 2003) isErr loss and uniform-update coefficients of one row.
+
+    The error set is E = {(k, l) in P x Nb : s_k <= s_l} (ties are errors, as
+    in the MMP paper). isErr = 1 if E is not empty, else 0. The uniform update
+    gives every pair of E weight 1/|E|, so the perceptron step is
+    m_j <- m_j - coef_j x with
+
+        coef_k = -#{l : (k, l) in E} / |E|   (k in P),
+        coef_l = +#{k : (k, l) in E} / |E|   (l in Nb),
+
+    computed by sorting the relevant scores: O(K log K). Rows without pairs
+    (or without errors) give 0 and zero coefficients.
+
+    Returns
+    -------
+    float
+        isErr (0 or 1).
+    """
+    K = s.shape[0]
+    n_pos = 0
+    for j in range(K):
+        coef_out[j] = 0.0
+        n_pos += y[j] != 0
+    n_neg = K - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return 0.0
+    pos = np.empty(n_pos)
+    neg = np.empty(n_neg)
+    a = 0
+    b = 0
+    for j in range(K):
+        if y[j] != 0:
+            pos[a] = s[j]
+            a += 1
+        else:
+            neg[b] = s[j]
+            b += 1
+    pos.sort()
+    neg.sort()
+    n_err = 0
+    for l in range(K):
+        if y[l] == 0:
+            c = np.searchsorted(pos, s[l], side="right")   # s_k <= s_l
+            coef_out[l] = c
+            n_err += c
+    if n_err == 0:
+        return 0.0
+    for k in range(K):
+        if y[k] != 0:
+            coef_out[k] = -(n_neg - np.searchsorted(neg, s[k], side="left"))  # s_l >= s_k
+    for j in range(K):
+        coef_out[j] /= n_err
+    return 1.0

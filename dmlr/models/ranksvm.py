@@ -1,0 +1,365 @@
+"""Linear Rank-SVM trained online (ANSGD, SGD) or in batch (smoothing + L-BFGS), and MMP.
+
+Park & Choi, ICASSP 2013 (seed 000). Rank-SVM minimizes (eqs. 5-6)
+
+    lambda/2 ||M||_F^2 + 1/n sum_i 1/N_i sum_{k in Y_i, l not in Y_i} [1 - m_k.x_i + m_l.x_i]_+
+
+with the bias as an appended constant feature (``fit_intercept``; regularized
+like the rest of M, as the paper's augmented m_k). Solvers
+(:mod:`dmlr.solvers.sgd`): ``"ansgd"`` (Algorithm 1 with the smoothed gradient
+of eqs. 12-17), ``"sgd"`` (eq. 7) and ``"lbfgs"`` (the batch baseline: the
+smoothed objective, fixed smoothing ``smoothing``, by scipy's L-BFGS-B).
+:class:`MMP` is Crammer & Singer's multi-class multi-label perceptron (isErr
+loss, uniform update), the paper's other online baseline.
+
+The models rank labels: ``decision_function`` gives the scores
+``[X, 1] @ coef_``. ``predict`` thresholds them at ``threshold`` (default 0)
+with at least one label per row (:func:`dmlr.metrics.predict_from_scores`,
+the rule ``dmlr.evaluate`` applies to every model). The pairwise loss only
+constrains score differences, so 0 is not a calibrated threshold: use the
+ranking metrics (ranking loss, AUC -- what the paper reports) to judge these
+models, or tune ``threshold``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dmlr.errors import DmlrInputError
+from dmlr.kernels.blocks import append_bias, as_matrix, make_block
+from dmlr.metrics import multilabel_metrics, predict_from_scores
+from dmlr.models.base import BaseModel, register_model
+from dmlr.objectives import ranksvm as objective
+from dmlr.solvers import sgd as solvers
+
+#: Default number of instance updates of the online solvers (the paper's 7 x 10^4).
+ONLINE_MAX_ITER = 70_000
+#: Default number of L-BFGS iterations.
+LBFGS_MAX_ITER = 1000
+RANKSVM_SOLVERS = ("ansgd", "sgd", "lbfgs")
+
+
+class _OnlineRanker(BaseModel):
+    """Shared fit / partial_fit / persistence of the linear online label rankers."""
+
+    _solver_name: str = ""
+    _fitted_attributes = ("objective_history_", "objective_iterations_", "n_iter_", "n_updates_",
+                          "n_features_in_", "n_labels_", "fit_seconds_", "converged_")
+
+    # -- subclass hooks -------------------------------------------------------------
+    def _solver(self) -> str:
+        return self._solver_name
+
+    def _lam(self) -> float:
+        return 0.0
+
+    def _step_kwargs(self) -> dict:
+        return {}
+
+    def _record_objective(self, block):
+        """objective(M) -> float for the history (on the rows of the current call)."""
+        raise NotImplementedError
+
+    def _check_params(self) -> None:
+        if self.max_iter is not None and not (isinstance(self.max_iter, (int, np.integer))
+                                              and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
+            raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
+        if self.random_state is not None and not (isinstance(self.random_state, (int, np.integer))
+                                                  and not isinstance(self.random_state, bool)
+                                                  and self.random_state >= 0):
+            raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
+        if self.sampling not in solvers.SAMPLING:
+            raise ValueError(f"sampling must be one of {solvers.SAMPLING}, got {self.sampling!r}")
+        if not (isinstance(self.record_every, (int, np.integer)) and self.record_every >= 0):
+            raise ValueError(f"record_every must be an integer >= 0, got {self.record_every!r}")
+
+    def _fitted_array_names(self) -> tuple:
+        if self._solver() == "lbfgs":
+            return ("coef_",)
+        names = ("coef_", "iterate_", "average_")
+        return names + (("psi_",) if self._solver() == "ansgd" else ())
+
+    # -- data -----------------------------------------------------------------------
+    def _block(self, X, Y):
+        if hasattr(X, "dask"):
+            X = X.compute()
+        if hasattr(Y, "dask"):
+            Y = Y.compute()
+        if X.ndim != 2 or np.ndim(Y) != 2:
+            raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
+        if X.shape[0] != np.shape(Y)[0]:
+            raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
+        Yn = np.asarray(Y)
+        if not np.isin(Yn, (0, 1)).all():
+            raise DmlrInputError("labels must be 0 or 1")
+        return make_block(X, Yn, bool(self.fit_intercept))
+
+    # -- fitting --------------------------------------------------------------------
+    def fit(self, X, Y, *, client=None):
+        """Fit from scratch: M_0 ~ N(0, 0.01) from ``random_state``, then ``max_iter``
+        updates on the seeded instance stream :func:`dmlr.solvers.sgd.instance_order`
+        (for the online solvers: the same as ``partial_fit(X[order], Y[order])``
+        on a fresh estimator). Returns self.
+
+        ``client`` is accepted for :func:`dmlr.fit`'s call and ignored: these
+        solvers run in this process (dask inputs are computed first)."""
+        self._check_params()
+        for name in self._fitted_array_names() + ("_state",):
+            if hasattr(self, name):
+                delattr(self, name)
+        block = self._block(X, Y)
+        n = block.n_rows
+        if n == 0:
+            raise DmlrInputError("X has no rows")
+        T = int(self.max_iter) if self.max_iter is not None else ONLINE_MAX_ITER
+        order = solvers.instance_order(n, T, self.random_state, self.sampling)
+        return self._run(block, order, int(X.shape[1]), reset=True)
+
+    def partial_fit(self, X, Y):
+        """Continue the online run on the rows of (X, Y), once each, in the given order.
+
+        The state (iterate, ANSGD's Psi, the update counter t, the running
+        average) continues exactly, so ``partial_fit(A).partial_fit(B)`` equals
+        ``partial_fit(vstack(A, B))`` and, on a fresh estimator, starts from the
+        same seeded M_0 as ``fit``. Returns self.
+        """
+        self._check_params()
+        block = self._block(X, Y)
+        return self._run(block, np.arange(block.n_rows), int(X.shape[1]), reset=False)
+
+    def _current_state(self, d: int, K: int, n_features: int, reset: bool):
+        state = None if reset else getattr(self, "_state", None)
+        if state is None and not reset and hasattr(self, "iterate_"):   # loaded from a file
+            state = solvers.OnlineState(M=np.array(self.iterate_, dtype=np.float64),
+                                        M_avg=np.array(self.average_, dtype=np.float64), t=int(self.n_updates_),
+                                        Psi=(np.array(self.psi_, dtype=np.float64)
+                                             if self._solver() == "ansgd" else None))
+        if state is not None and (state.M.shape != (d, K) or n_features != self.n_features_in_):
+            raise DmlrInputError(f"partial_fit got {n_features} features and {K} labels; the model has "
+                                 f"{self.n_features_in_} and {self.n_labels_}")
+        if state is None:
+            state = solvers.init_state((d, K), self.random_state, self._solver())
+            self.objective_history_, self.objective_iterations_ = [], []
+        return state
+
+    def _run(self, block, order, n_features: int, reset: bool):
+        start = time.perf_counter()
+        d, K = block.X.shape[1], block.Y.shape[1]
+        state = self._current_state(d, K, n_features, reset)
+        record = self._record_objective(block) if self.record_every else None
+        res = solvers.run_online(self._solver(), state, block.X, block.Y, order, lam=self._lam(),
+                                 average=bool(self.average), objective=record, record_every=int(self.record_every),
+                                 **self._step_kwargs())
+        self._state = state
+        self._store_state(state)
+        self.objective_history_ = list(self.objective_history_) + res.objective_history
+        self.objective_iterations_ = list(self.objective_iterations_) + res.objective_iterations
+        self.n_features_in_ = n_features
+        self.n_labels_ = K
+        self.converged_ = False
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _store_state(self, state) -> None:
+        self.iterate_ = state.M
+        self.average_ = state.M_avg
+        if state.Psi is not None:
+            self.psi_ = state.Psi
+        self.coef_ = state.output(bool(self.average))
+        self.n_updates_ = int(state.t)
+        self.n_iter_ = int(state.t)
+
+    # -- persistence / prediction ------------------------------------------------------
+    def _validate_loaded(self, path) -> None:
+        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
+        for name in self._fitted_array_names():
+            arr = getattr(self, name)
+            if arr.dtype.kind != "f" or arr.shape != expected:
+                raise DmlrInputError(f"{name} must be a float array of shape {expected}, got {arr.dtype} "
+                                     f"{arr.shape}", path=path)
+
+    def decision_function(self, X):
+        """Label scores ``[X, 1] @ coef_``, shape (n, n_labels); dask in, dask out."""
+        self._check_fitted()
+        if X.shape[-1] != self.n_features_in_:
+            raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
+        if hasattr(X, "dask"):
+            if len(X.chunks[1]) > 1:
+                X = X.rechunk({1: -1})
+            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),
+                                meta=np.empty((0, 0), dtype=np.float64))
+        return self._scores_block(X)
+
+    def _scores_block(self, X):
+        X = as_matrix(X)
+        if self.fit_intercept:
+            X = append_bias(X)
+        return np.asarray(X @ self.coef_)
+
+    def predict(self, X):
+        """0/1 labels: score > ``threshold``, at least one label per row (the arg-max)."""
+        return predict_from_scores(self.decision_function(X), float(self.threshold))
+
+
+@register_model
+class RankSVM(_OnlineRanker):
+    """Linear Rank-SVM (Park & Choi 2013, eqs. 5-6) by ANSGD, SGD or smoothing + L-BFGS.
+
+    Parameters
+    ----------
+    lam : float
+        lambda, the Frobenius weight (> 0 for the online solvers: their steps divide by it).
+    solver : {"ansgd", "sgd", "lbfgs"}
+        Algorithm 1 (ANSGD), eq. 7 (subgradient SGD, eta_t = 1/(lambda (t + omega))),
+        or the batch baseline (L-BFGS-B on the objective smoothed with ``smoothing``).
+    max_iter : int, optional
+        Online solvers: the number of instance updates (default 70 000, the
+        paper's). "lbfgs": L-BFGS iterations (default 1000).
+    fit_intercept : bool
+        Append a constant-1 feature (the bias, regularized).
+    random_state : int or None
+        Seed of M_0 ~ N(0, 0.01) and of the instance stream.
+    average : bool
+        Online solvers: ``coef_`` is the averaged solution M_hat = 1/t sum_j M_j
+        (the paper, Section 5) rather than the last iterate.
+    sampling : {"uniform", "permutation"}
+        Instance stream of ``fit``: uniform draws with replacement (the paper)
+        or epochs of random permutations.
+    omega : float
+        SGD's Omega (1e3, the paper's).
+    lipschitz : float
+        ANSGD's constant in theta_t (the paper's ``+ 1``; see :mod:`dmlr.solvers.sgd`).
+    smoothing : float
+        "lbfgs": the smoothing parameter alpha of eq. 9; F - F_alpha is between
+        0 and alpha * mean(N_i) / 2.
+    tol : float
+        "lbfgs": gradient tolerance (scipy's gtol).
+    record_every : int
+        Online solvers: record the objective (eq. 6, unsmoothed, of the output
+        on the rows of the current fit / partial_fit call) every this many
+        updates (0: never; each record costs a pass over those rows).
+        "lbfgs" records the smoothed objective after every iteration regardless.
+    threshold : float
+        Score threshold of ``predict``.
+
+    Attributes
+    ----------
+    coef_ : float64 (n_features + fit_intercept, n_labels)
+        M (last row: bias).
+    iterate_, average_ : float64, like coef_
+        Online solvers: M_t and M_hat (the state ``partial_fit`` continues).
+    psi_ : float64, like coef_
+        ANSGD's Psi_t.
+    n_updates_, n_iter_ : int
+        Online: updates so far (t). "lbfgs": n_iter_ = L-BFGS iterations.
+    objective_history_, objective_iterations_ : list
+        Recorded objective values and the update count (or L-BFGS iteration) of each.
+    converged_ : bool
+        "lbfgs": scipy's success flag; online solvers: False (they run ``max_iter`` updates).
+    """
+
+    def __init__(self, lam=1e-4, solver="ansgd", max_iter=None, fit_intercept=True, random_state=0, average=True,
+                 sampling="uniform", omega=solvers.SGD_OMEGA, lipschitz=1.0, smoothing=1e-4, tol=1e-8,
+                 record_every=0, threshold=0.0):
+        self.lam = lam
+        self.solver = solver
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+        self.average = average
+        self.sampling = sampling
+        self.omega = omega
+        self.lipschitz = lipschitz
+        self.smoothing = smoothing
+        self.tol = tol
+        self.record_every = record_every
+        self.threshold = threshold
+
+    def _solver(self) -> str:
+        return self.solver
+
+    def _lam(self) -> float:
+        return float(self.lam)
+
+    def _step_kwargs(self) -> dict:
+        if self.solver == "ansgd":
+            return {"L": float(self.lipschitz)}
+        return {"omega": float(self.omega)}
+
+    def _check_params(self) -> None:
+        if self.solver not in RANKSVM_SOLVERS:
+            raise ValueError(f"solver must be one of {RANKSVM_SOLVERS}, got {self.solver!r}")
+        lam = self.lam
+        if not (isinstance(lam, (int, float, np.floating)) and np.isfinite(lam) and lam >= 0):
+            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
+        if self.solver != "lbfgs" and not lam > 0:
+            raise ValueError(f"solver={self.solver!r} needs lam > 0 (its step sizes divide by lambda)")
+        if not (self.smoothing >= 0 and self.lipschitz > 0 and self.omega >= 0):
+            raise ValueError("smoothing and omega must be >= 0 and lipschitz > 0")
+        super()._check_params()
+
+    def _record_objective(self, block):
+        lam = float(self.lam)
+        return lambda M: objective.objective(block, M, lam, 0.0)
+
+    def fit(self, X, Y, *, client=None):
+        if self.solver != "lbfgs":
+            return super().fit(X, Y, client=client)
+        self._check_params()
+        start = time.perf_counter()
+        block = self._block(X, Y)
+        d, K = block.X.shape[1], block.Y.shape[1]
+        lam, alpha = float(self.lam), float(self.smoothing)
+        x0 = solvers.init_weights((d, K), self.random_state)
+        max_iter = int(self.max_iter) if self.max_iter is not None else LBFGS_MAX_ITER
+        res = solvers.lbfgs(lambda M: objective.value_and_grad(block, M, lam, alpha), x0,
+                            max_iter=max_iter, tol=float(self.tol))
+        self.coef_ = res.x
+        self.objective_history_ = res.objective_history
+        self.objective_iterations_ = list(range(1, len(res.objective_history) + 1))
+        self.n_iter_ = res.n_iter
+        self.n_updates_ = 0
+        self.converged_ = res.converged
+        self.n_features_in_ = int(X.shape[1])
+        self.n_labels_ = K
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def partial_fit(self, X, Y):
+        if self.solver == "lbfgs":
+            raise ValueError("partial_fit needs an online solver ('ansgd' or 'sgd'), not 'lbfgs'")
+        return super().partial_fit(X, Y)
+
+
+@register_model
+class MMP(_OnlineRanker):
+    """Multi-class multi-label perceptron (Crammer & Singer 2003), isErr loss, uniform update.
+
+    The paper's online baseline (Park & Choi 2013, Section 5): on each instance
+    with a mis-ordered (relevant, irrelevant) pair (ties count), every such pair
+    gets weight 1/|E| and M <- M - x coef^T (:func:`dmlr.kernels.ranksvm.mmp_row`);
+    no regularizer. Same initialization, instance stream, averaging,
+    ``partial_fit`` and persistence as :class:`RankSVM`'s online solvers;
+    ``objective_history_`` records the ranking loss (eq. 2, ties mis-ordered,
+    :mod:`dmlr.metrics`) of the output on the rows of the current call.
+    """
+
+    _solver_name = "mmp"
+
+    def __init__(self, max_iter=None, fit_intercept=True, random_state=0, average=True, sampling="uniform",
+                 record_every=0, threshold=0.0):
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+        self.average = average
+        self.sampling = sampling
+        self.record_every = record_every
+        self.threshold = threshold
+
+    def _record_objective(self, block):
+        def rank_loss(M):
+            S = np.asarray(block.X @ M)
+            return multilabel_metrics(block.Y, S, predict_from_scores(S), metrics=["ranking_loss"])["ranking_loss"]
+        return rank_loss

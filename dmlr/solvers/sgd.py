@@ -1,0 +1,343 @@
+"""Stochastic solvers for the Rank-SVM primal (Park & Choi 2013, seed 000); no Dask.
+
+Problem (eqs. 5-6): min_M  lambda/2 ||M||_F^2 + 1/n sum_i R_i(M), R_i the
+pairwise hinge of instance i. The online solvers see one instance at a time
+through a per-instance oracle
+
+    oracle(s, y, alpha) -> (loss, coef)
+
+on the scores ``s = M^T x`` (K,) and 0/1 labels ``y`` (K,), where ``coef`` is
+dR_i/ds (so dR_i/dM = x coef^T); ``alpha`` is the smoothing parameter (0: the
+hinge and a subgradient). :class:`RankSVMOracle` is the Numba kernel of
+:mod:`dmlr.kernels.ranksvm`; :class:`MMPOracle` gives MMP's update instead.
+
+A row ``x`` is either a dense float64 vector (d,) or a pair
+``(indices, values)`` (one CSR row). Every solver keeps an
+:class:`OnlineState` -- the iterate, ANSGD's second sequence Psi, the number
+t of updates so far and the running average M_hat = 1/t sum_{j=1..t} M_j --
+so a run can be continued from it exactly (``partial_fit``).
+
+Steps, with t = 1, 2, ... the index of the update (1-based: Algorithm 1 writes
+t = 0, 1, ... with alpha_t = 2/(t+1), which would give alpha_0 = 2 and a
+negative weight 1 - alpha_0 in Upsilon; starting at t = 1 gives alpha_1 = 1,
+the usual first step of accelerated methods, Upsilon_1 = Psi_0):
+
+* :func:`ansgd_step`, Algorithm 1 (ANSGD, Ouyang & Gray 2012)::
+
+      alpha_t = 2/(t+1)
+      theta_t = lambda (alpha_t + 1/(2 alpha_t) - 1) + L     (paper: L = 1)
+      eta_t   = alpha_t / (lambda + theta_t)
+      Ups_t   = ((1-alpha_t)(lambda+theta_t) M_t + alpha_t theta_t Psi_t) / (lambda (1-alpha_t) + theta_t)
+      M_t+1   = Ups_t - eta_t (grad R_t^{alpha_t}(Ups_t) + lambda Ups_t)
+      Psi_t+1 = (theta_t Psi_t - grad R_t^{alpha_t}(Ups_t)) / (lambda + theta_t)
+
+  with the smoothed gradient of eqs. 12-17 at smoothing parameter alpha_t
+  (the same decreasing alpha_t; the paper does not give a separate one).
+  Reading of the paper's ``1/2\\alpha_t``: 1/(2 alpha_t), which makes theta_t
+  grow like lambda t / 4 (the strongly convex schedule of accelerated
+  stochastic approximation); the constant ``+ 1`` is the paper's and stands
+  for the smoothed loss's Lipschitz scale ||A_t||^2 = K ||x||^2 / N_t^2
+  (eq. 13), which is <= 1 for rows of norm <= 1 when N_t >= sqrt(K), hence
+  the ``L`` argument (default 1). Psi_0 = M_0. Note that M_{t+1} =
+  (1 - alpha_t) M_t + alpha_t Psi_{t+1} (algebraically the same update).
+* :func:`sgd_step`, eq. 7: M_t+1 = M_t - eta_t (lambda M_t + dR_t(M_t)),
+  eta_t = 1 / (lambda (t + Omega)), Omega = 1e3 (Section 5).
+* :func:`mmp_step`, MMP (Crammer & Singer 2003) with the isErr loss and the
+  uniform update: M_t+1 = M_t - x coef^T with coef of
+  :func:`dmlr.kernels.ranksvm.mmp_row` (no regularizer, unit step).
+
+All three keep the average M_hat (Section 5); the output is M_hat when
+``average`` else M_t. Initialization (Section 5): M_0 entries N(0, 0.01)
+(standard deviation 0.1) from the seed. Instance order: a seeded stream
+(:func:`instance_order`), uniform draws with replacement (the paper: "a
+randomly picked data point ... at each iteration") or epochs of random
+permutations.
+
+The batch baseline, :func:`lbfgs`, minimizes the smoothed full objective
+F_alpha with scipy's L-BFGS-B (the paper: Nesterov smoothing + L-BFGS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from dmlr.kernels.ranksvm import RANKSVM_MARGIN, mmp_row, ranksvm_row
+
+#: Omega of eq. 7's step size (Section 5).
+SGD_OMEGA = 1e3
+#: Standard deviation of the initial entries (variance 0.01, Section 5).
+INIT_STD = 0.1
+SAMPLING = ("uniform", "permutation")
+
+
+class RankSVMOracle:
+    """Per-instance (smoothed) pairwise hinge and dR/ds; scratch kept between calls."""
+
+    def __init__(self, n_labels: int, margin: float = RANKSVM_MARGIN):
+        self.margin = float(margin)
+        self._coef = np.empty(n_labels)
+        self._scratch = [np.empty(n_labels + 1) for _ in range(6)]
+
+    def __call__(self, s, y, alpha):
+        loss = ranksvm_row(s, y, float(alpha), self.margin, self._coef, *self._scratch)
+        return loss, self._coef
+
+
+class MMPOracle:
+    """Per-instance MMP isErr loss and uniform-update coefficients (``alpha`` ignored)."""
+
+    def __init__(self, n_labels: int):
+        self._coef = np.empty(n_labels)
+
+    def __call__(self, s, y, alpha=0.0):
+        return mmp_row(s, y, self._coef), self._coef
+
+
+@dataclass
+class OnlineState:
+    """Everything an online solver needs to continue.
+
+    Attributes
+    ----------
+    M : float64 (d, K)
+        The current iterate M_t.
+    M_avg : float64 (d, K)
+        1/t sum_{j=1..t} M_j (M_0 while t = 0).
+    t : int
+        Number of updates so far.
+    Psi : float64 (d, K) or None
+        ANSGD's second sequence (None for SGD and MMP).
+    """
+
+    M: np.ndarray
+    M_avg: np.ndarray
+    t: int = 0
+    Psi: np.ndarray | None = None
+
+    def output(self, average: bool = True) -> np.ndarray:
+        return self.M_avg if average else self.M
+
+
+@dataclass
+class OnlineResult:
+    """Outcome of :func:`run_online`: the state and the recorded objective values."""
+
+    state: OnlineState
+    objective_history: list = field(default_factory=list)
+    objective_iterations: list = field(default_factory=list)
+
+
+def init_weights(shape, random_state) -> np.ndarray:
+    """M_0 with i.i.d. N(0, 0.01) entries from the first child of SeedSequence(random_state)."""
+    rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(2)[0])
+    return rng.normal(0.0, INIT_STD, size=shape)
+
+
+def init_state(shape, random_state, solver: str) -> OnlineState:
+    """The state before the first update: M_0 (and Psi_0 = M_0 for ANSGD)."""
+    M0 = init_weights(shape, random_state)
+    return OnlineState(M=M0, M_avg=M0.copy(), t=0, Psi=M0.copy() if solver == "ansgd" else None)
+
+
+def instance_order(n_rows: int, n_updates: int, random_state, sampling: str = "uniform") -> np.ndarray:
+    """The seeded stream of row indices (second child of SeedSequence(random_state)).
+
+    ``"uniform"``: i.i.d. uniform draws (with replacement); ``"permutation"``:
+    consecutive random permutations of the rows (each row once per epoch).
+    """
+    if sampling not in SAMPLING:
+        raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
+    rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(2)[1])
+    if sampling == "uniform":
+        return rng.integers(0, n_rows, size=n_updates)
+    n_epochs = -(-n_updates // n_rows)
+    return np.concatenate([rng.permutation(n_rows) for _ in range(max(n_epochs, 1))])[:n_updates]
+
+
+# -- one row ------------------------------------------------------------------------
+def _scores(M, x):
+    if isinstance(x, tuple):
+        idx, val = x
+        return val @ M[idx]
+    return x @ M
+
+
+def _add_outer(G, x, c, scale=1.0):
+    """G += scale * x c^T (in place)."""
+    if isinstance(x, tuple):
+        idx, val = x
+        G[idx] += scale * np.outer(val, c)
+    else:
+        G += scale * np.outer(x, c)
+
+
+def _grad(shape, x, c):
+    G = np.zeros(shape)
+    _add_outer(G, x, c)
+    return G
+
+
+def _average(state: OnlineState) -> None:
+    state.M_avg += (state.M - state.M_avg) / state.t
+
+
+def ansgd_step(state: OnlineState, x, y, lam: float, oracle, L: float = 1.0) -> float:
+    """One update of Algorithm 1 (ANSGD) on instance (x, y); returns R_t^{alpha_t}(Upsilon_t)."""
+    t = state.t + 1
+    a = 2.0 / (t + 1.0)
+    theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
+    eta = a / (lam + theta)
+    M, Psi = state.M, state.Psi
+    ups = ((1.0 - a) * (lam + theta) * M + a * theta * Psi) / (lam * (1.0 - a) + theta)
+    loss, c = oracle(_scores(ups, x), y, a)
+    G = _grad(M.shape, x, c)
+    state.M = ups - eta * (G + lam * ups)
+    state.Psi = (theta * Psi - G) / (lam + theta)
+    state.t = t
+    _average(state)
+    return loss
+
+
+def sgd_step(state: OnlineState, x, y, lam: float, oracle, omega: float = SGD_OMEGA) -> float:
+    """One subgradient step of eq. 7 on instance (x, y); returns R_t(M_t)."""
+    t = state.t + 1
+    eta = 1.0 / (lam * (t + omega))
+    M = state.M
+    loss, c = oracle(_scores(M, x), y, 0.0)
+    M_new = (1.0 - eta * lam) * M
+    _add_outer(M_new, x, c, -eta)
+    state.M = M_new
+    state.t = t
+    _average(state)
+    return loss
+
+
+def mmp_step(state: OnlineState, x, y, lam: float = 0.0, oracle=None) -> float:
+    """One MMP update (isErr loss, uniform update) on instance (x, y); returns isErr.
+
+    ``lam`` is ignored (MMP has no regularizer); ``oracle`` defaults to
+    :class:`MMPOracle`.
+    """
+    if oracle is None:
+        oracle = MMPOracle(state.M.shape[1])
+    t = state.t + 1
+    loss, c = oracle(_scores(state.M, x), y, 0.0)
+    M_new = state.M.copy()
+    if loss != 0.0:
+        _add_outer(M_new, x, c, -1.0)
+    state.M = M_new
+    state.t = t
+    _average(state)
+    return loss
+
+
+STEPS = {"ansgd": ansgd_step, "sgd": sgd_step, "mmp": mmp_step}
+
+
+def _row_getter(X):
+    """i -> x (dense row, or (indices, values) of a CSR row)."""
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        indptr, indices, data = X.indptr, X.indices, X.data
+
+        def row(i):
+            a, b = indptr[i], indptr[i + 1]
+            return (indices[a:b], data[a:b])
+        return row
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return lambda i: X[i]
+
+
+def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, oracle=None, average: bool = True,
+               objective=None, record_every: int = 0, **step_kwargs) -> OnlineResult:
+    """Stream the rows ``order`` of (X, Y) through ``solver``'s step, updating ``state`` in place.
+
+    Parameters
+    ----------
+    solver : {"ansgd", "sgd", "mmp"}
+    state : OnlineState
+        From :func:`init_state` or a previous run (continued exactly).
+    X : float64 (n, d) dense or CSR
+        Rows with the bias column already appended (if any).
+    Y : int8 (n, K)
+    order : int array
+        Row indices, one per update.
+    lam : float
+    oracle : callable, optional
+        Per-instance oracle; default :class:`RankSVMOracle` (:class:`MMPOracle` for MMP).
+    average : bool
+        Which output the ``objective`` hook sees: M_hat (True) or M_t.
+    objective : callable, optional
+        ``objective(M) -> float``, called on the output every ``record_every``
+        updates (counted by the global t, so continued runs keep the grid).
+    record_every : int
+        0: never.
+    **step_kwargs
+        ``L`` for ANSGD, ``omega`` for SGD.
+
+    Returns
+    -------
+    OnlineResult
+    """
+    if solver not in STEPS:
+        raise ValueError(f"solver must be one of {sorted(STEPS)}, got {solver!r}")
+    step = STEPS[solver]
+    K = state.M.shape[1]
+    if oracle is None:
+        oracle = MMPOracle(K) if solver == "mmp" else RankSVMOracle(K)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    row = _row_getter(X)
+    result = OnlineResult(state=state)
+    for i in np.asarray(order, dtype=np.int64):
+        step(state, row(i), Y[i], lam, oracle, **step_kwargs)
+        if objective is not None and record_every and state.t % record_every == 0:
+            result.objective_history.append(float(objective(state.output(average))))
+            result.objective_iterations.append(int(state.t))
+    return result
+
+
+# -- batch baseline -----------------------------------------------------------------
+@dataclass
+class LBFGSResult:
+    """Outcome of :func:`lbfgs`."""
+
+    x: np.ndarray
+    fun: float
+    objective_history: list
+    n_iter: int
+    converged: bool
+    message: str
+
+
+def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LBFGSResult:
+    """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (the batch baseline).
+
+    ``tol`` is scipy's ``gtol`` (projected gradient, max norm) and also its
+    ``ftol``; the history holds the objective after each iteration.
+    """
+    from scipy.optimize import minimize
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    shape = x0.shape
+    history = []
+    # L-BFGS-B's own BLAS calls are on vectors of length d*K: threads there only
+    # cost (16x slower on a loaded 2-core machine), so they run single-threaded
+    # and the objective evaluations get the original thread counts back.
+    outer_limits = {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}
+
+    def f(v):
+        with threadpool_limits(limits=outer_limits):
+            val, g = fun(v.reshape(shape))
+        return val, g.ravel()
+
+    def cb(intermediate_result):
+        history.append(float(intermediate_result.fun))
+
+    with threadpool_limits(limits=1):
+        res = minimize(f, x0.ravel(), jac=True, method="L-BFGS-B", callback=cb,
+                       options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": float(tol) * 1e-3})
+    return LBFGSResult(x=res.x.reshape(shape), fun=float(res.fun), objective_history=history,
+                       n_iter=int(res.nit), converged=bool(res.success), message=str(res.message))
