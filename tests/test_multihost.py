@@ -2,8 +2,9 @@
 
 Each host is its own Linux network namespace (tests/netns.py) whose only
 link is a veth pair into a private bridge, with its own 10.x address, so
-every message between the client, the scheduler and the workers (and between
-the two workers, for the tree sum) is real TCP over those links. The
+every message between the client, the scheduler and the workers (the
+client's direct calls to the workers' block actors among them) is real TCP
+over those links. The
 scheduler and workers are the ``dask`` command-line programs of this venv
 (``python -m distributed.cli.dask_scheduler`` / ``dask_worker``); the client
 is a separate process in the fourth namespace that runs ``dmlr.fit`` and
