@@ -88,6 +88,27 @@ class BaseModel:
             if not hasattr(self, name):
                 raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
+    # -- prediction -------------------------------------------------------------
+    def decision_function(self, X):
+        """Label scores, shape (n, n_labels), from the model's ``_scores_block``.
+
+        Dask in, dask out: row chunks are kept and each is scored where it
+        lives (a model's arrays travel once, with the graph).
+        """
+        self._check_fitted()
+        if X.shape[-1] != self.n_features_in_:
+            raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
+        if hasattr(X, "dask"):
+            if len(X.chunks[1]) > 1:
+                X = X.rechunk({1: -1})
+            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),
+                                meta=np.empty((0, 0), dtype=np.float64))
+        return self._scores_block(X)
+
+    def _scores_block(self, X):  # pragma: no cover - interface
+        """Scores of one in-memory row block (numpy, scipy.sparse or sparse)."""
+        raise NotImplementedError
+
     # -- persistence ----------------------------------------------------------
     def save(self, path) -> Path:
         """Write the fitted model to ``path`` (``.npz``), atomically, without pickle.

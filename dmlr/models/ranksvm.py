@@ -180,19 +180,8 @@ class _OnlineRanker(BaseModel):
                 raise DmlrInputError(f"{name} must be a float array of shape {expected}, got {arr.dtype} "
                                      f"{arr.shape}", path=path)
 
-    def decision_function(self, X):
-        """Label scores ``[X, 1] @ coef_``, shape (n, n_labels); dask in, dask out."""
-        self._check_fitted()
-        if X.shape[-1] != self.n_features_in_:
-            raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
-        if hasattr(X, "dask"):
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),
-                                meta=np.empty((0, 0), dtype=np.float64))
-        return self._scores_block(X)
-
     def _scores_block(self, X):
+        """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
         X = as_matrix(X)
         if self.fit_intercept:
             X = append_bias(X)

@@ -481,23 +481,9 @@ class RBRL(BaseModel):
                 raise DmlrInputError(f"{name} has shape {arr.shape}, metadata says {expected}", path=path)
 
     # -- prediction -------------------------------------------------------------
-    def decision_function(self, X):
-        """Scores, shape (n, n_labels): ``[X, 1] @ W`` or ``k(X, support) @ A``.
-
-        Dask in, dask out (row chunks kept; a kernel model's support rows
-        and coefficients travel once, with the graph).
-        """
-        self._check_fitted()
-        if X.shape[-1] != self.n_features_in_:
-            raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
-        if hasattr(X, "dask"):
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),
-                                meta=np.empty((0, 0), dtype=np.float64))
-        return self._scores_block(X)
-
     def _scores_block(self, X):
+        """``[X, 1] @ W``, or ``k(X, support) @ A`` for a kernel model (see
+        :meth:`BaseModel.decision_function`)."""
         X = as_matrix(X)
         if self.kernel is None:
             if self.fit_intercept:
