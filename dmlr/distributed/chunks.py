@@ -176,6 +176,9 @@ class BlockActor:
 
 #: A map-reduce call is repeated at most this many times after losing workers.
 MAX_RECOVERIES = 3
+#: Seconds to wait, after an actor call failed to reach its worker, for the scheduler to
+#: register that worker's death (its connection may close a moment after ours did).
+LOST_WORKER_WAIT = 30.0
 
 
 @functools.cache
@@ -199,9 +202,6 @@ def _direct_actor_handle():
             return self._client.rpc(self._address)
 
     return DirectActor
-#: Seconds to wait, after an actor call failed to reach its worker, for the scheduler to
-#: register that worker's death (its connection may close a moment after ours did).
-LOST_WORKER_WAIT = 30.0
 
 
 class ClusterChunks(ChunkSet):

@@ -44,6 +44,32 @@ class NotFittedError(RuntimeError):
     """A fitted attribute was needed before ``fit``."""
 
 
+def check_random_state(value) -> None:
+    """``random_state`` must be None or an integer >= 0 (a seed); raises ``ValueError``."""
+    if value is not None and not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                                  and value >= 0):
+        raise ValueError(f"random_state must be None or an integer >= 0, got {value!r}")
+
+
+def check_training_arrays(X, Y) -> None:
+    """Training inputs: 2-D X and Y with the same rows, labels 0 or 1.
+
+    Labels in a dask array are not read here (that would compute them); the
+    kernels see them as int8 blocks.
+    """
+    if X.ndim != 2 or np.ndim(Y) != 2:
+        raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
+    if X.shape[0] != np.shape(Y)[0]:
+        raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
+    if hasattr(Y, "dask"):
+        return
+    Y = np.asarray(Y)
+    bad = ~np.isin(Y, (0, 1))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise DmlrInputError(f"labels must be 0 or 1; found {Y[i, j].item()!r} at label {int(j)}", row=int(i))
+
+
 class BaseModel:
     """Parameter handling shared by dmlr estimators (scikit-learn contract).
 

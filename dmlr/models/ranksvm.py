@@ -30,7 +30,7 @@ import numpy as np
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import append_bias, as_matrix, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import BaseModel, register_model
+from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
@@ -66,10 +66,7 @@ class _OnlineRanker(BaseModel):
         if self.max_iter is not None and not (isinstance(self.max_iter, (int, np.integer))
                                               and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
             raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
-        if self.random_state is not None and not (isinstance(self.random_state, (int, np.integer))
-                                                  and not isinstance(self.random_state, bool)
-                                                  and self.random_state >= 0):
-            raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
+        check_random_state(self.random_state)
         if self.sampling not in solvers.SAMPLING:
             raise ValueError(f"sampling must be one of {solvers.SAMPLING}, got {self.sampling!r}")
         if not (isinstance(self.record_every, (int, np.integer)) and self.record_every >= 0):
@@ -87,14 +84,8 @@ class _OnlineRanker(BaseModel):
             X = X.compute()
         if hasattr(Y, "dask"):
             Y = Y.compute()
-        if X.ndim != 2 or np.ndim(Y) != 2:
-            raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
-        if X.shape[0] != np.shape(Y)[0]:
-            raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
-        Yn = np.asarray(Y)
-        if not np.isin(Yn, (0, 1)).all():
-            raise DmlrInputError("labels must be 0 or 1")
-        return make_block(X, Yn, bool(self.fit_intercept))
+        check_training_arrays(X, Y)
+        return make_block(X, np.asarray(Y), bool(self.fit_intercept))
 
     # -- fitting --------------------------------------------------------------------
     def fit(self, X, Y, *, client=None):

@@ -27,7 +27,7 @@ from dmlr.kernels.blocks import append_bias, as_matrix
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.metrics import predict_from_scores
 from dmlr.models import checkpoint as ckpt_store
-from dmlr.models.base import BaseModel, register_model
+from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.progress import ProgressReporter
@@ -216,10 +216,7 @@ class RBRL(BaseModel):
         if not (isinstance(self.n_components, (int, np.integer)) and not isinstance(self.n_components, bool)
                 and self.n_components >= 1):
             raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}")
-        if self.random_state is not None and not (isinstance(self.random_state, (int, np.integer))
-                                                  and not isinstance(self.random_state, bool)
-                                                  and self.random_state >= 0):
-            raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
+        check_random_state(self.random_state)
         if self.kernel is None and self.kernel_approximation is not None:
             raise ValueError(f"kernel_approximation={self.kernel_approximation!r} needs a kernel "
                              f"(e.g. kernel='rbf'); the linear model has none to approximate")
@@ -268,12 +265,7 @@ class RBRL(BaseModel):
         self._validate_params()
         ckpt = self._checkpoint_request(checkpoint, checkpoint_every, resume)
         start = time.perf_counter()
-        if X.ndim != 2 or np.ndim(Y) != 2:
-            raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
-        if X.shape[0] != np.shape(Y)[0]:
-            raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
-        if not hasattr(Y, "dask"):
-            _check_binary(Y)
+        check_training_arrays(X, Y)
         l = int(np.shape(Y)[1])
         if self.kernel is None:
             res = self._fit_linear(X, Y, client, ckpt)
@@ -511,9 +503,3 @@ class RBRL(BaseModel):
 _PREDICT_SUPPORT_ROWS = 4096
 
 
-def _check_binary(Y) -> None:
-    Y = np.asarray(Y)
-    if not np.isin(Y, (0, 1)).all():
-        bad = np.argwhere(~np.isin(Y, (0, 1)))[0]
-        raise DmlrInputError(f"labels must be 0 or 1; found {Y[tuple(bad)].item()!r} at label {int(bad[1])}",
-                             row=int(bad[0]))
