@@ -259,7 +259,7 @@ def finalize(stats) -> dict[str, float]:
     n_labels = len(stats["tp"])
     n = int(stats["n_rows"])
     tp, fp, fn = (stats[key].astype(np.float64) for key in ("tp", "fp", "fn"))
-    label_f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(n_labels), where=2 * tp + fp + fn > 0)
+    f1_per_label = label_f1(stats)
     micro_denominator = 2 * tp.sum() + fp.sum() + fn.sum()
     f1_zero = 0.0 if n else math.nan  # F1 of 0/0 (zero_division=0), unless there are no rows
     ranked = stats["ranked_rows"]
@@ -270,7 +270,7 @@ def finalize(stats) -> dict[str, float]:
         "accuracy": _ratio(stats["jaccard_sum"], n),
         "f1_example": _ratio(stats["f1_example_sum"], n),
         "f1_micro": _ratio(2 * tp.sum(), micro_denominator) if micro_denominator else f1_zero,
-        "f1_macro": float(label_f1.mean()) if n else math.nan,
+        "f1_macro": float(f1_per_label.mean()) if n else math.nan,
         "ranking_loss": _ratio(stats["ranking_loss_sum"], ranked),
         "one_error": _ratio(stats["one_error_rows"], ranked),
         "coverage": _ratio(stats["coverage_depth_sum"], positive * n_labels),
@@ -549,11 +549,47 @@ def _auc_block_counts(Y: np.ndarray, S: np.ndarray, indptr, scores) -> np.ndarra
     return twice_correct
 
 
+def label_f1(stats) -> np.ndarray:
+    """Per-label F1, 2 TP_j / (2 TP_j + FP_j + FN_j), 0 where that is 0/0 (``zero_division=0``).
+
+    Parameters
+    ----------
+    stats : dict
+        :func:`combine` of :func:`chunk_statistics` outputs.
+
+    Returns
+    -------
+    float64 (l,)
+    """
+    tp, fp, fn = (stats[key].astype(np.float64) for key in ("tp", "fp", "fn"))
+    denominator = 2 * tp + fp + fn
+    return np.divide(2 * tp, denominator, out=np.zeros(len(tp)), where=denominator > 0)
+
+
+def label_auc(stats) -> np.ndarray:
+    """Per-label ROC AUC (ties count 1/2), nan for a label without both classes.
+
+    Parameters
+    ----------
+    stats : dict
+        Combined statistics with the macro-AUC pair counts (key ``"auc_twice_correct"``).
+
+    Returns
+    -------
+    float64 (l,)
+    """
+    n = int(stats["n_rows"])
+    n_pos = stats["tp"] + stats["fn"]
+    pairs = (n_pos * (n - n_pos)).astype(np.float64)
+    auc = np.full(len(pairs), np.nan)
+    np.divide(stats["auc_twice_correct"], 2.0 * pairs, out=auc, where=pairs > 0)
+    return auc
+
+
 def _macro_auc(stats, n: int) -> float:
     """Mean ROC AUC over the labels that have both classes."""
-    n_pos = stats["tp"] + stats["fn"]
-    pairs = n_pos * (n - n_pos)
-    valid = pairs > 0
+    auc = label_auc(stats)
+    valid = ~np.isnan(auc)
     if not valid.any():
         return math.nan
-    return float(np.mean(stats["auc_twice_correct"][valid] / (2.0 * pairs[valid])))
+    return float(np.mean(auc[valid]))

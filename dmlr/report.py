@@ -42,8 +42,8 @@ from pathlib import Path
 import dask
 import numpy as np
 
-# The per-label numbers are the per-chunk sums and the two-pass macro AUC of dmlr.metrics, kept
-# per label instead of averaged (dmlr.metrics has no public per-label functions).
+# The per-label numbers are dmlr.metrics' per-chunk sums and two-pass macro AUC (label_f1,
+# label_auc), with the score histograms computed in the same two passes.
 from dmlr.metrics import (
     _auc_chunk_counts,
     _evaluate,
@@ -52,6 +52,8 @@ from dmlr.metrics import (
     _sort_positives,
     chunk_statistics,
     combine,
+    label_auc,
+    label_f1,
     predict_from_scores,
 )
 
@@ -138,20 +140,16 @@ def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
     hist = combine(second[k:])
 
     n = int(stats["n_rows"])
-    tp, fp, fn = (stats[key].astype(np.float64) for key in ("tp", "fp", "fn"))
-    denominator = 2 * tp + fp + fn
-    f1 = np.divide(2 * tp, denominator, out=np.zeros(n_labels), where=denominator > 0)
+    f1 = label_f1(stats)
+    auc = label_auc({**stats, "auc_twice_correct": twice_correct})
     n_pos = (stats["tp"] + stats["fn"]).astype(np.int64)
-    pairs = (n_pos * (n - n_pos)).astype(np.float64)
-    auc = np.full(n_labels, np.nan)
-    np.divide(twice_correct, 2.0 * pairs, out=auc, where=pairs > 0)
     return {
         "n_rows": n,
         "n_positive": n_pos,
         "f1": f1,
         "auc": auc,
         "f1_macro": float(f1.mean()) if n else math.nan,
-        "auc_macro": float(np.nanmean(auc)) if (pairs > 0).any() else math.nan,
+        "auc_macro": float(np.nanmean(auc)) if not np.isnan(auc).all() else math.nan,
         "order": np.argsort(-n_pos, kind="stable"),
         "edges": edges,
         "relevant": hist["relevant"],
