@@ -225,10 +225,10 @@ def mmp_step(state: OnlineState, x, y, lam: float = 0.0, oracle=None) -> float:
         oracle = MMPOracle(state.M.shape[1])
     t = state.t + 1
     loss, c = oracle(_scores(state.M, x), y, 0.0)
-    M_new = state.M.copy()
-    if loss != 0.0:
+    if loss != 0.0:  # a new array: arrays handed out earlier (iterate_) are never changed in place
+        M_new = state.M.copy()
         _add_outer(M_new, x, c, -1.0)
-    state.M = M_new
+        state.M = M_new
     state.t = t
     _average(state)
     return loss
@@ -315,8 +315,9 @@ class LBFGSResult:
 def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LBFGSResult:
     """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (the batch baseline).
 
-    ``tol`` is scipy's ``gtol`` (projected gradient, max norm) and also its
-    ``ftol``; the history holds the objective after each iteration.
+    ``tol`` is scipy's ``gtol`` (projected gradient, max norm), and
+    ``tol * 1e-3`` its ``ftol``; the history holds the objective after each
+    iteration.
     """
     from scipy.optimize import minimize
     from threadpoolctl import threadpool_info, threadpool_limits
