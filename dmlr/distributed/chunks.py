@@ -2,9 +2,10 @@
 
 A :class:`ChunkSet` is what full-gradient solvers iterate over: it is built
 once per fit, keeps every row block in memory where it will be used, and
-offers one operation, ``map_reduce(fn, *args)``: call ``fn(block, *args)`` on
-every block and sum the results (tuples of arrays and floats) with a pairwise
-tree in block order.
+offers ``map_reduce(fn, *args)``: call ``fn(block, *args)`` on every block and
+sum the results (tuples of arrays and floats) with a pairwise tree in block
+order; ``map_blocks`` gives the per-block results unsummed, for merges that
+are not sums (top-k lists).
 
 * :class:`LocalChunks` keeps the blocks in this process: small data does not
   pay for distribution.
@@ -87,8 +88,16 @@ class ChunkSet:
     n_blocks: int
     backend: str
 
-    def map_reduce(self, fn, *args):  # pragma: no cover - interface
+    def map_blocks(self, fn, *args) -> list:  # pragma: no cover - interface
+        """``[fn(block, *args) for block in blocks]``, computed where the blocks are, in block order.
+
+        For reductions that are not sums (e.g. merging per-block top-k lists).
+        """
         raise NotImplementedError
+
+    def map_reduce(self, fn, *args):
+        """``fn(block, *args)`` on every block, summed (pairwise tree, block order)."""
+        return tree_reduce(self.map_blocks(fn, *args), add_results)
 
     def transform(self, fn, *args) -> "ChunkSet":  # pragma: no cover - interface
         """A new chunk set whose block i is ``fn(block_i, (start_i, stop_i), *args)``.
@@ -125,8 +134,8 @@ class LocalChunks(ChunkSet):
         self.n_rows = sum(b.n_rows for b in blocks)
         self.n_blocks = len(blocks)
 
-    def map_reduce(self, fn, *args):
-        return tree_reduce([fn(b, *args) for b in self.blocks], add_results)
+    def map_blocks(self, fn, *args) -> list:
+        return [fn(b, *args) for b in self.blocks]
 
     def solver_context(self):
         """Single-threaded BLAS for small data.
@@ -192,7 +201,7 @@ def _direct_actor_handle():
     2-worker local cluster, against 10.7 ms direct (a one-off timing of a kernel
     that returns zeros). Overrides distributed's private ``Actor._worker_rpc``
     (distributed pinned in deploy/requirements.lock); where the client cannot
-    reach the workers, :meth:`ClusterChunks.map_reduce` falls back to the proxy.
+    reach the workers, :meth:`ClusterChunks.map_blocks` falls back to the proxy.
     """
     from distributed.actor import Actor
 
@@ -273,13 +282,13 @@ class ClusterChunks(ChunkSet):
                 return False
             time.sleep(0.05)
 
-    def map_reduce(self, fn, *args):
+    def map_blocks(self, fn, *args) -> list:
         for attempt in range(MAX_RECOVERIES + 1):
             if self._actors is None:
                 self._actors = self._make_actors()
             try:
                 calls = [a.apply(fn, *args) for a in self._actors]
-                return tree_reduce([c.result() for c in calls], add_results)
+                return [c.result() for c in calls]
             except Exception as e:
                 if isinstance(e, OSError) and self._direct and not self._lost_worker():
                     # perhaps this client cannot reach the workers (only the scheduler):
