@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import MMP, RBRL, RankSVM
+from dmlr.models import MMP, RBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP}
+MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel}
 
 
 def _as_dataset(data):
@@ -61,7 +61,8 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
     data : str, Path, Dataset or (X, Y)
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
-        ``"rbrl"`` or an estimator instance.
+        A name in :data:`MODELS` (``"rbrl"``, ``"ranksvm"``, ``"mmp"``,
+        ``"linear"``) or an estimator instance.
     split : str or None
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional

@@ -95,6 +95,10 @@ class ChunkSet:
         """
         raise NotImplementedError
 
+    def apply_block(self, index: int, fn, *args):  # pragma: no cover - interface
+        """``fn(block_index, *args)`` where that block is (for sequential passes over blocks)."""
+        raise NotImplementedError
+
     def map_reduce(self, fn, *args):
         """``fn(block, *args)`` on every block, summed (pairwise tree, block order)."""
         return tree_reduce(self.map_blocks(fn, *args), add_results)
@@ -136,6 +140,9 @@ class LocalChunks(ChunkSet):
 
     def map_blocks(self, fn, *args) -> list:
         return [fn(b, *args) for b in self.blocks]
+
+    def apply_block(self, index: int, fn, *args):
+        return fn(self.blocks[index], *args)
 
     def solver_context(self):
         """Single-threaded BLAS for small data.
@@ -283,10 +290,19 @@ class ClusterChunks(ChunkSet):
             time.sleep(0.05)
 
     def map_blocks(self, fn, *args) -> list:
+        return self._call(None, fn, args)
+
+    def apply_block(self, index: int, fn, *args):
+        return self._call(int(index), fn, args)
+
+    def _call(self, index, fn, args):
+        """fn(block, *args) on every block (``index`` None) or on one, through the actors."""
         for attempt in range(MAX_RECOVERIES + 1):
             if self._actors is None:
                 self._actors = self._make_actors()
             try:
+                if index is not None:
+                    return self._actors[index].apply(fn, *args).result()
                 calls = [a.apply(fn, *args) for a in self._actors]
                 return [c.result() for c in calls]
             except Exception as e:
@@ -371,8 +387,23 @@ def _align(X, Y):
     return X, Y
 
 
+def _aligned_bounds(n_rows: int, n_blocks: int, align_rows: int) -> list[tuple[int, int]]:
+    """Near-equal contiguous runs of rows whose boundaries are multiples of ``align_rows``."""
+    n_units = -(-n_rows // align_rows)
+    return [(a * align_rows, min(b * align_rows, n_rows)) for a, b in _group_bounds(n_units, n_blocks)]
+
+
+def _align_dask_rows(X, Y, align_rows: int):
+    """Rechunk dask X, Y so that every row chunk but the last is a multiple of ``align_rows``."""
+    chunks = X.chunks[0]
+    if all(c % align_rows == 0 for c in chunks[:-1]):
+        return X, Y
+    size = max(align_rows, int(round(float(np.median(chunks)) / align_rows)) * align_rows)
+    return X.rechunk({0: size}), Y.rechunk({0: size})
+
+
 def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=None,
-                  n_blocks: int | None = None) -> ChunkSet:
+                  n_blocks: int | None = None, align_rows: int | None = None) -> ChunkSet:
     """Load a training set into row blocks where the kernels will run.
 
     Parameters
@@ -389,6 +420,10 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
         Client for the "dask" backend (default: :func:`dmlr.get_client`).
     n_blocks : int, optional
         Number of blocks (default: one per worker thread; 1 in-process).
+    align_rows : int, optional
+        Make every block boundary a multiple of this many rows (dask input is
+        rechunked if its chunks are not), so that fixed global row groups of
+        that size never straddle two blocks (:mod:`dmlr.solvers.vr`).
 
     Returns
     -------
@@ -397,6 +432,15 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
     if X.shape[0] != np.shape(Y)[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
     where = choose_backend(X, backend)
+    if align_rows is not None and _is_dask(X):
+        X, Y = _align(X, Y)
+        X, Y = _align_dask_rows(X, Y, int(align_rows))
+
+    def row_bounds(n_groups):
+        if align_rows is None:
+            return _group_bounds(X.shape[0], n_groups)
+        return _aligned_bounds(X.shape[0], n_groups, int(align_rows))
+
     if where == "local":
         n_blocks = n_blocks or 1
         if _is_dask(X):
@@ -410,8 +454,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
             blocks = [concat_blocks(px, py, fit_intercept) for px, py in parts]
         else:
             Y = np.asarray(Y)
-            blocks = [make_block(X[a:b], Y[a:b], fit_intercept)
-                      for a, b in _group_bounds(X.shape[0], n_blocks)]
+            blocks = [make_block(X[a:b], Y[a:b], fit_intercept) for a, b in row_bounds(n_blocks)]
         return LocalChunks(blocks)
 
     from dmlr.distributed.client import get_client
@@ -435,7 +478,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
                                           allow_other_workers=True))
     else:
         Y = np.asarray(Y)
-        for i, (a, b) in enumerate(_group_bounds(X.shape[0], n_blocks)):
+        for i, (a, b) in enumerate(row_bounds(n_blocks)):
             w = workers[i % len(workers)]
             xf, yf = client.scatter([X[a:b], Y[a:b]], workers=[w])
             futures.append(client.submit(make_block, xf, yf, fit_intercept, workers=[w],

@@ -1,7 +1,8 @@
 """Estimators (scikit-learn contract) that tie objectives, solvers and the distributed layer."""
 
 from dmlr.models.base import MODEL_REGISTRY, BaseModel, load_model
+from dmlr.models.linear import LinearMultiLabel
 from dmlr.models.rbrl import RBRL
 from dmlr.models.ranksvm import MMP, RankSVM
 
-__all__ = ["MMP", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]
+__all__ = ["LinearMultiLabel", "MMP", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]

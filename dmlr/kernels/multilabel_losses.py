@@ -1,0 +1,385 @@
+"""Numba kernels for linear multi-label losses and the stochastic inner loop.
+
+Losses of one row with scores ``s = x W`` (K,) and 0/1 labels ``y`` (K,), each
+with its derivative ``dl/ds`` (so the row's gradient is ``x (dl/ds)^T``);
+names and equations of Pillai et al. (seed 003) unless stated:
+
+* ``hamming`` (eq. 16): 1/K sum_k log(1 + exp(-z_k s_k)), z = 2y - 1 (per-label
+  logistic regression; the paper's ``- lambda_i ||w_i||^2`` is a sign typo
+  for the usual regularizer, added by the solver as lambda/2 ||W||_F^2).
+  dl/ds_k = -z_k sigmoid(-z_k s_k) / K, evaluated without overflow.
+* ``subset`` (eq. 19): -sum_k y_k log softmax(s)_k = c LSE(s) - sum_k y_k s_k,
+  c = sum_k y_k; dl/ds = c softmax(s) - y. Log-sum-exp is shifted by max(s).
+* ``gebru`` (eqs. 20-22): 1/2 KL(p || q) + 1/2 KL(q || p), q = softmax(s), p
+  the target distribution. The paper's p (1/c on the c relevant labels, 0
+  elsewhere) makes KL(q || p) infinite: q > 0 everywhere, so eq. 22 divides
+  by zero wherever p_k = 0 (the paper's "set of conditions in our code").
+  We smooth the target instead: p = (1 - eps) y / c + eps / K (eps =
+  ``GEBRU_EPS``; a row with no relevant label gets the uniform p), which keeps
+  both divergences finite and the loss smooth. With log q = s - LSE(s):
+  d/ds [1/2 KL(p||q)] = 1/2 (q - p) and d/ds [1/2 KL(q||p)] = 1/2 q (r - KL(q||p)),
+  r = log q - log p (derivation: d log q_i / d s_j = delta_ij - q_j).
+* ``rank_hinge``: Rank-SVM's pairwise hinge (seed 000, eq. 5), averaged over
+  the row's |P||N| pairs, margin 1 (:func:`dmlr.kernels.ranksvm.ranksvm_row`,
+  O(K log K)); a subgradient, so variance reduction has no smooth target here.
+* ``rank_squared_hinge``: RBRL's pairwise squared hinge (seed 002, eq. 16),
+  1/2 1/(|P||N|) sum max(0, 2 - s_p + s_q)^2
+  (:func:`dmlr.kernels.ranking.pairwise_squared_hinge_row`).
+
+:func:`vr_inner_loop` runs the inner loop shared by SGD and the
+variance-reduced methods (one row per step, see :mod:`dmlr.solvers.vr`) on
+the rows of one block, in place; :func:`block_loss_grad` gives a block's
+summed loss and ``X^T dL/dS`` for the full-gradient snapshots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dmlr.kernels.ranking import RANK_MARGIN, pairwise_squared_hinge_row
+from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_row
+
+#: Loss names, in the order of their integer codes in the kernels.
+LOSSES = ("hamming", "subset", "gebru", "rank_hinge", "rank_squared_hinge")
+#: Target smoothing of the Gebru loss (see the module docstring).
+GEBRU_EPS = 1e-3
+
+
+def loss_code(name: str) -> int:
+    """Integer code of a loss name (raises ValueError for an unknown one)."""
+    try:
+        return LOSSES.index(name)
+    except ValueError:
+        raise ValueError(f"loss must be one of {LOSSES}, got {name!r}") from None
+
+
+@njit(cache=True, nogil=True)
+def _log1pexp(a):
+    """log(1 + exp(a)) without overflow."""
+    if a > 0.0:
+        return a + np.log1p(np.exp(-a))
+    return np.log1p(np.exp(a))
+
+
+@njit(cache=True, nogil=True)
+def _sigmoid(a):
+    if a >= 0.0:
+        return 1.0 / (1.0 + np.exp(-a))
+    e = np.exp(a)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, nogil=True)
+def _log_softmax(s, out):
+    """out = s - LSE(s); returns LSE(s)."""
+    K = s.shape[0]
+    mx = s[0]
+    for k in range(1, K):
+        mx = max(mx, s[k])
+    acc = 0.0
+    for k in range(K):
+        acc += np.exp(s[k] - mx)
+    lse = mx + np.log(acc)
+    for k in range(K):
+        out[k] = s[k] - lse
+    return lse
+
+
+@njit(cache=True, nogil=True)
+def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
+    """Loss of one row and its derivative ``g = dl/ds`` (overwritten).
+
+    Parameters
+    ----------
+    code : int
+        Index into :data:`LOSSES`.
+    s : float64 (K,)
+    y : int8 (K,)
+    g : float64 (K,)
+        Receives dl/ds.
+    scratch : float64 (8, K + 1)
+        Work space.
+    iscratch : int64 (K + 1,)
+        Work space.
+    gebru_eps : float
+
+    Returns
+    -------
+    float
+    """
+    K = s.shape[0]
+    if code == 0:  # hamming
+        loss = 0.0
+        for k in range(K):
+            z = 1.0 if y[k] != 0 else -1.0
+            loss += _log1pexp(-z * s[k])
+            g[k] = -z * _sigmoid(-z * s[k]) / K
+        return loss / K
+    if code == 1:  # subset: c LSE - y.s
+        logq = scratch[0]
+        _log_softmax(s, logq)
+        c = 0.0
+        loss = 0.0
+        for k in range(K):
+            if y[k] != 0:
+                c += 1.0
+                loss -= logq[k]
+        for k in range(K):
+            g[k] = c * np.exp(logq[k]) - (1.0 if y[k] != 0 else 0.0)
+        return loss
+    if code == 2:  # gebru, smoothed target
+        logq = scratch[0]
+        logp = scratch[1]
+        _log_softmax(s, logq)
+        c = 0.0
+        for k in range(K):
+            if y[k] != 0:
+                c += 1.0
+        for k in range(K):
+            if c > 0.0:
+                p = (1.0 - gebru_eps) * (1.0 if y[k] != 0 else 0.0) / c + gebru_eps / K
+            else:
+                p = 1.0 / K
+            logp[k] = np.log(p)
+        kl_pq = 0.0
+        kl_qp = 0.0
+        for k in range(K):
+            kl_pq += np.exp(logp[k]) * (logp[k] - logq[k])
+            kl_qp += np.exp(logq[k]) * (logq[k] - logp[k])
+        for k in range(K):
+            q = np.exp(logq[k])
+            g[k] = 0.5 * (q - np.exp(logp[k])) + 0.5 * q * ((logq[k] - logp[k]) - kl_qp)
+        return 0.5 * kl_pq + 0.5 * kl_qp
+    if code == 3:  # rank_hinge
+        return ranksvm_row(s, y, 0.0, RANKSVM_MARGIN, g, scratch[0], scratch[1], scratch[2], scratch[3],
+                           scratch[4], scratch[5])
+    # rank_squared_hinge
+    return pairwise_squared_hinge_row(s, y, RANK_MARGIN, g, True, scratch[0], iscratch, scratch[1],
+                                      scratch[2], scratch[3], scratch[4])
+
+
+@njit(cache=True, nogil=True)
+def _row_scores(i, Xd, indptr, indices, data, sparse, W, s):
+    K = W.shape[1]
+    for k in range(K):
+        s[k] = 0.0
+    if sparse:
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = data[p]
+            for k in range(K):
+                s[k] += v * W[j, k]
+    else:
+        d = Xd.shape[1]
+        for j in range(d):
+            v = Xd[i, j]
+            if v != 0.0:
+                for k in range(K):
+                    s[k] += v * W[j, k]
+
+
+@njit(cache=True, nogil=True)
+def _add_row_outer(i, Xd, indptr, indices, data, sparse, c, scale, G):
+    """G += scale * x_i c^T."""
+    K = G.shape[1]
+    if sparse:
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = scale * data[p]
+            for k in range(K):
+                G[j, k] += v * c[k]
+    else:
+        d = Xd.shape[1]
+        for j in range(d):
+            v = scale * Xd[i, j]
+            if v != 0.0:
+                for k in range(K):
+                    G[j, k] += v * c[k]
+
+
+@njit(cache=True, nogil=True)
+def _block_loss_grad(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, G, want_grad):
+    m = rows.shape[0]
+    K = W.shape[1]
+    s = np.empty(K)
+    g = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    total = 0.0
+    for r in range(m):
+        i = rows[r]
+        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
+        if want_grad:
+            _add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G)
+    return total
+
+
+def _csr_parts(X):
+    """(Xd, indptr, indices, data, sparse) as the kernels take a dense or CSR block."""
+    if hasattr(X, "indptr"):
+        return (np.empty((0, 0)), X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
+                X.data.astype(np.float64, copy=False), True)
+    empty_i = np.empty(0, dtype=np.int64)
+    return np.ascontiguousarray(X, dtype=np.float64), empty_i, empty_i, np.empty(0), False
+
+
+def block_loss_grad(X, Y, W, code: int, rows=None, *, want_grad: bool = True, gebru_eps: float = GEBRU_EPS):
+    """Summed loss of a block's rows and ``X^T dL/dS`` (the data part of the gradient).
+
+    Parameters
+    ----------
+    X : float64 (m, d) dense or CSR
+    Y : int8 (m, K)
+    W : float64 (d, K)
+    code : int
+        Loss code (:func:`loss_code`).
+    rows : int64 array, optional
+        Local rows to include (default all).
+    want_grad : bool
+
+    Returns
+    -------
+    loss : float
+        Sum over the rows.
+    grad : float64 (d, K) or None
+        Sum over the rows of x_i (dl_i/ds)^T.
+
+    Notes
+    -----
+    Row by row in Numba (no BLAS), so the result does not depend on how rows
+    are grouped into blocks beyond the order of the final sums.
+    """
+    rows = np.arange(Y.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    G = np.zeros(W.shape) if want_grad else np.zeros((0, 0))
+    total = _block_loss_grad(*_csr_parts(X), Y, rows, np.ascontiguousarray(W, dtype=np.float64), int(code),
+                             float(gebru_eps), G, bool(want_grad))
+    return total, (G if want_grad else None)
+
+
+@njit(cache=True, nogil=True)
+def _row_gradients(Xd, indptr, indices, data, sparse, Y, W, code, gebru_eps, U):
+    K = W.shape[1]
+    s = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    for i in range(Y.shape[0]):
+        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        row_loss(code, s, Y[i], U[i], scratch, iscratch, gebru_eps)
+
+
+def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.ndarray:
+    """dl_i/ds at W for every row: float64 (m, K) (the SAG/SAGA memory table)."""
+    U = np.empty(Y.shape, dtype=np.float64)
+    _row_gradients(*_csr_parts(X), Y, np.ascontiguousarray(W, dtype=np.float64), int(code), float(gebru_eps), U)
+    return U
+
+
+@njit(cache=True, nogil=True)
+def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
+                   alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
+                   W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture):
+    K = W.shape[1]
+    d = W.shape[0]
+    s = np.empty(K)
+    g = np.empty(K)
+    g_ref = np.empty(K)
+    coef = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    total = 0.0
+    use_ref = W_ref.shape[0] > 0
+    use_mu = mu.shape[0] > 0
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        alpha = alpha0 / (1.0 + decay * (t0 + r))
+        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
+        for k in range(K):
+            coef[k] = g[k]
+        c_ref = use_ref and ref_mask[r]
+        if c_ref:
+            _row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
+            row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
+            for k in range(K):
+                coef[k] -= g_ref[k]
+        if mem_mode != 0:
+            for k in range(K):
+                coef[k] = mem_scale * (g[k] - U[i, k])
+        # W <- W - alpha (x coef^T + [mu] + [A] + lam W)   (regularizer exact, not stored)
+        shrink = 1.0 - alpha * lam
+        for j in range(d):
+            for k in range(K):
+                v = shrink * W[j, k]
+                if c_ref and use_mu:
+                    v -= alpha * mu[j, k]
+                if mem_mode != 0:
+                    v -= alpha * A[j, k]
+                W[j, k] = v
+        _add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha, W)
+        if mem_mode != 0:
+            # A = 1/n sum_i x_i u_i^T follows the table; then u_i <- g
+            for k in range(K):
+                coef[k] = g[k] - U[i, k]
+                U[i, k] = g[k]
+            _add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0 / n_total, A)
+        if want_sum:
+            for j in range(d):
+                for k in range(K):
+                    W_sum[j, k] += W[j, k]
+        if want_gsum:
+            _add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
+        if r == capture_at:
+            for j in range(d):
+                for k in range(K):
+                    W_capture[j, k] = W[j, k]
+    return total
+
+
+def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay: float = 0.0, t0: int = 0,
+                  W_ref=None, ref_mask=None, mu=None, U=None, mem_scale: float = 1.0, A=None,
+                  n_total: int = 1, W_sum=None, G_sum=None, capture_at: int = -1, W_capture=None,
+                  gebru_eps: float = GEBRU_EPS) -> float:
+    """One row per step over ``rows`` of a block; updates W (and the optional accumulators) in place.
+
+    Step r (row i = rows[r]), alpha_r = alpha0 / (1 + decay (t0 + r)), g = dl_i/ds at W::
+
+        W <- W - alpha_r (x_i c^T + [mu] + [A] + lam W)
+
+    * plain SGD: c = g;
+    * with ``W_ref`` (SVRG family) and ``ref_mask[r]`` true:
+      c = g - dl_i/ds(W_ref) and ``mu`` (the data part of the snapshot
+      gradient) is added; a false mask entry (Mixed SVRG outside its batch)
+      is a plain SGD step;
+    * with a memory table ``U`` (n_block, K) and its mean ``A`` =
+      1/n sum_i x_i U_i^T (SAGA: ``mem_scale`` = 1; SAG: 1/n): c =
+      mem_scale (g - U_i), then A and U_i follow g. For a linear model the
+      stored gradient x_i U_i^T is one scalar per label: n x K memory, not
+      n x d x K.
+
+    The regularizer lam W is applied exactly at every step, not through the
+    reference point or the memory (the usual SAGA/SVRG treatment of a known
+    deterministic term).
+
+    Accumulators: ``W_sum`` += W after each step (SVRG option 2, VR-Lite),
+    ``G_sum`` += x_i g^T (VR-Lite), ``W_capture`` = W after step
+    ``capture_at`` (SVRG option 3, S2GD, Batching/Mixed SVRG).
+
+    Returns
+    -------
+    float
+        Sum of the rows' losses at the iterate each was evaluated at.
+    """
+    none2 = np.zeros((0, 0))
+    rows = np.asarray(rows, dtype=np.int64)
+    use_ref = W_ref is not None
+    return _vr_inner_loop(
+        *_csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay), int(t0),
+        W_ref if use_ref else none2,
+        np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
+        mu if mu is not None else none2, U if U is not None else none2, 0 if U is None else 1,
+        float(mem_scale), A if A is not None else none2, int(n_total),
+        W_sum if W_sum is not None else none2, W_sum is not None,
+        G_sum if G_sum is not None else none2, G_sum is not None,
+        int(capture_at), W_capture if W_capture is not None else none2)
