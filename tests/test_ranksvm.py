@@ -292,7 +292,8 @@ def test_fit_accepts_dask_arrays_and_a_client_argument():
     da = pytest.importorskip("dask.array")
     X, Y = _strongly_convex_instance(n=60)
     a = RankSVM(lam=1e-2, max_iter=200).fit(X, Y)
-    b = RankSVM(lam=1e-2, max_iter=200).fit(da.from_array(X, chunks=20), da.from_array(Y, chunks=20), client=None)
+    b = RankSVM(lam=1e-2, max_iter=200, sampling="uniform").fit(da.from_array(X, chunks=20),
+                                                                 da.from_array(Y, chunks=20), client=None)
     assert np.array_equal(a.coef_, b.coef_)
     S = b.decision_function(da.from_array(X, chunks=20))
     assert np.array_equal(S.compute(), a.decision_function(X))
@@ -308,7 +309,38 @@ def test_dmlr_fit_by_name_equals_the_estimator(tmp_path):
     X, Y = dmlr.open_dataset(store).arrays("train")
     X, Y = np.asarray(X.compute()), np.asarray(Y.compute())
     for name, cls in (("ranksvm", RankSVM), ("mmp", MMP)):
-        by_name = dmlr.fit(store, model=name, max_iter=3000, random_state=4)
-        direct = cls(max_iter=3000, random_state=4).fit(X, Y)
+        by_name = dmlr.fit(store, model=name, max_iter=3000, random_state=4)  # a store streams
+        direct = cls(max_iter=3000, random_state=4, sampling="stream").fit(X, Y)
         assert type(by_name) is cls
         np.testing.assert_array_equal(by_name.coef_, direct.coef_)
+
+
+@pytest.mark.parametrize("solver", ["ansgd", "sgd"])
+def test_streamed_fit_does_not_depend_on_the_chunking_and_runs_on_a_worker(solver, client2):
+    """sampling="stream": the same model from numpy, from dask in 2 chunkings, and on a worker."""
+    da = pytest.importorskip("dask.array")
+    X, Y = _strongly_convex_instance(n=2500)
+    common = dict(lam=1e-2, solver=solver, max_iter=6000, random_state=5, record_every=1000)
+    ref = RankSVM(**common, sampling="stream", backend="local").fit(X, Y)
+    assert ref.backend_ == "local" and ref.n_updates_ == 6000
+    assert len(ref.objective_history_) == 6  # on the current group of rows
+    for chunks in (300, 1000):
+        Xd, Yd = da.from_array(X, chunks=(chunks, -1)), da.from_array(Y, chunks=(chunks, -1))
+        local = RankSVM(**common, backend="local").fit(Xd, Yd)
+        np.testing.assert_array_equal(local.coef_, ref.coef_)
+    remote = RankSVM(**common).fit(Xd, Yd, client=client2)
+    assert remote.backend_ == "dask"
+    np.testing.assert_array_equal(remote.coef_, ref.coef_)
+    np.testing.assert_array_equal(remote.psi_ if solver == "ansgd" else remote.iterate_,
+                                  ref.psi_ if solver == "ansgd" else ref.iterate_)
+    other = RankSVM(**dict(common, random_state=6), sampling="stream", backend="local").fit(X, Y)
+    assert np.abs(other.coef_ - ref.coef_).max() > 1e-8
+
+
+def test_lbfgs_gradient_map_reduced_on_the_cluster_equals_in_process(client2):
+    X, Y = _strongly_convex_instance(n=600)
+    local = RankSVM(lam=1e-2, solver="lbfgs", smoothing=1e-2, backend="local").fit(X, Y)
+    remote = RankSVM(lam=1e-2, solver="lbfgs", smoothing=1e-2, backend="dask").fit(X, Y, client=client2)
+    assert local.backend_ == "local" and remote.backend_ == "dask"
+    assert remote.objective_history_[-1] == pytest.approx(local.objective_history_[-1], rel=1e-9)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-5, atol=1e-7)

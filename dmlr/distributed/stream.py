@@ -120,8 +120,29 @@ def _current_client():
         return None
 
 
+def streaming_client(stream: ChunkStream, client=None, where: str = "auto"):
+    """The client whose worker should run a streamed fit, or None to run it in this process.
+
+    ``where``: ``"auto"`` -- a worker when the data are dask arrays and a
+    client is given or current; ``"worker"`` -- always (a client from
+    :func:`dmlr.get_client` if none is current); ``"local"`` -- never.
+    """
+    if where not in ("auto", "worker", "local"):
+        raise ValueError(f"where must be 'auto', 'worker' or 'local', got {where!r}")
+    if where == "local":
+        return None
+    client = client or _current_client()
+    if where == "auto" and (client is None or not _is_dask(stream.X)):
+        return None
+    if client is None:
+        from dmlr.distributed.client import get_client
+
+        client = get_client()
+    return client
+
+
 def run_streaming(fn, stream: ChunkStream, *args, client=None, where: str = "auto"):
-    """``fn(stream, *args)``, on a Dask worker or in this process.
+    """``fn(stream, *args)``, on a Dask worker or in this process (see :func:`streaming_client`).
 
     Parameters
     ----------
@@ -132,25 +153,14 @@ def run_streaming(fn, stream: ChunkStream, *args, client=None, where: str = "aut
     client : distributed.Client, optional
         Default: the current client, if any.
     where : {"auto", "worker", "local"}
-        ``"auto"``: on a worker when the data are dask arrays and a client is
-        given or current; ``"worker"`` requires a client (from
-        :func:`dmlr.get_client` if none is current).
 
     Returns
     -------
     fn's result
     """
-    if where not in ("auto", "worker", "local"):
-        raise ValueError(f"where must be 'auto', 'worker' or 'local', got {where!r}")
-    if where == "local":
-        return fn(stream, *args)
-    client = client or _current_client()
-    if where == "auto" and (client is None or not _is_dask(stream.X)):
-        return fn(stream, *args)
+    client = streaming_client(stream, client, where)
     if client is None:
-        from dmlr.distributed.client import get_client
-
-        client = get_client()
+        return fn(stream, *args)
     # The stream goes to the task as one object: dask collections inside a
     # plain object are not computed by the client before the task runs.
     return client.submit(fn, stream, *args, pure=False).result()

@@ -27,8 +27,10 @@ import time
 
 import numpy as np
 
+from dmlr.distributed.chunks import make_chunkset
+from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import append_bias, as_matrix, make_block
+from dmlr.kernels.blocks import Block, append_bias, as_matrix, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import ranksvm as objective
@@ -41,12 +43,24 @@ LBFGS_MAX_ITER = 1000
 RANKSVM_SOLVERS = ("ansgd", "sgd", "lbfgs")
 
 
+#: Rows per group of the streamed instance order (``sampling="stream"``).
+STREAM_GROUP_ROWS = 1024
+
+
+def _stream_fit(stream, solver, state, n_updates, lam, random_state, average, record_every, group_objective,
+                step_kwargs):
+    """The streamed online fit, run where :func:`run_streaming` puts it (module level: shipped to workers)."""
+    return solvers.run_online_stream(solver, state, stream, n_updates, lam=lam, group_rows=STREAM_GROUP_ROWS,
+                                     random_state=random_state, average=average, group_objective=group_objective,
+                                     record_every=record_every, **step_kwargs)
+
+
 class _OnlineRanker(BaseModel):
     """Shared fit / partial_fit / persistence of the linear online label rankers."""
 
     _solver_name: str = ""
     _fitted_attributes = ("objective_history_", "objective_iterations_", "n_iter_", "n_updates_",
-                          "n_features_in_", "n_labels_", "fit_seconds_", "converged_")
+                          "n_features_in_", "n_labels_", "fit_seconds_", "converged_", "backend_")
 
     # -- subclass hooks -------------------------------------------------------------
     def _solver(self) -> str:
@@ -67,8 +81,10 @@ class _OnlineRanker(BaseModel):
                                               and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
             raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
         check_random_state(self.random_state)
-        if self.sampling not in solvers.SAMPLING:
-            raise ValueError(f"sampling must be one of {solvers.SAMPLING}, got {self.sampling!r}")
+        if self.sampling not in ("auto",) + solvers.SAMPLING:
+            raise ValueError(f"sampling must be one of {('auto',) + solvers.SAMPLING}, got {self.sampling!r}")
+        if self.backend not in ("auto", "local", "dask"):
+            raise ValueError(f"backend must be 'auto', 'local' or 'dask', got {self.backend!r}")
         if not (isinstance(self.record_every, (int, np.integer)) and self.record_every >= 0):
             raise ValueError(f"record_every must be an integer >= 0, got {self.record_every!r}")
 
@@ -89,24 +105,63 @@ class _OnlineRanker(BaseModel):
 
     # -- fitting --------------------------------------------------------------------
     def fit(self, X, Y, *, client=None):
-        """Fit from scratch: M_0 ~ N(0, 0.01) from ``random_state``, then ``max_iter``
-        updates on the seeded instance stream :func:`dmlr.solvers.sgd.instance_order`
-        (for the online solvers: the same as ``partial_fit(X[order], Y[order])``
-        on a fresh estimator). Returns self.
+        """Fit from scratch: M_0 ~ N(0, 0.01) from ``random_state``, then ``max_iter`` updates. Returns self.
 
-        ``client`` is accepted for :func:`dmlr.fit`'s call and ignored: these
-        solvers run in this process (dask inputs are computed first)."""
+        In-memory input with ``sampling`` "uniform" or "permutation": the seeded
+        instance stream :func:`dmlr.solvers.sgd.instance_order` (the same as
+        ``partial_fit(X[order], Y[order])`` on a fresh estimator).
+        ``sampling="stream"`` (the default for dask input, e.g. a Zarr store):
+        the row chunks are read in order, one at a time with the next one
+        prefetched, on a Dask worker when a client is given or current
+        (``backend``), and never gathered; rows are visited by groups of
+        :data:`STREAM_GROUP_ROWS` in a seeded order within each group
+        (:func:`dmlr.solvers.sgd.run_online_stream`), and ``objective_history_``
+        holds the objective on the current group's rows.
+        """
         self._check_params()
         for name in self._fitted_array_names() + ("_state",):
             if hasattr(self, name):
                 delattr(self, name)
+        T = int(self.max_iter) if self.max_iter is not None else ONLINE_MAX_ITER
+        if self._sampling(X) == "stream":
+            return self._fit_stream(X, Y, T, client)
         block = self._block(X, Y)
         n = block.n_rows
         if n == 0:
             raise DmlrInputError("X has no rows")
-        T = int(self.max_iter) if self.max_iter is not None else ONLINE_MAX_ITER
-        order = solvers.instance_order(n, T, self.random_state, self.sampling)
+        order = solvers.instance_order(n, T, self.random_state, self._sampling(X))
+        self.backend_ = "local"
         return self._run(block, order, int(X.shape[1]), reset=True)
+
+    def _sampling(self, X) -> str:
+        if self.sampling == "auto":
+            return "stream" if hasattr(X, "dask") else "uniform"
+        return self.sampling
+
+    def _fit_stream(self, X, Y, T: int, client):
+        start = time.perf_counter()
+        if not hasattr(X, "dask"):
+            check_training_arrays(X, np.asarray(Y))
+        if X.shape[0] == 0:
+            raise DmlrInputError("X has no rows")
+        stream = ChunkStream(X, Y, fit_intercept=bool(self.fit_intercept))
+        d, K = stream.n_features, stream.n_labels
+        state = self._current_state(d, K, int(X.shape[1]), reset=True)
+        use = streaming_client(stream, client, {"auto": "auto", "local": "local", "dask": "worker"}[self.backend])
+        record = self._record_objective
+        res = run_streaming(_stream_fit, stream, self._solver(), state, T, self._lam(), self.random_state,
+                            bool(self.average), int(self.record_every), lambda Xg, Yg: record(Block(Xg, Yg)),
+                            self._step_kwargs(), client=use, where="worker" if use is not None else "local")
+        self.backend_ = "dask" if use is not None else "local"
+        self._state = res.state
+        self._store_state(res.state)
+        self.objective_history_ = res.objective_history
+        self.objective_iterations_ = res.objective_iterations
+        self.n_features_in_ = int(X.shape[1])
+        self.n_labels_ = K
+        self.converged_ = False
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
 
     def partial_fit(self, X, Y):
         """Continue the online run on the rows of (X, Y), once each, in the given order.
@@ -204,9 +259,12 @@ class RankSVM(_OnlineRanker):
     average : bool
         Online solvers: ``coef_`` is the averaged solution M_hat = 1/t sum_j M_j
         (the paper, Section 5) rather than the last iterate.
-    sampling : {"uniform", "permutation"}
+    sampling : {"auto", "uniform", "permutation", "stream"}
         Instance stream of ``fit``: uniform draws with replacement (the paper)
-        or epochs of random permutations.
+        or epochs of random permutations, both on in-memory data; or
+        "stream": row chunks read in order, rows shuffled within groups of
+        :data:`STREAM_GROUP_ROWS` (see :meth:`fit`). "auto": "stream" for dask
+        input (a Zarr store), else "uniform".
     omega : float
         SGD's Omega (1e3, the paper's).
     lipschitz : float
@@ -223,6 +281,11 @@ class RankSVM(_OnlineRanker):
         "lbfgs" records the smoothed objective after every iteration regardless.
     threshold : float
         Score threshold of ``predict``.
+    backend : {"auto", "local", "dask"}
+        "lbfgs": where the row blocks of the map-reduced gradient live
+        (:func:`dmlr.distributed.make_chunkset`); streamed online fits: on a
+        Dask worker ("dask"), in this process ("local"), or a worker when the
+        input is dask and a client is given or current ("auto").
 
     Attributes
     ----------
@@ -241,8 +304,8 @@ class RankSVM(_OnlineRanker):
     """
 
     def __init__(self, lam=1e-4, solver="ansgd", max_iter=None, fit_intercept=True, random_state=0, average=True,
-                 sampling="uniform", omega=solvers.SGD_OMEGA, lipschitz=1.0, smoothing=1e-4, tol=1e-8,
-                 record_every=0, threshold=0.0):
+                 sampling="auto", omega=solvers.SGD_OMEGA, lipschitz=1.0, smoothing=1e-4, tol=1e-8,
+                 record_every=0, threshold=0.0, backend="auto"):
         self.lam = lam
         self.solver = solver
         self.max_iter = max_iter
@@ -256,6 +319,7 @@ class RankSVM(_OnlineRanker):
         self.tol = tol
         self.record_every = record_every
         self.threshold = threshold
+        self.backend = backend
 
     def _solver(self) -> str:
         return self.solver
@@ -289,13 +353,26 @@ class RankSVM(_OnlineRanker):
             return super().fit(X, Y, client=client)
         self._check_params()
         start = time.perf_counter()
-        block = self._block(X, Y)
-        d, K = block.X.shape[1], block.Y.shape[1]
-        lam, alpha = float(self.lam), float(self.smoothing)
-        x0 = solvers.init_weights((d, K), self.random_state)
-        max_iter = int(self.max_iter) if self.max_iter is not None else LBFGS_MAX_ITER
-        res = solvers.lbfgs(lambda M: objective.value_and_grad(block, M, lam, alpha), x0,
-                            max_iter=max_iter, tol=float(self.tol))
+        if not hasattr(X, "dask"):
+            check_training_arrays(X, np.asarray(Y))
+        # the batch baseline's full gradient is map-reduced over the row blocks where they
+        # live (this process for small data, Dask workers otherwise)
+        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), backend=self.backend, client=client)
+        try:
+            d, K = int(X.shape[1]) + bool(self.fit_intercept), int(np.shape(Y)[1])
+            lam, alpha, n = float(self.lam), float(self.smoothing), chunks.n_rows
+
+            def fun(M):
+                value, grad = chunks.map_reduce(objective.block_value_and_grad, M, alpha)
+                return objective.finish(value, grad, M, n, lam)
+
+            x0 = solvers.init_weights((d, K), self.random_state)
+            max_iter = int(self.max_iter) if self.max_iter is not None else LBFGS_MAX_ITER
+            with chunks.solver_context():
+                res = solvers.lbfgs(fun, x0, max_iter=max_iter, tol=float(self.tol))
+            self.backend_ = chunks.backend
+        finally:
+            chunks.close()
         self.coef_ = res.x
         self.objective_history_ = res.objective_history
         self.objective_iterations_ = list(range(1, len(res.objective_history) + 1))
@@ -328,8 +405,8 @@ class MMP(_OnlineRanker):
 
     _solver_name = "mmp"
 
-    def __init__(self, max_iter=None, fit_intercept=True, random_state=0, average=True, sampling="uniform",
-                 record_every=0, threshold=0.0):
+    def __init__(self, max_iter=None, fit_intercept=True, random_state=0, average=True, sampling="auto",
+                 record_every=0, threshold=0.0, backend="auto"):
         self.max_iter = max_iter
         self.fit_intercept = fit_intercept
         self.random_state = random_state
@@ -337,6 +414,7 @@ class MMP(_OnlineRanker):
         self.sampling = sampling
         self.record_every = record_every
         self.threshold = threshold
+        self.backend = backend
 
     def _record_objective(self, block):
         def rank_loss(M):

@@ -70,7 +70,7 @@ from dmlr.kernels.ranksvm import RANKSVM_MARGIN, mmp_row, ranksvm_row
 SGD_OMEGA = 1e3
 #: Standard deviation of the initial entries (variance 0.01, Section 5).
 INIT_STD = 0.1
-SAMPLING = ("uniform", "permutation")
+SAMPLING = ("uniform", "permutation", "stream")
 
 
 class RankSVMOracle:
@@ -148,8 +148,8 @@ def instance_order(n_rows: int, n_updates: int, random_state, sampling: str = "u
     ``"uniform"``: i.i.d. uniform draws (with replacement); ``"permutation"``:
     consecutive random permutations of the rows (each row once per epoch).
     """
-    if sampling not in SAMPLING:
-        raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
+    if sampling not in ("uniform", "permutation"):
+        raise ValueError(f"sampling must be 'uniform' or 'permutation' (random access), got {sampling!r}")
     rng = np.random.default_rng(np.random.SeedSequence(random_state).spawn(2)[1])
     if sampling == "uniform":
         return rng.integers(0, n_rows, size=n_updates)
@@ -296,6 +296,74 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
         if objective is not None and record_every and state.t % record_every == 0:
             result.objective_history.append(float(objective(state.output(average))))
             result.objective_iterations.append(int(state.t))
+    return result
+
+
+def _row_groups(blocks, group_rows: int):
+    """(X, Y) of consecutive global row groups of ``group_rows`` rows from an iterable of blocks.
+
+    Blocks may be of any size: rows are buffered across block boundaries, so
+    the groups do not depend on how the rows were chunked.
+    """
+    bufX, bufY, n_buf = [], [], 0
+
+    def take(k):
+        nonlocal bufX, bufY, n_buf
+        X = sp.vstack(bufX, format="csr") if sp.issparse(bufX[0]) else np.concatenate(bufX, axis=0)
+        Y = np.concatenate(bufY, axis=0)
+        bufX, bufY, n_buf = [X[k:]], [Y[k:]], n_buf - k
+        return X[:k], Y[:k]
+
+    for blk in blocks:
+        bufX.append(blk.X)
+        bufY.append(blk.Y)
+        n_buf += blk.n_rows
+        while n_buf >= group_rows:
+            yield take(group_rows)
+    if n_buf:
+        yield take(n_buf)
+
+
+def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *, lam: float, group_rows: int,
+                      random_state, oracle=None, average: bool = True, group_objective=None, record_every: int = 0,
+                      **step_kwargs) -> OnlineResult:
+    """``n_updates`` updates over passes of a re-iterable stream of row blocks (``sampling="stream"``).
+
+    Rows are visited in storage order by fixed global groups of ``group_rows``
+    rows, each group's rows in a seeded random order (a fresh one per pass):
+    the random instance order of the paper, restricted so that only one group
+    of rows is needed at a time. The groups, and so the result, do not
+    depend on the chunking of the stream. Passes repeat until ``n_updates``
+    updates are done; each pass re-reads the stream.
+
+    ``group_objective(X, Y) -> objective(M)``, if given, makes the history's
+    objective on the rows of the current group (the whole set is never in
+    memory), recorded every ``record_every`` updates.
+
+    Returns
+    -------
+    OnlineResult
+        ``state`` (updated in place) and the recorded objective values.
+    """
+    result = OnlineResult(state=state)
+    done, epoch = 0, 0
+    while done < n_updates:
+        seen = 0
+        for g, (Xg, Yg) in enumerate(_row_groups(blocks, group_rows)):
+            rng = np.random.default_rng(np.random.SeedSequence(random_state, spawn_key=(3, epoch, g)))
+            order = rng.permutation(Yg.shape[0])[:n_updates - done]
+            hook = group_objective(Xg, Yg) if group_objective is not None and record_every else None
+            part = run_online(solver, state, Xg, Yg, order, lam=lam, oracle=oracle, average=average,
+                              objective=hook, record_every=record_every, **step_kwargs)
+            result.objective_history += part.objective_history
+            result.objective_iterations += part.objective_iterations
+            done += order.size
+            seen += Yg.shape[0]
+            if done >= n_updates:
+                break
+        if seen == 0:
+            raise ValueError("the stream has no rows")
+        epoch += 1
     return result
 
 
