@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import MMP, RBRL, LinearMultiLabel, RankSVM
+from dmlr.models import KNN, MMP, OML, RBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel}
+MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel, "oml": OML, "knn": KNN}
 
 
 def _as_dataset(data):
@@ -62,7 +62,7 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
         A name in :data:`MODELS` (``"rbrl"``, ``"ranksvm"``, ``"mmp"``,
-        ``"linear"``) or an estimator instance.
+        ``"linear"``, ``"oml"``, ``"knn"``) or an estimator instance.
     split : str or None
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional
@@ -104,6 +104,9 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
 def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
     """Evaluate a fitted model: every metric of :mod:`dmlr.metrics`, chunk by chunk.
 
+    Labels are the model's own rule (``model.labels_from_scores``) applied to
+    its scores.
+
     Parameters
     ----------
     model : fitted estimator
@@ -118,11 +121,11 @@ def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
     dict
         Metric name -> float.
     """
-    from dmlr.metrics import multilabel_metrics, predict_from_scores
+    from dmlr.metrics import multilabel_metrics
 
     X, Y = resolve_arrays(data, split, default_split="test")
     S = model.decision_function(X)
-    return multilabel_metrics(Y, S, predict_from_scores(S), metrics=metrics)
+    return multilabel_metrics(Y, S, model.labels_from_scores(S), metrics=metrics)
 
 
 def load(path) -> BaseModel:

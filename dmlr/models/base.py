@@ -131,6 +131,20 @@ class BaseModel:
                                 meta=np.empty((0, 0), dtype=np.float64))
         return self._scores_block(X)
 
+    def labels_from_scores(self, S):
+        """0/1 labels from this model's scores (``predict`` and :func:`dmlr.evaluate` use it).
+
+        Default: score > ``threshold`` (0 when the model has none), at least
+        one label per row (:func:`dmlr.metrics.predict_from_scores`).
+        """
+        from dmlr.metrics import predict_from_scores
+
+        return predict_from_scores(S, float(getattr(self, "threshold", 0.0)))
+
+    def predict(self, X):
+        """0/1 labels (n, n_labels): :meth:`labels_from_scores` of :meth:`decision_function`."""
+        return self.labels_from_scores(self.decision_function(X))
+
     def _scores_block(self, X):  # pragma: no cover - interface
         """Scores of one in-memory row block (numpy, scipy.sparse or sparse)."""
         raise NotImplementedError

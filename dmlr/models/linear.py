@@ -166,9 +166,8 @@ class LinearMultiLabel(BaseModel):
             X = append_bias(X)
         return np.asarray(X @ self.coef_)
 
-    def predict(self, X):
+    def labels_from_scores(self, S):
         """0/1 labels (see the module docstring for the rule of each loss)."""
-        S = self.decision_function(X)
         if self.loss in ("subset", "gebru"):
             # log softmax - log(1/K) > 0  <=>  probability above uniform
             S = S - S.max(axis=1, keepdims=True)

@@ -233,9 +233,6 @@ class _OnlineRanker(BaseModel):
             X = append_bias(X)
         return np.asarray(X @ self.coef_)
 
-    def predict(self, X):
-        """0/1 labels: score > ``threshold``, at least one label per row (the arg-max)."""
-        return predict_from_scores(self.decision_function(X), float(self.threshold))
 
 
 @register_model

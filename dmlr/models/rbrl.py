@@ -494,10 +494,10 @@ class RBRL(BaseModel):
             S += kernel_matrix(X, support[a:a + step], spec) @ A[a:a + step]
         return S
 
-    def predict(self, X):
+    def labels_from_scores(self, S):
         """0/1 labels by the sign of the score, at least one per row
         (the reference's rule, :func:`dmlr.metrics.predict_from_scores`)."""
-        return predict_from_scores(self.decision_function(X))
+        return predict_from_scores(S)
 
 
 _PREDICT_SUPPORT_ROWS = 4096
