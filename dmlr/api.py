@@ -7,11 +7,12 @@ import warnings
 from pathlib import Path
 
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import KNN, MMP, OML, RBRL, LinearMultiLabel, RankSVM
+from dmlr.models import KNN, MMP, OMF, OML, RBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel, "oml": OML, "knn": KNN}
+MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel, "oml": OML, "knn": KNN,
+          "omf": OMF}
 
 
 def _as_dataset(data):
@@ -62,7 +63,7 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
         A name in :data:`MODELS` (``"rbrl"``, ``"ranksvm"``, ``"mmp"``,
-        ``"linear"``, ``"oml"``, ``"knn"``) or an estimator instance.
+        ``"linear"``, ``"oml"``, ``"knn"``, ``"omf"``) or an estimator instance.
     split : str or None
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional

@@ -3,7 +3,8 @@
 from dmlr.models.base import MODEL_REGISTRY, BaseModel, load_model
 from dmlr.models.linear import LinearMultiLabel
 from dmlr.models.oml import KNN, OML
+from dmlr.models.omf import OMF
 from dmlr.models.rbrl import RBRL
 from dmlr.models.ranksvm import MMP, RankSVM
 
-__all__ = ["KNN", "LinearMultiLabel", "MMP", "OML", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]
+__all__ = ["KNN", "LinearMultiLabel", "MMP", "OMF", "OML", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]
