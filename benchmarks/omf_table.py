@@ -52,7 +52,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-omf-table"
 
@@ -76,14 +75,9 @@ def load(name: str, workdir: Path):
 
     workdir.mkdir(parents=True, exist_ok=True)
     X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    X = X.compute()
-    if hasattr(X, "to_scipy_sparse"):
-        X = sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64)
-    elif sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-    else:
-        X = np.ascontiguousarray(X, dtype=np.float64)
-    return X, np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
+    from dmlr.kernels.blocks import as_matrix
+
+    return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
 
 
 def run_fold(name: str, fold: int, a) -> dict:

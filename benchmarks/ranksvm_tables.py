@@ -138,14 +138,9 @@ def load(name: str, workdir: str):
     import dmlr
 
     X, Y = dmlr.open_dataset(prepare(name, Path(workdir))).arrays(None)
-    X = X.compute()
-    if hasattr(X, "to_scipy_sparse"):
-        X = sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64)
-    elif sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-    else:
-        X = np.ascontiguousarray(X, dtype=np.float64)
-    return X, np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
+    from dmlr.kernels.blocks import as_matrix
+
+    return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
 
 
 def fold_indices(n: int, n_folds: int, fold: int, seed: int):

@@ -185,6 +185,28 @@ class BaseModel:
         return path
 
 
+class LinearModel(BaseModel):
+    """A model whose fitted arrays are weight matrices (n_features + fit_intercept, n_labels)
+    and whose scores are ``[X, 1] @ coef_``."""
+
+    def _validate_loaded(self, path) -> None:
+        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
+        for name in self._fitted_array_names():
+            arr = getattr(self, name)
+            if arr.dtype.kind != "f" or arr.shape != expected:
+                raise DmlrInputError(f"{name} must be a float array of shape {expected}, got {arr.dtype} "
+                                     f"{arr.shape}", path=path)
+
+    def _scores_block(self, X):
+        """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
+        from dmlr.kernels.blocks import append_bias, as_matrix
+
+        X = as_matrix(X)
+        if self.fit_intercept:
+            X = append_bias(X)
+        return np.asarray(X @ self.coef_)
+
+
 def _dense(a) -> np.ndarray:
     """Arrays as saved: scipy sparse matrices densified (model files hold plain arrays)."""
     return a.toarray() if hasattr(a, "toarray") else np.asarray(a)

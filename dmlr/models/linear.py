@@ -24,10 +24,9 @@ import numpy as np
 
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import append_bias, as_matrix
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
-from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
+from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
 
@@ -36,7 +35,7 @@ GROUP_ROWS = 256
 
 
 @register_model
-class LinearMultiLabel(BaseModel):
+class LinearMultiLabel(LinearModel):
     """Linear multi-label model: ``loss`` minimized by ``solver`` over ``epochs`` epochs.
 
     Parameters
@@ -153,18 +152,6 @@ class LinearMultiLabel(BaseModel):
         self.n_labels_ = K
         self.backend_ = backend
         return self
-
-    def _validate_loaded(self, path) -> None:
-        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
-        if self.coef_.dtype.kind != "f" or self.coef_.shape != expected:
-            raise DmlrInputError(f"coef_ must be a float array of shape {expected}, got {self.coef_.dtype} "
-                                 f"{self.coef_.shape}", path=path)
-
-    def _scores_block(self, X):
-        X = as_matrix(X)
-        if self.fit_intercept:
-            X = append_bias(X)
-        return np.asarray(X @ self.coef_)
 
     def labels_from_scores(self, S):
         """0/1 labels (see the module docstring for the rule of each loss)."""

@@ -30,9 +30,9 @@ import numpy as np
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import Block, append_bias, as_matrix, make_block
+from dmlr.kernels.blocks import Block, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
+from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
@@ -55,7 +55,7 @@ def _stream_fit(stream, solver, state, n_updates, lam, random_state, average, re
                                      record_every=record_every, **step_kwargs)
 
 
-class _OnlineRanker(BaseModel):
+class _OnlineRanker(LinearModel):
     """Shared fit / partial_fit / persistence of the linear online label rankers."""
 
     _solver_name: str = ""
@@ -216,23 +216,6 @@ class _OnlineRanker(BaseModel):
         self.coef_ = state.output(bool(self.average))
         self.n_updates_ = int(state.t)
         self.n_iter_ = int(state.t)
-
-    # -- persistence / prediction ------------------------------------------------------
-    def _validate_loaded(self, path) -> None:
-        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
-        for name in self._fitted_array_names():
-            arr = getattr(self, name)
-            if arr.dtype.kind != "f" or arr.shape != expected:
-                raise DmlrInputError(f"{name} must be a float array of shape {expected}, got {arr.dtype} "
-                                     f"{arr.shape}", path=path)
-
-    def _scores_block(self, X):
-        """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
-        X = as_matrix(X)
-        if self.fit_intercept:
-            X = append_bias(X)
-        return np.asarray(X @ self.coef_)
-
 
 
 @register_model
