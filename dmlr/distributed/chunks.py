@@ -36,7 +36,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import Block, concat_blocks, make_block
+from dmlr.kernels.blocks import Block, concat_blocks, is_dask, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
 LOCAL_MAX_VALUES = 2 ** 22
@@ -337,14 +337,10 @@ class ClusterChunks(ChunkSet):
         self.futures = []
 
 
-def _is_dask(a) -> bool:
-    return hasattr(a, "dask") and hasattr(a, "chunks")
-
-
 def _n_values(X) -> int | None:
     if sp.issparse(X):
         return int(X.nnz)
-    if _is_dask(X):
+    if is_dask(X):
         if type(X._meta).__module__.startswith("sparse"):
             return None
         return int(np.prod(X.shape))
@@ -376,7 +372,7 @@ def _align(X, Y):
     """Dask X and Y with identical row chunks and a single column chunk each."""
     import dask.array as da
 
-    if not _is_dask(Y):
+    if not is_dask(Y):
         Y = da.from_array(np.asarray(Y), chunks=(X.chunks[0], -1))
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
@@ -432,7 +428,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
     if X.shape[0] != np.shape(Y)[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
     where = choose_backend(X, backend)
-    if align_rows is not None and _is_dask(X):
+    if align_rows is not None and is_dask(X):
         X, Y = _align(X, Y)
         X, Y = _align_dask_rows(X, Y, int(align_rows))
 
@@ -443,7 +439,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
 
     if where == "local":
         n_blocks = n_blocks or 1
-        if _is_dask(X):
+        if is_dask(X):
             import dask
 
             X, Y = _align(X, Y)
@@ -467,7 +463,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
     n_threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
     n_blocks = n_blocks or n_threads
     futures = []
-    if _is_dask(X):
+    if is_dask(X):
         X, Y = _align(X, Y)
         xs, ys = X.to_delayed().ravel(), Y.to_delayed().ravel()
         import dask

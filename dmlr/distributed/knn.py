@@ -7,7 +7,7 @@ gathered: :func:`index_chunks` turns every block, where it lives, into an
 their global row offset, and its label rows). :func:`knn_search` sends a batch
 of queries to every block (``ChunkSet.map_blocks``); each block returns its
 local top-k (:func:`dmlr.kernels.knn.chunk_top_k`) and the labels of those k
-rows, and the client merges the lists (:func:`dmlr.kernels.knn.merge_order`).
+rows, and the client merges the lists (:func:`dmlr.kernels.knn.merge_top_k`).
 Only nq x k x (2 + n_labels) values per block travel back.
 
 Ties go to the lower global row index and the distances are computed
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmlr.kernels.blocks import as_matrix
-from dmlr.kernels.knn import chunk_top_k, empty_result, merge_order
+from dmlr.kernels.knn import chunk_top_k, merge_top_k
 
 
 @dataclass
@@ -108,19 +108,7 @@ def knn_search(chunks, queries, k: int, *, with_labels: bool = True):
     """
     queries = as_matrix(queries)
     results = chunks.map_blocks(_block_top_k, queries, int(k), bool(with_labels))
-    nq = queries.shape[0]
-    dists, idxs = [r[0] for r in results], [r[1] for r in results]
-    total = sum(d.shape[1] for d in dists)
-    if total < k:
-        pad_d, pad_i = empty_result(nq, k - total)
-        dists, idxs = dists + [pad_d], idxs + [pad_i]
-    order = merge_order(dists, idxs, int(k))
-    D = np.take_along_axis(np.concatenate(dists, axis=1), order, axis=1)
-    I = np.take_along_axis(np.concatenate(idxs, axis=1), order, axis=1)
+    pairs = [(r[0], r[1]) for r in results]
     if not with_labels:
-        return D, I, None
-    labs = [r[2] for r in results]
-    if total < k:
-        labs.append(np.zeros((nq, k - total, labs[0].shape[2]), dtype=np.int8))
-    L = np.concatenate(labs, axis=1)
-    return D, I, np.take_along_axis(L, order[:, :, None], axis=1)
+        return (*merge_top_k(pairs, int(k)), None)
+    return merge_top_k(pairs, int(k), payloads=[r[2] for r in results])

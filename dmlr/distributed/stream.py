@@ -23,11 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block, make_block
-
-
-def _is_dask(a) -> bool:
-    return hasattr(a, "dask") and hasattr(a, "chunks")
+from dmlr.kernels.blocks import Block, is_dask, make_block
 
 
 @dataclass
@@ -78,7 +74,7 @@ class ChunkStream:
     def _readers(self) -> list:
         """One zero-argument callable per chunk, returning ``(X_chunk, Y_chunk)``."""
         X, Y = self.X, self.Y
-        if _is_dask(X):
+        if is_dask(X):
             import dask
 
             from dmlr.distributed.chunks import _align
@@ -132,7 +128,7 @@ def streaming_client(stream: ChunkStream, client=None, where: str = "auto"):
     if where == "local":
         return None
     client = client or _current_client()
-    if where == "auto" and (client is None or not _is_dask(stream.X)):
+    if where == "auto" and (client is None or not is_dask(stream.X)):
         return None
     if client is None:
         from dmlr.distributed.client import get_client

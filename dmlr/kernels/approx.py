@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import as_matrix
+from dmlr.kernels.blocks import as_matrix, is_dask
 from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
 
 #: ``method`` values of :class:`KernelFeatureMap` (the estimator's ``kernel_approximation``).
@@ -46,10 +46,6 @@ EIGEN_FLOOR = 1e-12
 #: the rounding level of eigh on K_mm, so kernels with large values (linear,
 #: poly on unscaled data) do not amplify rounding noise by 1/sqrt(1e-12).
 EIGEN_REL_FLOOR = np.finfo(np.float64).eps
-
-
-def _is_dask(X) -> bool:
-    return hasattr(X, "dask") and hasattr(X, "chunks")
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,7 +103,7 @@ class KernelFeatureMap:
         """
         if X.shape[-1] != self.n_features_in:
             raise ValueError(f"X has {X.shape[-1]} features, the feature map expects {self.n_features_in}")
-        if _is_dask(X):
+        if is_dask(X):
             if len(X.chunks[1]) > 1:
                 X = X.rechunk({1: -1})
             return X.map_blocks(self._transform_block, dtype=np.float64,
@@ -140,7 +136,7 @@ def gather_rows(X, idx) -> np.ndarray | sp.csr_matrix:
     indexing, which is slow on pydata-sparse chunks).
     """
     idx = np.asarray(idx, dtype=np.int64)
-    if not _is_dask(X):
+    if not is_dask(X):
         return as_matrix(X[idx] if not sp.issparse(X) else sp.csr_matrix(X)[idx])
     import dask
 

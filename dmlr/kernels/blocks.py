@@ -31,6 +31,11 @@ class Block:
         return int(self.Y.shape[0])
 
 
+def is_dask(a) -> bool:
+    """Whether ``a`` is a dask array (checked by attributes: no dask import)."""
+    return hasattr(a, "dask") and hasattr(a, "chunks")
+
+
 def as_matrix(X):
     """Return a chunk as float64 dense ndarray or float64 scipy CSR.
 
@@ -65,3 +70,32 @@ def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
     Xs = [as_matrix(x) for x in parts_X]
     X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs, axis=0)
     return make_block(X, np.concatenate([np.asarray(y) for y in parts_Y], axis=0), fit_intercept)
+
+
+def _stack(parts_X, parts_Y) -> Block:
+    if len(parts_X) == 1:
+        return Block(X=parts_X[0], Y=parts_Y[0])
+    return concat_blocks(parts_X, parts_Y, fit_intercept=False)
+
+
+def regroup_rows(blocks, size: int):
+    """The rows of an iterable of blocks as consecutive blocks of ``size`` rows (the last one shorter).
+
+    Pieces of adjacent blocks are concatenated, so the groups are fixed global
+    row ranges: they do not depend on how the rows were chunked (the seeded
+    row orders of the streamed solvers are drawn per group).
+    """
+    xs, ys, have = [], [], 0
+    for blk in blocks:
+        a = 0
+        while a < blk.n_rows:
+            take = min(size - have, blk.n_rows - a)
+            xs.append(blk.X[a:a + take])
+            ys.append(blk.Y[a:a + take])
+            have += take
+            a += take
+            if have == size:
+                yield _stack(xs, ys)
+                xs, ys, have = [], [], 0
+    if have:
+        yield _stack(xs, ys)

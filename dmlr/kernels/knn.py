@@ -35,6 +35,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.kernels.gram import row_sq_norms
+
 #: Query-point pairs per screening block (float64: 32 MiB of distances).
 BLOCK_ENTRIES = 2 ** 22
 #: Relative slack of the screening stage (see the module docstring).
@@ -62,12 +64,6 @@ def _dense(X) -> np.ndarray:
     if sp.issparse(X):
         return np.asarray(X.toarray(), dtype=np.float64)
     return np.ascontiguousarray(X, dtype=np.float64)
-
-
-def _sq_norms(X) -> np.ndarray:
-    if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
-    return np.einsum("ij,ij->i", X, X)
 
 
 def _global_index(row_offset, n_points: int) -> np.ndarray:
@@ -130,13 +126,13 @@ def chunk_top_k(queries, block_points, k: int, row_offset=0, *, max_index=None):
     else:
         points = np.ascontiguousarray(block_points, dtype=np.float64)
         points_T = points.T
-    pn = _sq_norms(points)
+    pn = row_sq_norms(points)
     pn_max = float(pn.max())
     qb = max(1, min(nq, BLOCK_ENTRIES // max(nb, 1)))
     for q0 in range(0, nq, qb):
         q1 = min(nq, q0 + qb)
         Q = queries[q0:q1]
-        qn = _sq_norms(Q)
+        qn = row_sq_norms(Q)
         G = Q @ points_T
         G = G.toarray() if sp.issparse(G) else np.asarray(G)
         # screen: BLAS distances (rounded; refined below)
@@ -187,7 +183,7 @@ def merge_order(dists: list, idxs: list, k: int):
     return order
 
 
-def merge_top_k(list_of_results, k: int):
+def merge_top_k(list_of_results, k: int, payloads=None):
     """Merge per-chunk ``(dist, global_idx)`` results into the global top-k.
 
     Parameters
@@ -195,6 +191,9 @@ def merge_top_k(list_of_results, k: int):
     list_of_results : list of (float64 (nq, k_i), int64 (nq, k_i))
         Results of :func:`chunk_top_k` on disjoint chunks (any order).
     k : int
+    payloads : list of ndarray (nq, k_i, ...), optional
+        Per-candidate values that travel with the candidates (e.g. their label
+        rows), one array per result; zeros at padding.
 
     Returns
     -------
@@ -202,20 +201,29 @@ def merge_top_k(list_of_results, k: int):
     global_idx : int64 ndarray (nq, k)
         As :func:`chunk_top_k` over the union of the chunks: ascending
         distance, ties to the lower global index; +inf / -1 padding.
+    payload : ndarray (nq, k, ...)
+        Only when ``payloads`` is given: the merged payloads.
     """
     if not list_of_results:
         raise ValueError("nothing to merge")
     dists = [r[0] for r in list_of_results]
     idxs = [r[1] for r in list_of_results]
+    payloads = None if payloads is None else list(payloads)
     nq = dists[0].shape[0]
     total = sum(d.shape[1] for d in dists)
     if total < k:
         pad_d, pad_i = empty_result(nq, k - total)
         dists, idxs = dists + [pad_d], idxs + [pad_i]
+        if payloads is not None:
+            first = payloads[0]
+            payloads.append(np.zeros((nq, k - total) + first.shape[2:], dtype=first.dtype))
     order = merge_order(dists, idxs, k)
-    D = np.concatenate(dists, axis=1)
-    I = np.concatenate(idxs, axis=1)
-    return np.take_along_axis(D, order, axis=1), np.take_along_axis(I, order, axis=1)
+    D = np.take_along_axis(np.concatenate(dists, axis=1), order, axis=1)
+    I = np.take_along_axis(np.concatenate(idxs, axis=1), order, axis=1)
+    if payloads is None:
+        return D, I
+    Pl = np.concatenate(payloads, axis=1)
+    return D, I, np.take_along_axis(Pl, order.reshape(order.shape + (1,) * (Pl.ndim - 2)), axis=1)
 
 
 def warm_up() -> bool:

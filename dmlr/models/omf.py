@@ -40,7 +40,7 @@ import scipy.sparse as sp
 
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import append_bias, as_matrix
+from dmlr.kernels.blocks import append_bias, as_matrix, regroup_rows
 from dmlr.models.base import (
     BaseModel,
     check_random_state,
@@ -71,14 +71,10 @@ def _init_factors(k: int, l: int, s: int, seed, scale: float):
     return scale * rng.standard_normal((k, s)), scale * rng.standard_normal((l, s))
 
 
-def _windows(stream, size: int):
-    """The stream's rows regrouped into consecutive (X, Y) windows of ``size`` rows (the last shorter).
-
-    Pieces of several chunks are concatenated, so the windows do not depend
-    on how the rows are chunked. Also checks every chunk (finite X, 0/1 Y),
-    which :func:`check_training_arrays` does not do for dask input.
-    """
-    xs, ys, have, row0 = [], [], 0, 0
+def _checked(stream):
+    """The stream's blocks, each checked (finite X, 0/1 Y), which
+    :func:`check_training_arrays` does not do for dask input."""
+    row0 = 0
     for block in stream:
         X, Y = block.X, block.Y
         vals = X.data if sp.issparse(X) else X
@@ -89,25 +85,7 @@ def _windows(stream, size: int):
             bad = int(np.flatnonzero(((Y < 0) | (Y > 1)).any(axis=1))[0])
             raise DmlrInputError("labels must be 0 or 1", row=row0 + bad)
         row0 += block.n_rows
-        a = 0
-        while a < block.n_rows:
-            take = min(size - have, block.n_rows - a)
-            xs.append(X[a:a + take])
-            ys.append(Y[a:a + take])
-            have += take
-            a += take
-            if have == size:
-                yield _concat(xs, ys)
-                xs, ys, have = [], [], 0
-    if have:
-        yield _concat(xs, ys)
-
-
-def _concat(xs, ys):
-    if len(xs) == 1:
-        return xs[0], ys[0]
-    X = sp.vstack(xs, format="csr") if sp.issparse(xs[0]) else np.concatenate(xs, axis=0)
-    return X, np.concatenate(ys, axis=0)
+        yield block
 
 
 def _train(stream, state: dict, cfg: dict) -> dict:
@@ -146,7 +124,9 @@ def _train(stream, state: dict, cfg: dict) -> dict:
     with threadpool_limits(limits=1, user_api="blas"):
         for _ in range(int(cfg["epochs"])):
             total = 0.0
-            for w, (Xw, Yw) in enumerate(_windows(stream, window)):
+            # windows are fixed global row ranges, whatever the chunking
+            for w, win in enumerate(regroup_rows(_checked(stream), window)):
+                Xw, Yw = win.X, win.Y
                 m = Yw.shape[0]
                 if cfg["shuffle_window"]:
                     # SAMPLE-WITHOUT-REPLACEMENT of Algorithm 1, within the window; RESTART-SAMPLING

@@ -91,7 +91,7 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import as_matrix
+from dmlr.kernels.blocks import as_matrix, is_dask
 from dmlr.kernels.knn import chunk_top_k, merge_top_k
 from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
 
@@ -362,10 +362,6 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
 # Estimators
 # ---------------------------------------------------------------------------------------------
 
-def _is_dask(a) -> bool:
-    return hasattr(a, "dask") and hasattr(a, "chunks")
-
-
 def _check_int(name, value, low):
     if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -377,7 +373,7 @@ def _check_inputs(X, Y):
     check_training_arrays(X, Y)
     if X.shape[0] == 0:
         raise DmlrInputError("X has no rows")
-    if not _is_dask(X):
+    if not is_dask(X):
         vals = X.data if sp.issparse(X) else np.asarray(X)
         if not np.issubdtype(np.asarray(vals).dtype, np.number):
             raise DmlrInputError(f"X must be numeric, got dtype {np.asarray(vals).dtype}")
@@ -390,7 +386,7 @@ def _check_inputs(X, Y):
 
 def _rows(X, a, b):
     part = X[a:b]
-    if _is_dask(part):
+    if is_dask(part):
         part = part.compute()
     if hasattr(part, "to_scipy_sparse"):
         part = part.to_scipy_sparse()
@@ -429,7 +425,7 @@ class _NeighbourModel(BaseModel):
         from dmlr.distributed.knn import index_chunks
 
         Xm, Ym = self._memory_arrays()
-        if not _is_dask(Ym):
+        if not is_dask(Ym):
             Ym = np.asarray(Ym, dtype=np.int8)
         chunks = make_chunkset(Xm, Ym, fit_intercept=False, backend=self.backend, client=client,
                                n_blocks=self.n_blocks)
@@ -600,7 +596,7 @@ class KNN(_NeighbourModel):
         _check_inputs(X, Y)
         start = time.perf_counter()
         self.memory_X_ = X
-        self.memory_Y_ = Y if _is_dask(Y) else np.asarray(Y, dtype=np.int8)
+        self.memory_Y_ = Y if is_dask(Y) else np.asarray(Y, dtype=np.int8)
         self.n_features_in_, self.n_labels_ = int(X.shape[1]), int(np.shape(Y)[1])
         self.n_memory_ = int(X.shape[0])
         if self.rule == "mlknn":
@@ -776,7 +772,7 @@ class OML(_NeighbourModel):
         init_mask = np.zeros(n, dtype=bool)
         init_mask[init_idx] = True
         V1 = rng.standard_normal((q, d)) / math.sqrt(d)
-        Ynp = Y if _is_dask(Y) else np.asarray(Y, dtype=np.int8)
+        Ynp = Y if is_dask(Y) else np.asarray(Y, dtype=np.int8)
         if self.projection_rows == "memory":
             Xp, Yp = X[init_idx], Ynp[init_idx]
         else:
@@ -821,7 +817,7 @@ class OML(_NeighbourModel):
         start = time.perf_counter()
         Xm, Ym = _rows(self.memory_X_, 0, None), np.asarray(_rows(self.memory_Y_, 0, None), dtype=np.int8)
         Xn = _rows(X, 0, None)
-        Yn = np.asarray(_rows(Y, 0, None), dtype=np.int8) if _is_dask(Y) else np.asarray(Y, dtype=np.int8)
+        Yn = np.asarray(_rows(Y, 0, None), dtype=np.int8) if is_dask(Y) else np.asarray(Y, dtype=np.int8)
         stream = ChunkStream(Xn, Yn, chunk_rows=int(self.chunk_rows))
         res = run_streaming(oml_train_stream, stream, self.P_, self.V_, (Xm, Ym), None, int(Xm.shape[0]),
                             self._params(), where="local")

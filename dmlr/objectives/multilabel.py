@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from dmlr.kernels.blocks import Block
+from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.multilabel_losses import GEBRU_EPS, block_loss_grad, loss_code, row_gradients, vr_inner_loop
 
 #: Upper bounds on the curvature of each loss in its scores, per unit ||x||^2, used for
@@ -40,10 +41,10 @@ def block_value_and_grad(block: Block, W, code: int, rows=None, want_grad: bool 
 
 
 def block_row_stats(block: Block):
-    """(max ||x_i||^2, max number of relevant labels) of a block."""
-    X = block.X
-    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if hasattr(X, "multiply") else np.einsum("ij,ij->i", X, X)
-    return (float(sq.max()) if sq.size else 0.0, int(block.Y.sum(axis=1).max()) if block.n_rows else 0)
+    """(max ||x_i||^2, max number of relevant labels, number of labels) of a block."""
+    sq = row_sq_norms(block.X)
+    return (float(sq.max()) if sq.size else 0.0, int(block.Y.sum(axis=1).max()) if block.n_rows else 0,
+            int(block.Y.shape[1]))
 
 
 def block_init_memory(block: Block, W, code: int, token: str):
@@ -153,8 +154,7 @@ class LinearMultiLabelProblem:
         stats = self.chunks.map_blocks(block_row_stats)
         max_sq = max(s[0] for s in stats)
         max_c = max(s[1] for s in stats)
-        K = self.n_labels
-        L = CURVATURE[self.loss](K, max_c) * max_sq + self.lam
+        L = CURVATURE[self.loss](stats[0][2], max_c) * max_sq + self.lam
         return 1.0 / L if L > 0 else 1.0
 
     # -- solver memory -----------------------------------------------------------------
@@ -193,15 +193,3 @@ class LinearMultiLabelProblem:
             if "W_capture" in out:
                 W_capture = out["W_capture"]
         return dict(carry, W=W, loss=total, W_capture=W_capture)
-
-    @property
-    def n_labels(self) -> int:
-        return int(self._n_labels) if hasattr(self, "_n_labels") else self._infer_labels()
-
-    def _infer_labels(self) -> int:
-        self._n_labels = int(self.chunks.apply_block(0, lambda b: b.Y.shape[1]))
-        return self._n_labels
-
-    def n_features(self) -> int:
-        return int(self.chunks.apply_block(0, lambda b: b.X.shape[1]))
-

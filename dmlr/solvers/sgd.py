@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.kernels.blocks import regroup_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, mmp_row, ranksvm_row
 
 #: Omega of eq. 7's step size (Section 5).
@@ -302,31 +303,6 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
     return result
 
 
-def _row_groups(blocks, group_rows: int):
-    """(X, Y) of consecutive global row groups of ``group_rows`` rows from an iterable of blocks.
-
-    Blocks may be of any size: rows are buffered across block boundaries, so
-    the groups do not depend on how the rows were chunked.
-    """
-    bufX, bufY, n_buf = [], [], 0
-
-    def take(k):
-        nonlocal bufX, bufY, n_buf
-        X = sp.vstack(bufX, format="csr") if sp.issparse(bufX[0]) else np.concatenate(bufX, axis=0)
-        Y = np.concatenate(bufY, axis=0)
-        bufX, bufY, n_buf = [X[k:]], [Y[k:]], n_buf - k
-        return X[:k], Y[:k]
-
-    for blk in blocks:
-        bufX.append(blk.X)
-        bufY.append(blk.Y)
-        n_buf += blk.n_rows
-        while n_buf >= group_rows:
-            yield take(group_rows)
-    if n_buf:
-        yield take(n_buf)
-
-
 def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *, lam: float, group_rows: int,
                       random_state, oracle=None, average: bool = True, group_objective=None, record_every: int = 0,
                       **step_kwargs) -> OnlineResult:
@@ -352,7 +328,8 @@ def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *
     done, epoch = 0, 0
     while done < n_updates:
         seen = 0
-        for g, (Xg, Yg) in enumerate(_row_groups(blocks, group_rows)):
+        for g, grp in enumerate(regroup_rows(blocks, group_rows)):
+            Xg, Yg = grp.X, grp.Y
             rng = np.random.default_rng(np.random.SeedSequence(random_state, spawn_key=(3, epoch, g)))
             order = rng.permutation(Yg.shape[0])[:n_updates - done]
             hook = group_objective(Xg, Yg) if group_objective is not None and record_every else None
