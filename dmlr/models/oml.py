@@ -266,8 +266,6 @@ def solve_projection(XtX, XtY, ridge: float):
     else:
         scale = float(np.trace(XtX)) / p
         r = float(ridge) * (scale if scale > 0 else 1.0)
-    if r == 0.0 and ridge == 0:
-        pass
     c, low = scipy.linalg.cho_factor(XtX + r * np.eye(p), lower=True, check_finite=False)
     return scipy.linalg.cho_solve((c, low), XtY, check_finite=False), r
 
@@ -298,8 +296,7 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
     Returns
     -------
     dict
-        ``V`` (q, d), ``losses`` (l_t of every streamed row, float64), ``lambdas``
-        (lambda_t, 0 where l_t = 0), ``n_clipped``.
+        ``V`` (q, d), ``losses`` (l_t of every streamed row, float64), ``n_clipped``.
     """
     V = np.array(V, dtype=np.float64, copy=True)
     n, q = stream.n_rows, stream.n_labels
@@ -317,7 +314,7 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
                 d_blocks.append((_take_rows(blk.X, rows), offset + row0 + rows))
                 labels[offset + row0 + rows] = blk.Y[rows]
             row0 += blk.n_rows
-    losses, lambdas, n_clipped = [], [], 0
+    losses, n_clipped = [], 0
     kw = {"lambda_min": params["lambda_min"], "lambda_max": params["lambda_max"],
           "lambda_rule": params["lambda_rule"]}
     row0 = 0
@@ -339,23 +336,20 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
             j = nn[i, 0]
             if j < 0:                                 # empty memory: nothing to compare with
                 losses.append(0.0)
-                lambdas.append(0.0)
                 continue
             yt, y = Ys[i].astype(np.float64), labels[j].astype(np.float64)
             delta = float(np.abs(yt - y).sum())
-            loss, lam = 0.0, 0.0
+            loss = 0.0
             if delta > 0:                             # Delta = 0 => a = b => l_t = 0 (D1)
                 a, b = PX[i] - y, PX[i] - yt
                 loss = max(0.0, delta - margin(V, a, b))   # eq. (4)
                 if loss > 0:                          # lines 7-9
-                    V, lam, clipped = oml_update(V, a, b, delta, **kw)
+                    V, _, clipped = oml_update(V, a, b, delta, **kw)
                     n_clipped += clipped
             losses.append(loss)
-            lambdas.append(lam)
         d_blocks.append((Xs, g))                      # line 13: append to D
         row0 += nb
-    return {"V": V, "losses": np.asarray(losses, dtype=np.float64),
-            "lambdas": np.asarray(lambdas, dtype=np.float64), "n_clipped": int(n_clipped)}
+    return {"V": V, "losses": np.asarray(losses, dtype=np.float64), "n_clipped": int(n_clipped)}
 
 
 # ---------------------------------------------------------------------------------------------
