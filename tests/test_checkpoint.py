@@ -31,8 +31,10 @@ from dmlr.cli import main as cli_main
 from dmlr.datasets import make_multilabel
 from dmlr.models import checkpoint as ckpt_mod
 from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError
-from dmlr.solvers import apg, prox_nuclear_norm
+from dmlr.solvers import apg
 from dmlr.solvers.apg import APGState
+
+from problems import least_squares_nuclear
 
 
 # ---------------------------------------------------------------------------
@@ -44,20 +46,11 @@ class _Interrupted(Exception):
 
 
 def _problem(seed=3):
-    """min 1/2 ||A W - B||^2 + lam ||W||_*, the oracle and prox of tests/test_solvers.py."""
+    """min 1/2 ||A W - B||^2 + lam ||W||_* (tests/problems.py), lam = 2."""
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(60, 8)) * np.linspace(0.2, 2.0, 8)
     B = A @ rng.normal(size=(8, 5)) + 3.0 * rng.normal(size=(60, 5))
-    lam = 2.0
-
-    def oracle(points, grad_point):
-        R = np.einsum("ij,kjl->kil", A, points) - B
-        grad = A.T @ R[grad_point] if grad_point >= 0 else None
-        return 0.5 * (R ** 2).sum(axis=(1, 2)), grad
-
-    def prox(V, s):
-        return prox_nuclear_norm(V, lam, s)
-
+    oracle, prox = least_squares_nuclear(A, B, 2.0)
     return oracle, prox, np.linalg.norm(A, 2) ** 2, rng
 
 

@@ -6,6 +6,8 @@ import pytest
 from dmlr.solvers import apg, prox_nuclear_norm
 from dmlr.solvers.prox import nuclear_norm
 
+from problems import least_squares_nuclear
+
 
 def test_prox_nuclear_norm_is_the_svt_argmin():
     rng = np.random.default_rng(0)
@@ -60,16 +62,7 @@ def test_gradient_tol_keeps_a_warm_start_from_stopping_short():
     A = rng.normal(size=(40, 6)) * np.linspace(0.2, 2.0, 6)
     noise = rng.normal(size=(40, 4))
     B = A @ rng.normal(size=(6, 4)) + 30 * (noise - A @ np.linalg.lstsq(A, noise, rcond=None)[0])
-    lam = 0.5
-
-    def oracle(points, grad_point):
-        R = np.einsum("ij,kjl->kil", A, points) - B
-        grad = A.T @ R[grad_point] if grad_point >= 0 else None
-        return 0.5 * (R ** 2).sum(axis=(1, 2)), grad
-
-    def prox(V, s):
-        return prox_nuclear_norm(V, lam, s)
-
+    oracle, prox = least_squares_nuclear(A, B, 0.5)
     L = 100 * np.linalg.norm(A, 2) ** 2
     best = apg(oracle, prox, np.zeros((6, 4)), lipschitz=L / 100, max_iter=100000, tol=1e-15).x
     x0 = best + 0.05 * rng.normal(size=best.shape)
