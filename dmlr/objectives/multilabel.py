@@ -18,6 +18,8 @@ the block it belongs to.
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 
 from dmlr.kernels.blocks import Block
@@ -160,7 +162,7 @@ class LinearMultiLabelProblem:
     # -- solver memory -----------------------------------------------------------------
     def init_memory(self, W):
         """SAG/SAGA tables at W on every block; returns their mean A = 1/n sum_i x_i U_i^T."""
-        self._token = f"vr-{id(self)}-{np.random.default_rng().integers(2**62)}"
+        self._token = f"vr-{uuid.uuid4().hex}"  # a name, not a modelling choice: no seed needed
         return self.chunks.map_reduce(block_init_memory, W, self.code, self._token) / self.n_rows
 
     # -- stochastic passes ---------------------------------------------------------------

@@ -141,7 +141,7 @@ def minimize(problem, W0: np.ndarray, solver: str, *, epochs: int = 5, step: str
     if not 1 <= B <= n:
         raise ValueError(f"batch_size must be in [1, n_rows={n}], got {batch_size!r}")
     nu = lam if s2gd_nu is None else float(s2gd_nu)
-    seeds = np.random.SeedSequence(random_state).spawn(epochs + 1)
+    seeds = np.random.SeedSequence(random_state).spawn(epochs + 1)  # seeds[k]: epoch k's stream
     W = np.array(W0, dtype=np.float64, copy=True)
     history, hist_epochs, eval_s = [], [], 0.0
 
@@ -161,7 +161,7 @@ def minimize(problem, W0: np.ndarray, solver: str, *, epochs: int = 5, step: str
         order = epoch_order(n, problem.group_rows, rng)
         alpha0, decay, t0 = _alpha(step, step_size, step_decay, k, st["t"])
         spec = dict(lam=lam, alpha0=alpha0, decay=decay, t0=t0)
-        W = _EPOCHS[solver](problem, W, order, spec, st, rng, k, dict(B=B, nu=nu, seed0=seeds[0]))
+        W = _EPOCHS[solver](problem, W, order, spec, st, rng, k, dict(B=B, nu=nu))
         st["t"] += n
         if callback is not None:
             callback(k, W)
