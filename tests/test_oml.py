@@ -240,3 +240,16 @@ def test_mlknn_tables_match_a_direct_implementation():
     j = np.arange(L)
     want = prior * pos[c, j] / (prior * pos[c, j] + (1 - prior) * neg[c, j])
     np.testing.assert_allclose(KNN(k=k, rule="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("rows", ["all", "memory"])
+def test_projection_is_least_squares_on_the_chosen_rows(rows):
+    X, Y = toy(4)
+    m = OML(random_state=2, projection_rows=rows).fit(X[:200], Y[:200])
+    # the same seeded draw as fit: the initial memory is the first choice of the generator
+    init = np.sort(np.random.default_rng(2).choice(200, 40, replace=False))
+    Xp, Yp = (X[:200], Y[:200]) if rows == "all" else (X[init], Y[init])
+    P, *_ = np.linalg.lstsq(Xp, Yp.astype(float), rcond=None)   # an independent solver
+    assert m.ridge_used_ == 0
+    np.testing.assert_allclose(m.P_, P, rtol=1e-8, atol=1e-10)
+    assert OML().projection_rows == "all"
