@@ -17,14 +17,24 @@ the product with x_i) is, per row,
     d/ds_p = -1/(|P||N|) sum_{q in N} h_pq,   d/ds_q = +1/(|P||N|) sum_{p in P} h_pq,
     h_pq = max(0, margin - s_p + s_q).
 
-The naive evaluation costs O(|P||N|) per row (the reference's double loop).
-:func:`pairwise_squared_hinge_row` costs O((|P| + |N|) log |P|): sort the
-relevant scores once, find for each irrelevant label q by binary search the
-prefix of relevant labels it is active against (s_p < s_q + margin), read that
-prefix's count, sum and sum of squares from prefix sums, and scatter the
-per-positive totals through a difference array over the sorted positives.
+:func:`pairwise_squared_hinge_row` has two evaluations:
+
+* direct, O(|P| l), for rows with at most :data:`DIRECT_MAX_POS` relevant
+  labels (every row of the staged sets but a few): for each relevant p, one
+  branch-free pass over all l labels, h = max(0, margin - s_p + s_j) masked to
+  the irrelevant j. The pass vectorizes (SIMD), which the sorted path's
+  data-dependent loop does not: on mediamill's labels (101, 3.3 relevant per
+  row) the fused kernel went from 15.4 to 4.1 ms per 15,500 rows at two points.
+* sorted, O((|P| + |N|) log |P|), for rows with many relevant labels: sort the
+  relevant scores once, find for each irrelevant label q the prefix of
+  relevant labels it is active against (s_p < s_q + margin), read that
+  prefix's count, sum and sum of squares from prefix sums, and scatter the
+  per-positive totals through a difference array over the sorted positives.
+
 Rows with no relevant or no irrelevant label have no pairs and contribute
-nothing (the reference would divide 0 by 0 there).
+nothing (the reference would divide 0 by 0 there). The kernels are compiled
+with reassociation allowed (``fastmath``), which is what lets the row sums
+vectorize; it changes only the order of the additions within a row.
 """
 
 from __future__ import annotations
@@ -33,9 +43,57 @@ import numpy as np
 from numba import njit
 
 RANK_MARGIN = 2.0
+#: Rows with at most this many relevant labels take the direct (vectorized) pairwise path.
+DIRECT_MAX_POS = 32
+#: Reassociation (and no signed zeros, fused multiply-add) only: no assumption about inf or nan.
+_FASTMATH = {"reassoc", "nsz", "contract"}
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def pairwise_direct(s, neg, pos_order, n_pos, weight, margin, coef_out, want_coef):
+    """The direct O(|P| l) pairwise evaluation of one row (see the module docstring).
+
+    Parameters
+    ----------
+    s : float64 (l,)
+        Scores of the row.
+    neg : float64 (l,)
+        1.0 on the irrelevant labels, 0.0 on the relevant ones.
+    pos_order : int64 (>= n_pos,)
+        Indices of the relevant labels (any order).
+    n_pos : int
+    weight : float
+        1 / (|P| |N|).
+    margin : float
+    coef_out : float64 (l,)
+        d f_r(row) / d s is added to it when ``want_coef`` (the caller zeroes it).
+    want_coef : bool
+
+    Returns
+    -------
+    float
+        The row's f_r (eq. 16).
+    """
+    l = s.shape[0]
+    loss = 0.0
+    for a in range(n_pos):
+        shift = margin - s[pos_order[a]]
+        if want_coef:
+            tot = 0.0
+            for j in range(l):   # branch-free, vectorized: masked by neg, not skipped
+                h = max(shift + s[j], 0.0) * neg[j]
+                loss += h * h
+                tot += h
+                coef_out[j] += weight * h
+            coef_out[pos_order[a]] -= weight * tot
+        else:
+            for j in range(l):
+                h = max(shift + s[j], 0.0) * neg[j]
+                loss += h * h
+    return 0.5 * weight * loss
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, pos_order,
                                prefix1, prefix2, cnt_diff, sum_diff):
     """Pairwise squared hinge of one row and, optionally, its score derivative.
@@ -73,24 +131,17 @@ def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, po
             coef_out[j] = 0.0
     if n_pos == 0 or n_neg == 0:
         return 0.0
-    # Sort the relevant scores with their label indices in place: insertion
-    # sort, as rows have few relevant labels (cardinality 1-20 in the staged
-    # sets) and it allocates nothing; argsort for long rows.
-    if n_pos <= 32:
-        for a in range(1, n_pos):
-            key = pos_scores[a]
-            idx = pos_order[a]
-            b = a - 1
-            while b >= 0 and pos_scores[b] > key:
-                pos_scores[b + 1] = pos_scores[b]
-                pos_order[b + 1] = pos_order[b]
-                b -= 1
-            pos_scores[b + 1] = key
-            pos_order[b + 1] = idx
-    else:
-        order = np.argsort(pos_scores[:n_pos], kind="mergesort")
-        pos_scores[:n_pos] = pos_scores[:n_pos][order]
-        pos_order[:n_pos] = pos_order[:n_pos][order]
+    weight = 1.0 / (n_pos * n_neg)
+    if n_pos <= DIRECT_MAX_POS:
+        neg = prefix2          # scratch: 1.0 on the irrelevant labels
+        for j in range(l):
+            neg[j] = 1.0 - (y[j] != 0)
+        return pairwise_direct(s, neg, pos_order, n_pos, weight, margin, coef_out, want_coef)
+    # Sort the relevant scores with their label indices in place (argsort: the
+    # rows here have more than DIRECT_MAX_POS relevant labels).
+    order = np.argsort(pos_scores[:n_pos], kind="mergesort")
+    pos_scores[:n_pos] = pos_scores[:n_pos][order]
+    pos_order[:n_pos] = pos_order[:n_pos][order]
     sorted_pos = pos_scores[:n_pos]
     prefix1[0] = 0.0
     prefix2[0] = 0.0
@@ -101,20 +152,13 @@ def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, po
         sum_diff[k] = 0.0
     cnt_diff[n_pos] = 0.0
     sum_diff[n_pos] = 0.0
-    weight = 1.0 / (n_pos * n_neg)
     loss = 0.0
     for q in range(l):
         if y[q] != 0:
             continue
         a = margin + s[q]
-        # positives with s_p < s_q + margin, i.e. h_pq > 0, are a prefix of sorted_pos;
-        # a branch-free count beats the binary search for a row's few relevant labels
-        if n_pos <= 16:
-            k = 0
-            for t in range(n_pos):
-                k += sorted_pos[t] < a
-        else:
-            k = np.searchsorted(sorted_pos, a)
+        # positives with s_p < s_q + margin, i.e. h_pq > 0, are a prefix of sorted_pos
+        k = np.searchsorted(sorted_pos, a)
         if k == 0:
             continue
         sum_h = k * a - prefix1[k]
@@ -137,7 +181,7 @@ def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, po
     return 0.5 * weight * loss
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
     """RBRL data losses of stacked score blocks and the score-gradient of one.
 
@@ -171,13 +215,25 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
     rank = np.zeros(n_points)
     pos_scores = np.empty(l + 1)
     pos_order = np.empty(l + 1, dtype=np.int64)
+    pos_order2 = np.empty(l + 1, dtype=np.int64)
     prefix1 = np.empty(l + 1)
     prefix2 = np.empty(l + 1)
     cnt_diff = np.empty(l + 1)
     sum_diff = np.empty(l + 1)
     coef = np.empty(l)
+    neg = np.empty(l)
+    sign = np.empty(l)
     for i in range(m):
         y = Y[i]
+        # the row's label masks and relevant labels, once for all points
+        n_pos = 0
+        for j in range(l):
+            neg[j] = 1.0 - (y[j] != 0)
+            sign[j] = 1.0 - 2.0 * neg[j]
+            if y[j] != 0:
+                pos_order[n_pos] = j
+                n_pos += 1
+        pairs = n_pos > 0 and n_pos < l
         for p in range(n_points):
             s = S[i, p * l:(p + 1) * l]
             want = p == grad_point
@@ -185,22 +241,28 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
             # branch-free: the active set of the hinge is unpredictable row to row
             if want:
                 for j in range(l):
-                    sign = 2.0 * (y[j] != 0) - 1.0
-                    r = max(1.0 - sign * s[j], 0.0)
+                    r = max(1.0 - sign[j] * s[j], 0.0)
                     acc += r * r
-                    C[i, j] = -sign * r
+                    C[i, j] = -sign[j] * r
             else:
                 for j in range(l):
-                    sign = 2.0 * (y[j] != 0) - 1.0
-                    r = max(1.0 - sign * s[j], 0.0)
+                    r = max(1.0 - sign[j] * s[j], 0.0)
                     acc += r * r
             br[p] += 0.5 * acc
-            if lambda2 != 0.0:
-                rank[p] += pairwise_squared_hinge_row(s, y, margin, coef, want, pos_scores, pos_order,
-                                                      prefix1, prefix2, cnt_diff, sum_diff)
+            if lambda2 == 0.0 or not pairs:
+                continue
+            if n_pos <= DIRECT_MAX_POS:
                 if want:
                     for j in range(l):
-                        C[i, j] += lambda2 * coef[j]
+                        coef[j] = 0.0
+                rank[p] += pairwise_direct(s, neg, pos_order, n_pos, 1.0 / (n_pos * (l - n_pos)), margin,
+                                           coef, want)
+            else:
+                rank[p] += pairwise_squared_hinge_row(s, y, margin, coef, want, pos_scores, pos_order2,
+                                                      prefix1, prefix2, cnt_diff, sum_diff)
+            if want:
+                for j in range(l):
+                    C[i, j] += lambda2 * coef[j]
     return br, rank
 
 
