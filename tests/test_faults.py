@@ -15,10 +15,12 @@ row blocks, one per worker):
   SIGKILLs itself inside its next loss/gradient call, while the other workers
   compute theirs.
 
-The triggers hook only the chunk set's one public operation
-(``ClusterChunks.map_reduce``) and the per-block loss/gradient function that
-the fit ships to the workers, so they do not depend on how ``map_reduce``
-reaches the blocks (tasks or actors).
+The triggers hook only the chunk set's per-block operation
+(``ClusterChunks.map_blocks``, which every map-reduce goes through) and the
+per-block loss/gradient functions that the fit ships to the workers, so they
+do not depend on how ``map_blocks`` reaches the blocks (tasks or actors). The
+rebuilt block holds none of the APG's state (its last point and scores), so
+the fit also goes through the path that sends it again.
 """
 
 import logging
@@ -103,24 +105,27 @@ def _arm_self_kill(kill_at: int) -> int:
     SIGKILLs it.
 
     Functions travel to workers by reference, so the fit's
-    ``dmlr.objectives.rbrl.block_value_and_grad`` resolves to this wrapper on
-    that worker only.
+    ``dmlr.objectives.rbrl.block_value_and_grad`` and
+    ``block_extrapolated_value_and_grad`` (the APG's speculative call) resolve
+    to these wrappers on that worker only.
     """
     import os
     import signal
 
     import dmlr.objectives.rbrl as objective
 
-    original = objective.block_value_and_grad
     calls = [0]
 
-    def block_value_and_grad(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return original(*args, **kwargs)
+    def armed(original):
+        def call(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(*args, **kwargs)
+        return call
 
-    objective.block_value_and_grad = block_value_and_grad
+    for name in ("block_value_and_grad", "block_extrapolated_value_and_grad"):
+        setattr(objective, name, armed(getattr(objective, name)))
     return os.getpid()
 
 
@@ -130,10 +135,10 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
     pids = client.run(os.getpid)
     assert len(set(pids.values())) == N_WORKERS and os.getpid() not in pids.values()
     killed = {}
-    map_reduce = ClusterChunks.map_reduce
+    map_blocks = ClusterChunks.map_blocks   # every map-reduce is one map_blocks call
     calls = [0]
 
-    def counting_map_reduce(self, fn, *args):
+    def counting_map_blocks(self, fn, *args):
         calls[0] += 1
         if calls[0] == KILL_AT:
             victim, block = _sole_block_holder(self.client)
@@ -147,9 +152,9 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
                     assert self.client.run(_arm_self_kill, 1, workers=[victim]) == {victim: pids[victim]}
                 finally:
                     cloudpickle.unregister_pickle_by_value(module)
-        return map_reduce(self, fn, *args)
+        return map_blocks(self, fn, *args)
 
-    monkeypatch.setattr(ClusterChunks, "map_reduce", counting_map_reduce)
+    monkeypatch.setattr(ClusterChunks, "map_blocks", counting_map_blocks)
     model = dmlr.fit(store, "rbrl", backend="dask", client=client, **PARAMS)
 
     # the victim's process is gone and it left the cluster

@@ -7,7 +7,7 @@ appended when the model uses one, and Y as int8 0/1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,10 +21,16 @@ class Block:
     ----------
     X : float64 ndarray (m, d) or scipy.sparse.csr_matrix (m, d)
     Y : int8 ndarray (m, l)
+    state : dict
+        What a solver keeps on the block between calls, where the block
+        lives (e.g. the last APG point and its scores,
+        :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`).
+        Empty on a new or rebuilt block: nothing may depend on it but speed.
     """
 
     X: object
     Y: np.ndarray
+    state: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_rows(self) -> int:

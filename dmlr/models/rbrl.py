@@ -18,9 +18,12 @@ linear path. ``lambda2=0`` gives BRL, the paper's ablation;
 
 from __future__ import annotations
 
+import itertools
+import uuid
+
 import numpy as np
 
-from dmlr.distributed.chunks import make_chunkset
+from dmlr.distributed.chunks import add_results, make_chunkset, tree_reduce
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.blocks import append_bias, as_matrix
@@ -323,7 +326,8 @@ class RBRL(BaseModel):
 
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            return self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
+            return self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
+                               extrapolated_oracle=_extrapolated_oracle(chunks, lam1, lam2))
         finally:
             chunks.close()
 
@@ -389,7 +393,7 @@ class RBRL(BaseModel):
             return np.array(prev, dtype=np.float64)
         return np.zeros(shape)
 
-    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None):
+    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None, extrapolated_oracle=None):
         """APG with this estimator's step rule; returns the :class:`APGResult`.
 
         With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
@@ -434,7 +438,8 @@ class RBRL(BaseModel):
                 res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
                           callback=callback, backtracking=backtracking, restart=restart,
                           gradient_tol=gradient_tol, state=state,
-                          checkpoint=(every, writer) if writer is not None else None)
+                          checkpoint=(every, writer) if writer is not None else None,
+                          extrapolated_oracle=extrapolated_oracle)
         except BaseException:
             if writer is not None:  # let the checkpoint being written land; the fit's error wins
                 writer.wait(raise_error=False)
@@ -503,3 +508,30 @@ class RBRL(BaseModel):
 _PREDICT_SUPPORT_ROWS = 4096
 
 
+def _extrapolated_oracle(chunks, lam1: float, lam2: float):
+    """The APG's speculative call with W_prev kept on the blocks (``apg(extrapolated_oracle=)``).
+
+    Each call names its W with a fresh key; when the next call's W_prev is
+    the W this oracle sent last (the same array: apg hands it back), only its
+    key travels. A block that does not hold it (new, or rebuilt after a lost
+    worker) answers None and is sent W_prev.
+    """
+    run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
+    calls = itertools.count()
+    last = {"W": None, "key": None}
+
+    def extrapolated_oracle(W, W_prev, momentum):
+        key = (run, next(calls))
+        held = last["W"] is W_prev
+        fn = objective.block_extrapolated_value_and_grad
+        parts = chunks.map_blocks(fn, W, None if held else W_prev, momentum, last["key"] if held else None, key,
+                                  lam2)
+        for i, part in enumerate(parts):
+            if part is None:
+                parts[i] = chunks.apply_block(i, fn, W, W_prev, momentum, None, key, lam2)
+        last.update(W=W, key=key)
+        values, grad = tree_reduce(parts, add_results)
+        points = np.stack([W, W + momentum * (W - W_prev)])
+        return objective.add_ridge(values, grad, points, 1, lam1)
+
+    return extrapolated_oracle

@@ -23,6 +23,13 @@ Latency: f(W_t) is needed only for the stopping test, and G_{t+1} does not
 depend on it, so f(W_t) and grad f(G_{t+1}) are requested together in one
 oracle call: one round trip per iteration, plus one at the end.
 
+``extrapolated_oracle(W_t, W_{t-1}, m) -> (values, grad)``, optional, is the
+same speculative call given as the extrapolation instead of the stacked points:
+f at [W_t, G_{t+1}] and grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1}) formed
+by that very expression. An oracle whose data live elsewhere can then keep
+W_{t-1} (and its products) where the data are (see
+:func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`).
+
 Beyond the paper (all optional; with none of them the iterates are exactly
 Algorithm 1's):
 
@@ -174,7 +181,8 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
 
 def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000, tol: float = 1e-6,
         callback=None, backtracking: bool = False, restart: bool = False, eta: float = 2.0,
-        gradient_tol: float | None = None, checkpoint=None, state: APGState | None = None) -> APGResult:
+        gradient_tol: float | None = None, checkpoint=None, state: APGState | None = None,
+        extrapolated_oracle=None) -> APGResult:
     """Minimize f + g by FISTA.
 
     Parameters
@@ -213,6 +221,9 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         ``lipschitz`` is ignored: L is the state's). The other arguments
         must be those of the interrupted run for the same iterates, except
         ``max_iter``, which must exceed ``state.n_iter``.
+    extrapolated_oracle : callable, optional
+        ``extrapolated_oracle(W_new, W, momentum) -> (values (2,), grad)``,
+        used instead of ``oracle`` for the speculative call (see above).
 
     Returns
     -------
@@ -253,10 +264,13 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         do_restart = restart and hist and float(np.vdot(G - W_new, W_new - W)) > 0.0
         b_next = 1.0 if do_restart else (1.0 + math.sqrt(1.0 + 4.0 * b * b)) / 2.0
         momentum = 0.0 if do_restart else (b - 1.0) / b_next
-        G_next = W_new + momentum * (W_new - W) if momentum else W_new
+        G_next = W_new + momentum * (W_new - W)
         want_grad = len(hist) + 1 < max_iter
-        points = np.stack([W_new, G_next]) if want_grad else W_new[None]
-        values, grad_next = oracle(points, 1 if want_grad else -1)
+        if want_grad and extrapolated_oracle is not None:
+            values, grad_next = extrapolated_oracle(W_new, W, momentum)
+        else:
+            points = np.stack([W_new, G_next]) if want_grad else W_new[None]
+            values, grad_next = oracle(points, 1 if want_grad else -1)
         result.n_oracle_calls += 1
         f_W = float(values[0])
         if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):

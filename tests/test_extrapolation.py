@@ -1,0 +1,99 @@
+"""The APG's speculative call with the extrapolation done on the blocks (W_prev and S(W) kept there)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dmlr.distributed.chunks import make_chunkset
+from dmlr.kernels.blocks import make_block
+from dmlr.models import RBRL
+from dmlr.models.rbrl import _extrapolated_oracle
+from dmlr.objectives import rbrl as objective
+
+
+def problem(sparse, seed=0, n=700, d=30, l=12):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    if sparse:
+        X[rng.random((n, d)) < 0.8] = 0.0
+        X = sp.csr_matrix(X)
+    Y = (rng.random((n, l)) < 0.25).astype(np.int8)
+    return X, Y
+
+
+def stacked(block, W, W_prev, m, lam2):
+    """The plain oracle's answer at [W, G], G = W + m (W - W_prev)."""
+    return objective.block_value_and_grad(block, np.stack([W, W + m * (W - W_prev)]), 1, lam2)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse):
+    X, Y = problem(sparse)
+    block = make_block(X, Y, fit_intercept=True)
+    rng = np.random.default_rng(1)
+    Ws = [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3 for _ in range(4)]
+    lam2 = 0.7
+
+    def check(out, W, W_prev, m):
+        values, grad = stacked(block, W, W_prev, m, lam2)
+        np.testing.assert_allclose(out[0], values, rtol=1e-12)
+        np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+    # first call: nothing held, W_prev sent
+    check(objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.4, None, "k1", lam2), Ws[1], Ws[0], 0.4)
+    # dense blocks keep S(W) (l <= d + 1 here), sparse ones do not
+    assert (block.state["extrapolation"][2] is None) == sparse
+    # next call: W_prev found on the block under its key, not sent
+    check(objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.7, "k1", "k2", lam2), Ws[2], Ws[1], 0.7)
+    # a key the block does not hold and no W_prev: it asks for W_prev instead of guessing
+    assert objective.block_extrapolated_value_and_grad(block, Ws[3], None, 0.7, "k1", "k3", lam2) is None
+    # zero momentum (a restart): G = W
+    check(objective.block_extrapolated_value_and_grad(block, Ws[3], Ws[2], 0.0, None, "k3", lam2), Ws[3], Ws[2], 0.0)
+
+
+def test_held_and_recomputed_scores_give_the_same_bits():
+    # what a resumed run or a rebuilt block computes (S(W_prev) = X W_prev) is what the held scores were
+    X, Y = problem(False)
+    rng = np.random.default_rng(2)
+    W0, W1, W2 = (rng.standard_normal((X.shape[1], Y.shape[1])) for _ in range(3))
+    held = make_block(X, Y, fit_intercept=False)
+    objective.block_extrapolated_value_and_grad(held, W1, W0, 0.5, None, "a", 0.3)
+    a = objective.block_extrapolated_value_and_grad(held, W2, None, 0.6, "a", "b", 0.3)
+    fresh = make_block(X, Y, fit_intercept=False)
+    b = objective.block_extrapolated_value_and_grad(fresh, W2, W1, 0.6, None, "b", 0.3)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("where", ["local", "cluster"])
+def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, request):
+    X, Y = problem(False, n=900)
+    client = request.getfixturevalue("client2") if where == "cluster" else None
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client,
+                           n_blocks=3)
+    try:
+        oracle = _extrapolated_oracle(chunks, 0.5, 0.2)
+        rng = np.random.default_rng(3)
+        W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
+        oracle(W1, W0, 0.3)
+        chunks.apply_block(1, lambda b: b.state.clear())      # block 1 rebuilt: holds nothing
+        values, grad = oracle(W2, W1, 0.8)
+        points = np.stack([W2, W2 + 0.8 * (W2 - W1)])
+        ref_values, ref_grad = objective.add_ridge(
+            *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5)
+        np.testing.assert_allclose(values, ref_values, rtol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10 * np.abs(ref_grad).max())
+    finally:
+        chunks.close()
+
+
+@pytest.mark.parametrize("step", ["paper", "spectral"])
+def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, monkeypatch):
+    X, Y = problem(False, seed=4)
+    fast = RBRL(lambda1=0.5, lambda2=0.3, lambda3=0.1, step=step, max_iter=300, tol=1e-9, n_blocks=2,
+                backend="local").fit(X, Y)
+    monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)   # the stacked oracle only
+    plain = RBRL(lambda1=0.5, lambda2=0.3, lambda3=0.1, step=step, max_iter=300, tol=1e-9, n_blocks=2,
+                 backend="local").fit(X, Y)
+    assert fast.n_iter_ == plain.n_iter_
+    np.testing.assert_allclose(fast.objective_history_, plain.objective_history_, rtol=1e-10)
+    np.testing.assert_allclose(fast.coef_, plain.coef_, rtol=1e-7, atol=1e-9)
