@@ -11,12 +11,17 @@ Sections (each prints a table):
    labels). Per iteration: the APG's mean ms/iteration in a fit; the floor =
    the two products ``X_b @ [W|G]`` and ``X_b.T @ C`` alone, timed on each
    worker on its own block in the same run (max over workers, as the
-   iteration waits for the slowest); the fused pass (``block_value_and_grad``)
-   on the workers; the Dask overhead = iteration - fused pass. Memory: each
-   worker's peak resident memory during the iterations above its resident
-   memory before the chunk was loaded, as a multiple of the chunk's bytes
-   (so 1x is the chunk alone; it also counts heap left over from loading), and in
-   brackets the growth during the iterations alone (the pass's temporaries).
+   iteration waits for the slowest), and in brackets the issue's floor, one
+   product each way (``X_b @ W``, ``X_b.T @ C``); the fused pass = one
+   iteration's block work in steady state
+   (``block_extrapolated_value_and_grad`` with W_prev held on the block, so
+   a dense block multiplies X by W only) on the workers; the Dask overhead =
+   iteration - fused pass. Memory: each worker's peak resident memory during
+   the iterations above its resident memory before the chunk was loaded, as a
+   multiple of the chunk's bytes (so 1x is the chunk alone; it also counts
+   heap left over from loading), and in brackets the growth during the
+   iterations alone (what the block keeps between iterations, W and for dense
+   blocks S(W), plus the pass's temporaries).
 3. 1 vs 2 workers on the Bookmarks shape: ms/iteration and speed-up.
 4. Kernel RBRL (RBF) with n = 10,000 rows of a Mediamill-shaped synthetic set
    on the 2-worker cluster: ms/iteration and memory per worker (each keeps its
@@ -70,7 +75,17 @@ def worker_floor_ms(block, points):
 
 
 def worker_pass_ms(block, points):
-    return best_ms(lambda: objective.block_value_and_grad(block, points, 1, 0.01))
+    """One APG iteration's work on the block in steady state: the speculative call with W_prev held."""
+    keys = iter(range(1, 10 ** 9))
+    held = [0]
+    objective.block_extrapolated_value_and_grad(block, points[0], points[1], 0.5, None, 0, 0.01)
+
+    def call():
+        key = next(keys)
+        objective.block_extrapolated_value_and_grad(block, points[key % 2], None, 0.5, held[0], key, 0.01)
+        held[0] = key
+
+    return best_ms(call)
 
 
 def block_bytes(block):
@@ -127,8 +142,10 @@ def cluster_measure(X, Y, client, iters):
     sizes = client.gather([client.submit(block_bytes, f, pure=False) for f in chunks.futures])
     loaded = client.run(rss_bytes)
     client.run(reset_peak)
-    for _ in range(3):  # iterations' memory: the chunk held plus the pass's temporaries
-        chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+    chunks.map_reduce(objective.block_extrapolated_value_and_grad, points[0], points[1], 0.5, None, 0, 0.01)
+    for key in range(1, 4):  # iterations' memory: the chunk, what the block keeps, the pass's temporaries
+        chunks.map_reduce(objective.block_extrapolated_value_and_grad, points[key % 2], None, 0.5, key - 1, key,
+                          0.01)
     peaks = client.run(peak_bytes)
     chunks.close()
     model = RBRL(max_iter=iters, tol=0.0, backend="dask").fit(X, Y, client=client)
