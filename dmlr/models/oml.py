@@ -13,10 +13,12 @@ Zhou 2007, the paper's ref. [33]).
   map-reduced over row chunks, over every training row by default
   (``projection_rows="all"``). The paper's Table I reads X as the
   *initialised* memory D; ``"memory"`` is that literal reading. It is not
-  the default because P from 20% of the rows loses to kNN where the other
-  does not: micro F1 0.106 against 0.403 on scene, 0.434 against 0.610 on
-  emotions, 0.553 against 0.646 on medical (``benchmarks/oml_figures.py``). When X^T X is singular (more features than rows, constant
-  columns) a ridge ``ridge * mean(diag(X^T X))`` is added (``ridge_used_``).
+  the default because P from 20% of the rows predicts worse on 5 of the 6
+  sets of ``benchmarks/oml_figures.py``: micro F1 0.106 against 0.403 on
+  scene, 0.434 against 0.610 on emotions, 0.553 against 0.646 on medical
+  (enron is the exception: 0.396 against 0.361). When X^T X is singular
+  (more features than rows, constant columns) a ridge
+  ``ridge * mean(diag(X^T X))`` is added (``ridge_used_``).
 * D starts as a seeded random ``init_fraction`` (20%, Sec. V-B) of the
   training rows; the other rows are streamed in their order
   (:class:`dmlr.distributed.stream.ChunkStream`), each used for one update of
