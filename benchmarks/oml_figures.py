@@ -33,6 +33,7 @@ import numpy as np
 
 import dmlr
 from dmlr.datasets import staged_store
+from dmlr.kernels.blocks import as_matrix
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RankSVM
 from dmlr.models.oml import KNN, OML
@@ -43,8 +44,7 @@ METRICS = [("micro F1", "f1_micro", 1), ("macro F1", "f1_macro", 1), ("example F
 
 
 def _np(X):
-    X = X.compute()
-    return X.to_scipy_sparse().tocsr() if hasattr(X, "to_scipy_sparse") else X
+    return as_matrix(X.compute())
 
 
 def load(name, workdir, seed):

@@ -44,6 +44,7 @@ import numpy as np
 
 import dmlr
 from dmlr.datasets import staged_store
+from dmlr.kernels.blocks import as_matrix
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import PAPER_GRID, grid_search_cv
 from dmlr.models import RBRL
@@ -79,9 +80,7 @@ COARSE_GRID = {"lambda1": [1e-3, 1e-1, 1e1], "lambda2": [1e-3, 1e-1, 1e1], "lamb
 def load_all(name: str, workdir: Path):
     """All rows of a staged set as numpy / scipy (train + test files together where split)."""
     X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    X = X.compute()
-    X = X.to_scipy_sparse().tocsr() if hasattr(X, "to_scipy_sparse") else X  # sparse stores: GCXS chunks
-    return X, np.asarray(Y.compute())
+    return as_matrix(X.compute()), np.asarray(Y.compute())
 
 
 def standardize(Xtr, Xte):

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dmlr.errors import DmlrInputError
+from dmlr.kernels.blocks import is_dask
 
 MODEL_FORMAT = "dmlr-model"
 MODEL_FORMAT_VERSION = 1
@@ -61,7 +62,7 @@ def check_training_arrays(X, Y) -> None:
         raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
     if X.shape[0] != np.shape(Y)[0]:
         raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
-    if hasattr(Y, "dask"):
+    if is_dask(Y):
         return
     Y = np.asarray(Y)
     bad = ~np.isin(Y, (0, 1))
@@ -124,7 +125,7 @@ class BaseModel:
         self._check_fitted()
         if X.shape[-1] != self.n_features_in_:
             raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
-        if hasattr(X, "dask"):
+        if is_dask(X):
             if len(X.chunks[1]) > 1:
                 X = X.rechunk({1: -1})
             return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),

@@ -24,6 +24,7 @@ import numpy as np
 
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.errors import DmlrInputError
+from dmlr.kernels.blocks import is_dask
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
 from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
@@ -122,7 +123,7 @@ class LinearMultiLabel(LinearModel):
     def fit(self, X, Y, *, client=None):
         """Train from W = 0; returns self."""
         self._check_params()
-        if not hasattr(X, "dask"):
+        if not is_dask(X):
             check_training_arrays(X, np.asarray(Y))
         if X.shape[0] == 0:
             raise DmlrInputError("X has no rows")

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import append_bias, as_matrix, regroup_rows
+from dmlr.kernels.blocks import append_bias, as_matrix, is_dask, regroup_rows
 from dmlr.models.base import (
     BaseModel,
     check_random_state,
@@ -298,12 +298,12 @@ class OMF(BaseModel):
     def _stream(self, X, Y) -> ChunkStream:
         if not hasattr(X, "shape"):
             X = np.asarray(X)
-        if not hasattr(Y, "dask"):
+        if not is_dask(Y):
             Y = np.asarray(Y)
         check_training_arrays(X, Y)
         if X.shape[0] == 0:
             raise DmlrInputError("X has no rows")
-        if (not hasattr(X, "dask") and not sp.issparse(X) and not hasattr(X, "to_scipy_sparse")
+        if (not is_dask(X) and not sp.issparse(X) and not hasattr(X, "to_scipy_sparse")
                 and not np.issubdtype(np.asarray(X).dtype, np.number)):
             raise DmlrInputError(f"X must be numeric, got dtype {np.asarray(X).dtype}")
         return ChunkStream(X, Y, fit_intercept=bool(self.fit_intercept), chunk_rows=int(self.chunk_rows))
@@ -387,7 +387,7 @@ class OMF(BaseModel):
 
     def labels_from_scores(self, S):
         """0/1 labels (int8, (n, n_labels)) by ``rule``: the ``top_m`` best scores or the scores > ``threshold``."""
-        if hasattr(S, "dask"):
+        if is_dask(S):
             return S.map_blocks(apply_rule, self.rule, self.top_m, self.threshold, dtype=np.int8)
         return apply_rule(S, self.rule, self.top_m, self.threshold)
 

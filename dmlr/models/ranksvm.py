@@ -30,7 +30,7 @@ import numpy as np
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import Block, make_block
+from dmlr.kernels.blocks import Block, is_dask, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import ranksvm as objective
@@ -96,9 +96,9 @@ class _OnlineRanker(LinearModel):
 
     # -- data -----------------------------------------------------------------------
     def _block(self, X, Y):
-        if hasattr(X, "dask"):
+        if is_dask(X):
             X = X.compute()
-        if hasattr(Y, "dask"):
+        if is_dask(Y):
             Y = Y.compute()
         check_training_arrays(X, Y)
         return make_block(X, np.asarray(Y), bool(self.fit_intercept))
@@ -135,12 +135,12 @@ class _OnlineRanker(LinearModel):
 
     def _sampling(self, X) -> str:
         if self.sampling == "auto":
-            return "stream" if hasattr(X, "dask") else "uniform"
+            return "stream" if is_dask(X) else "uniform"
         return self.sampling
 
     def _fit_stream(self, X, Y, T: int, client):
         start = time.perf_counter()
-        if not hasattr(X, "dask"):
+        if not is_dask(X):
             check_training_arrays(X, np.asarray(Y))
         if X.shape[0] == 0:
             raise DmlrInputError("X has no rows")
@@ -333,7 +333,7 @@ class RankSVM(_OnlineRanker):
             return super().fit(X, Y, client=client)
         self._check_params()
         start = time.perf_counter()
-        if not hasattr(X, "dask"):
+        if not is_dask(X):
             check_training_arrays(X, np.asarray(Y))
         # the batch baseline's full gradient is map-reduced over the row blocks where they
         # live (this process for small data, Dask workers otherwise)
