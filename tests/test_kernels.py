@@ -78,3 +78,55 @@ def test_lipschitz_row_stats_match_definition():
             B_ref[j] += c * x2[i] ** 2 / (npos ** 2 * nneg ** 2)
     np.testing.assert_allclose(A, A_ref)
     np.testing.assert_allclose(B, B_ref, rtol=1e-13)
+
+
+def extrapolation_case(m, d, l, p_rel, seed, sparse):
+    """A row block, two points W, W_prev and momentum 0.6, with rows that exercise every branch."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(m, d)) * (rng.random((m, d)) < (0.2 if sparse else 1.0))
+    X[3] = 0.0                                          # an empty row: scores 0
+    Y = (rng.random((m, l)) < p_rel).astype(np.int8)
+    Y[0], Y[1] = 0, 1                                   # no pairs
+    W, W_prev = rng.normal(size=(2, d, l)) * 0.5
+    if sparse:
+        X = sp.csr_matrix(X)
+        X.indices, X.data = X.indices.copy(), X.data.copy()
+        for i in range(m):                              # unsorted column indices within each row
+            a, b = X.indptr[i], X.indptr[i + 1]
+            order = rng.permutation(b - a)
+            X.indices[a:b], X.data[a:b] = X.indices[a:b][order], X.data[a:b][order]
+        X.has_sorted_indices = False
+    return X, Y, W, W_prev, 0.6
+
+
+@pytest.mark.parametrize("l,p_rel", [(6, 0.3), (90, 0.6)])
+def test_sparse_extrapolated_pass_matches_double_loop(l, p_rel):
+    from dmlr.kernels.ranking import sparse_extrapolated_pass
+
+    # 150 rows: more than two tiles, the last one partial
+    X, Y, W, W_prev, mom = extrapolation_case(150, 13, l, p_rel, l, sparse=True)
+    G = W + mom * (W - W_prev)
+    grad = np.ones((13, l))                             # accumulated into, not overwritten
+    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, G, 0.7, RANK_MARGIN, grad)
+    Xd = X.toarray()
+    for k, P in enumerate([W, G]):
+        b, r, C = brute_force_rbrl(Xd @ P, Y, 0.7)
+        assert br[k] == pytest.approx(b, rel=1e-12)
+        assert rank[k] == pytest.approx(r, rel=1e-12)
+    np.testing.assert_allclose(grad, 1.0 + Xd.T @ C, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("l,p_rel", [(6, 0.3), (90, 0.6)])
+def test_dense_extrapolated_losses_match_double_loop(l, p_rel):
+    from dmlr.kernels.ranking import dense_extrapolated_losses
+
+    X, Y, W, W_prev, mom = extrapolation_case(150, 13, l, p_rel, l, sparse=False)
+    C = np.full((150, l), np.nan)                       # every entry must be written
+    br, rank = dense_extrapolated_losses(X @ W, X @ W_prev, mom, Y, 0.7, RANK_MARGIN, C)
+    for k, P in enumerate([W, W + mom * (W - W_prev)]):
+        b, r, C_ref = brute_force_rbrl(X @ P, Y, 0.7)
+        assert br[k] == pytest.approx(b, rel=1e-12)
+        assert rank[k] == pytest.approx(r, rel=1e-12)
+    np.testing.assert_allclose(C, C_ref, rtol=1e-11, atol=1e-11)

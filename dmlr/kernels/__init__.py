@@ -9,11 +9,18 @@ def warm_up() -> bool:
     Called on each Dask worker before a fit, so compilation never lands in
     the first iteration's time.
     """
-    from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
+    import scipy.sparse as sp
+
+    from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, rank_lipschitz_row_stats,
+                                      rbrl_score_losses, sparse_extrapolated_pass)
 
     Y = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.int8)
     S = np.zeros((3, 4))
     C = np.zeros((3, 2))
     rbrl_score_losses(S, Y, 2, 1, 1.0, RANK_MARGIN, C)
     rank_lipschitz_row_stats(Y, np.ones(3), np.zeros(2), np.zeros(2))
+    dense_extrapolated_losses(S[:, :2].copy(), S[:, 2:].copy(), 0.5, Y, 1.0, RANK_MARGIN, C)
+    X = sp.csr_matrix(np.eye(3))
+    W = np.zeros((3, 2))
+    sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W, 1.0, RANK_MARGIN, np.zeros((3, 2)))
     return True

@@ -294,3 +294,106 @@ def rank_lipschitz_row_stats(Y, row_sq_norms, A, B):
             c = n_neg if Y[i, j] != 0 else n_pos
             A[j] += c
             B[j] += c * x4
+
+
+#: Rows per tile of :func:`sparse_extrapolated_pass`: the tile's scores at two points and its
+#: score-gradient (64 x 3l floats, 320 kB for Bookmarks' 208 labels) stay in the core's cache.
+SPARSE_TILE_ROWS = 64
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def sparse_extrapolated_pass(indptr, indices, data, Y, W, G, lambda2, margin, grad):
+    """One pass over a CSR block: losses at W and at G, and X^T (dL/dS at G) added to ``grad``.
+
+    The sparse block's steady-state APG call, fused: for a tile of
+    :data:`SPARSE_TILE_ROWS` rows, the scores at both points (x_i W and x_i G
+    in one sweep over each row's stored values), :func:`rbrl_score_losses` on
+    the tile, then grad[j] += x_ij c_i over the same stored values. Nothing of
+    size (m, l) is formed, so the block's extra memory is W, G and grad (each
+    d x l) whatever its rows; the products visit the stored values in the
+    order of scipy's CSR products.
+
+    Parameters
+    ----------
+    indptr, indices, data
+        The block's CSR arrays (m rows; sorted or unsorted indices).
+    Y : int8 (m, l)
+    W, G : float64 (d, l)
+    lambda2, margin : float
+    grad : float64 (d, l)
+        Accumulates the data gradient at G.
+
+    Returns
+    -------
+    br, rank : float64 (2,)
+        The BR term and f_r at W and at G.
+    """
+    m, l = Y.shape
+    br = np.zeros(2)
+    rank = np.zeros(2)
+    S = np.empty((SPARSE_TILE_ROWS, 2 * l))
+    C = np.empty((SPARSE_TILE_ROWS, l))
+    for a in range(0, m, SPARSE_TILE_ROWS):
+        b = min(a + SPARSE_TILE_ROWS, m)
+        for i in range(a, b):
+            s = S[i - a]
+            for j in range(2 * l):
+                s[j] = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                col, x = indices[k], data[k]
+                for j in range(l):
+                    s[j] += x * W[col, j]
+                    s[l + j] += x * G[col, j]
+        tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[:b - a])
+        br += tb
+        rank += tr
+        for i in range(a, b):
+            c = C[i - a]
+            for k in range(indptr[i], indptr[i + 1]):
+                col, x = indices[k], data[k]
+                for j in range(l):
+                    grad[col, j] += x * c[j]
+    return br, rank
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def dense_extrapolated_losses(S_W, S_prev, momentum, Y, lambda2, margin, C):
+    """Losses at W and at G = W + momentum (W - W_prev) from the scores at W and W_prev.
+
+    The dense block's steady-state APG call (see
+    :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`): by
+    linearity S(G) = S(W) + momentum (S(W) - S(W_prev)). It is formed
+    :data:`SPARSE_TILE_ROWS` rows at a time beside S(W) in a small buffer
+    that stays in cache, and :func:`rbrl_score_losses` scores both points
+    together, so the row masks are built once and no (m, l) temporary is made.
+
+    Parameters
+    ----------
+    S_W, S_prev : float64 (m, l)
+    momentum : float
+    Y : int8 (m, l)
+    lambda2, margin : float
+    C : float64 (m, l)
+        Receives the score-gradient at G.
+
+    Returns
+    -------
+    br, rank : float64 (2,)
+        The BR term and f_r at W and at G.
+    """
+    m, l = Y.shape
+    br = np.zeros(2)
+    rank = np.zeros(2)
+    S = np.empty((SPARSE_TILE_ROWS, 2 * l))
+    for a in range(0, m, SPARSE_TILE_ROWS):
+        b = min(a + SPARSE_TILE_ROWS, m)
+        for i in range(a, b):
+            s = S[i - a]
+            for j in range(l):
+                w = S_W[i, j]
+                s[j] = w
+                s[l + j] = w + momentum * (w - S_prev[i, j])
+        tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[a:b])
+        br += tb
+        rank += tr
+    return br, rank

@@ -16,7 +16,8 @@ import numpy as np
 
 from dmlr.kernels.blocks import Block
 from dmlr.kernels.gram import row_sq_norms
-from dmlr.kernels.ranking import RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses
+from dmlr.kernels.ranking import (RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses,
+                                  dense_extrapolated_losses, sparse_extrapolated_pass)
 
 
 #: Row tile of the fused pass: the tile's scores (tile x k*l floats) stay near this size, so a
@@ -103,7 +104,9 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     * a dense block whose scores take no more room than its X also keeps
       S(W) = X W and forms S(G) = S(W) + momentum (S(W) - S(W_prev)) (linearity),
       so an iteration multiplies X by one matrix instead of two. Sparse blocks
-      (Bookmarks: S is several times the chunk) compute X G.
+      (Bookmarks: S would be several times the chunk) compute X G, in one
+      fused pass (:func:`dmlr.kernels.ranking.sparse_extrapolated_pass`) that
+      forms nothing of size (m, l).
 
     The arithmetic does not depend on what the block holds: a block without
     the saved scores computes S(W_prev) = X W_prev tile by tile exactly as the
@@ -138,27 +141,26 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     G = W + momentum * (W - W_prev)          # apg's expression: the same G to the bit
     X, Y = block.X, block.Y
     m, l = Y.shape
-    keep_scores = not hasattr(X, "tocsr") and m * l <= X.size
-    S_keep = np.empty((m, l)) if keep_scores else None
-    values = np.zeros(2)
     grad = np.zeros((X.shape[1], l))
-    no_coef = np.zeros((0, l))
+    if hasattr(X, "indptr"):
+        br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, G, float(lambda2), RANK_MARGIN,
+                                            grad)
+        block.state["extrapolation"] = (key, W, None)
+        return br + lambda2 * rank, grad
+    keep_scores = m * l <= X.size
+    S_keep = [] if keep_scores else None    # S(W) tile by tile, kept as computed (no copy)
+    values = np.zeros(2)
     step = tile_rows(2 * l)
-    for a in range(0, m, step):
+    for t, a in enumerate(range(0, m, step)):
         b = min(a + step, m)
-        Xt, Yt = X[a:b], Y[a:b]
+        Xt = X[a:b]
         S_W = np.ascontiguousarray(Xt @ W)
+        S_p = S_prev[t] if S_prev is not None else np.ascontiguousarray(Xt @ W_prev)
+        C = np.empty((b - a, l))
+        br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
+        values += br + lambda2 * rank
         if keep_scores:
-            S_p = S_prev[a:b] if S_prev is not None else np.ascontiguousarray(Xt @ W_prev)
-            S_G = S_W + momentum * (S_W - S_p)
-            S_keep[a:b] = S_W
-        else:
-            S_G = np.ascontiguousarray(Xt @ G)
-        br, rank = rbrl_score_losses(S_W, Yt, 1, -1, float(lambda2), RANK_MARGIN, no_coef)
-        values[0] += br[0] + lambda2 * rank[0]
-        C = np.zeros((b - a, l))
-        br, rank = rbrl_score_losses(S_G, Yt, 1, 0, float(lambda2), RANK_MARGIN, C)
-        values[1] += br[0] + lambda2 * rank[0]
+            S_keep.append(S_W)
         grad += Xt.T @ C
     block.state["extrapolation"] = (key, W, S_keep)
     return values, grad
