@@ -22,6 +22,28 @@ def test_prox_nuclear_norm_is_the_svt_argmin():
         assert obj(Z) <= obj(Z + 1e-3 * rng.normal(size=Z.shape)) + 1e-12
 
 
+@pytest.mark.parametrize("shape", [(60, 9), (9, 60), (12, 12)])
+@pytest.mark.parametrize("relative_tau,route", [(0.3, "gram"), (1e-3, "gram"), (1e-9, "svd")])
+def test_prox_nuclear_norm_routes_match_the_svd_definition(shape, relative_tau, route, monkeypatch):
+    # singular values over 10 decades: the Gram route must stay exact where it is taken
+    rng = np.random.default_rng(3)
+    k = min(shape)
+    U, _ = np.linalg.qr(rng.normal(size=(shape[0], k)))
+    V, _ = np.linalg.qr(rng.normal(size=(shape[1], k)))
+    s = np.logspace(0, -10, k) * 7.0
+    W = (U * s) @ V.T
+    tau = relative_tau * s[0]
+    Uw, sw, Vtw = np.linalg.svd(W, full_matrices=False)
+    Z_ref = (Uw * np.maximum(sw - tau, 0)) @ Vtw
+    svd_calls = []
+    svd = np.linalg.svd
+    monkeypatch.setattr(np.linalg, "svd", lambda *a, **kw: (svd_calls.append(1), svd(*a, **kw))[1])
+    Z, pen = prox_nuclear_norm(W, 2.0, tau / 2.0)
+    assert ("svd" if svd_calls else "gram") == route
+    np.testing.assert_allclose(Z, Z_ref, rtol=0, atol=1e-12 * np.abs(Z_ref).max())
+    assert pen == pytest.approx(2.0 * np.maximum(sw - tau, 0).sum(), rel=1e-12)
+
+
 def test_apg_reaches_closed_form_optimum():
     # min 1/2 ||W - M||^2 + lam ||W||_*  has the solution SVT(M, lam)
     rng = np.random.default_rng(1)

@@ -5,10 +5,29 @@ from __future__ import annotations
 import numpy as np
 
 
+#: The Gram route of :func:`prox_nuclear_norm` is taken when the threshold is at least this
+#: fraction of the largest singular value; below it, an SVD. The Gram matrix's eigenvalues carry
+#: an absolute error of about eps * sigma_max^2, which moves the result by about
+#: eps * sigma_max / tau relative: measured (one-off, 2,151 x 208 matrices with singular values
+#: spread over 8 and 12 decades) at most 3e-11 relative in Z and 3e-13 in the penalty at
+#: tau = 1e-6 sigma_max, against 5e-9 and 1e-8 at 1e-8.
+GRAM_MIN_RELATIVE_THRESHOLD = 1e-6
+
+
 def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0):
     """Singular value thresholding (Wu et al. 2020, eq. 24).
 
     Solves ``argmin_Z 1/2 ||Z - W||_F^2 + scaling * reg * ||Z||_*``.
+
+    With W = U Sigma V^T, Z = U max(Sigma - tau, 0) V^T = W V diag(f) V^T with
+    f = max(1 - tau / sigma, 0). The right singular vectors and the sigma are
+    taken from the eigendecomposition of the small Gram matrix W^T W (l x l;
+    W W^T when W is wide), which costs two matrix products and an l x l
+    eigensolve instead of a d x l SVD: 4.4 ms against 23 ms for a
+    Bookmarks-shaped 2,151 x 208 W (one-off timing, one thread). This runs
+    on the client once per APG iteration while the workers wait. When the
+    threshold is below :data:`GRAM_MIN_RELATIVE_THRESHOLD` of sigma_max the
+    Gram route is not accurate enough and an SVD is used.
 
     Parameters
     ----------
@@ -28,8 +47,18 @@ def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0):
     """
     if reg == 0.0:
         return W, 0.0
+    tau = scaling * reg
+    wide = W.shape[0] < W.shape[1]
+    lam, V = np.linalg.eigh(W @ W.T if wide else W.T @ W)
+    sigma = np.sqrt(np.maximum(lam, 0.0))
+    if tau >= GRAM_MIN_RELATIVE_THRESHOLD * sigma[-1]:
+        kept = sigma > tau
+        f = np.zeros_like(sigma)
+        f[kept] = 1.0 - tau / sigma[kept]
+        Z = (V * f) @ (V.T @ W) if wide else ((W @ V) * f) @ V.T
+        return Z, float(reg * (sigma[kept] - tau).sum())
     U, s, Vt = np.linalg.svd(W, full_matrices=False)
-    s = np.maximum(s - scaling * reg, 0.0)
+    s = np.maximum(s - tau, 0.0)
     return (U * s) @ Vt, float(reg * s.sum())
 
 
