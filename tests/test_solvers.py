@@ -23,14 +23,15 @@ def test_prox_nuclear_norm_is_the_svt_argmin():
 
 
 @pytest.mark.parametrize("shape", [(60, 9), (9, 60), (12, 12)])
-@pytest.mark.parametrize("relative_tau,route", [(0.3, "gram"), (1e-3, "gram"), (1e-9, "svd")])
-def test_prox_nuclear_norm_routes_match_the_svd_definition(shape, relative_tau, route, monkeypatch):
-    # singular values over 10 decades: the Gram route must stay exact where it is taken
+@pytest.mark.parametrize("decades,relative_tau,route", [(10, 0.3, "gram"), (10, 1e-3, "gram"), (10, 1e-9, "svd"),
+                                                         (3, 1e-9, "gram")])
+def test_prox_nuclear_norm_routes_match_the_svd_definition(shape, decades, relative_tau, route, monkeypatch):
+    # singular values over 10 decades (or 3): the Gram route must stay exact where it is taken
     rng = np.random.default_rng(3)
     k = min(shape)
     U, _ = np.linalg.qr(rng.normal(size=(shape[0], k)))
     V, _ = np.linalg.qr(rng.normal(size=(shape[1], k)))
-    s = np.logspace(0, -10, k) * 7.0
+    s = np.logspace(0, -decades, k) * 7.0
     W = (U * s) @ V.T
     tau = relative_tau * s[0]
     Uw, sw, Vtw = np.linalg.svd(W, full_matrices=False)

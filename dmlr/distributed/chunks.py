@@ -480,7 +480,31 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
             futures.append(client.submit(make_block, xf, yf, fit_intercept, workers=[w],
                                          allow_other_workers=True, pure=False))
     _wait_or_raise(client, futures)
+    client.run(release_freed_heap)
     return ClusterChunks(client, futures, int(X.shape[0]))
+
+
+def release_freed_heap() -> bool:
+    """Give the C heap's free pages back to the OS (glibc ``malloc_trim``); False elsewhere.
+
+    Building a block (Zarr chunks decoded, concatenated, the bias column
+    appended) frees several times the block's size, which glibc keeps in
+    the worker's heap: on the Bookmarks-shaped train split (15 MB sparse
+    blocks) each worker of a fresh cluster stayed 122 MB above its memory
+    before loading, 92 MB after this call (a one-off measurement; the rest
+    is one-time: with the kernels compiled beforehand it was 41 MB, and a
+    second load of the same set added 15 MB, the block itself). Dask's own
+    advice for unmanaged memory is the same call.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def _n_rows(block) -> int:

@@ -531,7 +531,6 @@ def _extrapolated_oracle(chunks, lam1: float, lam2: float):
                 parts[i] = chunks.apply_block(i, fn, W, W_prev, momentum, None, key, lam2)
         last.update(W=W, key=key)
         values, grad = tree_reduce(parts, add_results)
-        points = np.stack([W, W + momentum * (W - W_prev)])
-        return objective.add_ridge(values, grad, points, 1, lam1)
+        return objective.add_ridge(values, grad, (W, W + momentum * (W - W_prev)), 1, lam1)
 
     return extrapolated_oracle

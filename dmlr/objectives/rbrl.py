@@ -246,9 +246,12 @@ def spectral_lipschitz(matvec, dim: int, shift: float = 0.0) -> float:
     return float(top[0]) + shift
 
 
-def add_ridge(values: np.ndarray, grad, points: np.ndarray, grad_point: int, lambda1: float):
-    """Add the lambda1/2 ||W||_F^2 term (eq. 17) to summed block values and gradient."""
-    values = values + 0.5 * lambda1 * np.einsum("kij,kij->k", points, points)
+def add_ridge(values: np.ndarray, grad, points, grad_point: int, lambda1: float):
+    """Add the lambda1/2 ||W||_F^2 term (eq. 17) to summed block values and gradient.
+
+    ``points`` is the (k, d, l) stack or a sequence of k (d, l) arrays.
+    """
+    values = values + 0.5 * lambda1 * np.array([np.vdot(P, P) for P in points])
     if grad is not None:
         grad = grad + lambda1 * points[grad_point]
     return values, grad
