@@ -24,11 +24,16 @@ Sections (each prints a table):
    iterations alone (what the block keeps between iterations, W and for dense
    blocks S(W), plus the pass's temporaries).
 3. 1 vs 2 workers on the Bookmarks shape: ms/iteration and speed-up.
+5. In-process (the "auto" backend's choice for data this size, as on a
+   laptop): linear RBRL on ``mediamill_discretized`` with one block (BLAS on
+   every core) and with the default blocks (one per core, side by side on
+   threads), next to the floor ``X @ W`` + ``X.T @ C`` on the whole X with
+   BLAS on every core.
 4. Kernel RBRL (RBF) with n = 10,000 rows of a Mediamill-shaped synthetic set
    on the 2-worker cluster: ms/iteration and memory per worker (each keeps its
    5,000 x 10,000 rows of K).
 
-Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR] [--sections 1,2,3,4]
+Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR] [--sections 1,2,3,4,5]
 """
 
 from __future__ import annotations
@@ -225,16 +230,45 @@ def section_kernel(client, work, iters):
           f"| {k_rows:.0f} MiB |", flush=True)
 
 
+def section_in_process(work, iters):
+    from threadpoolctl import threadpool_info
+
+    from dmlr.distributed.chunks import local_block_count
+
+    try:
+        X, Y = dmlr.open_dataset(staged_store("mediamill_discretized", work)).arrays("train")
+    except FileNotFoundError as e:
+        print(f"(skipping the in-process section: {e})")
+        return
+    X, Y = np.asarray(X.compute()), np.asarray(Y.compute())
+    Xb = np.hstack([X, np.ones((X.shape[0], 1))])
+    W = np.random.default_rng(0).normal(size=(Xb.shape[1], Y.shape[1])) * 0.01
+    C = np.ones((X.shape[0], Y.shape[1]))
+    floor = best_ms(lambda: Xb @ W) + best_ms(lambda: Xb.T @ C)
+    threads = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+    RBRL(max_iter=5, tol=0.0).fit(X, Y)  # compile
+    print(f"\n| mediamill_discretized in-process ({X.shape[0]} x {X.shape[1]}) | blocks | APG ms/iter "
+          f"| floor ms: X@W + X.T@C, {threads} BLAS threads | iter / floor |")
+    print("|---|---|---|---|---|")
+    for label, n_blocks in (("one block", 1), ("default (one per core)", local_block_count(X))):
+        model = RBRL(max_iter=iters, tol=0.0, n_blocks=n_blocks).fit(X, Y)
+        ts = model.objective_seconds_
+        per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+        print(f"| {label} | {n_blocks} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=100, help="iterations of the timed cluster fits")
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--sections", default="1,2,3,4,5")
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
     sections = set(args.sections.split(","))
     if "1" in sections:
         section_reference()
+    if "5" in sections:
+        section_in_process(work, args.iters)
     from distributed import Client
 
     from dmlr.distributed import local_cluster

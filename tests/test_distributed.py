@@ -210,3 +210,41 @@ def test_blocks_on_one_multithreaded_worker_run_side_by_side(small_store):
         chunks.close()
     (a0, a1), (b0, b1) = sorted(_INTERVALS)
     assert b0 < a1, f"the second block started {b0 - a1:.2f} s after the first ended"
+
+
+def _block_first_row_or_fail(block, fail_on):
+    if block.n_rows == fail_on:
+        raise ValueError("this block fails")
+    return block.X[0, 0]
+
+
+def test_in_process_blocks_run_side_by_side_in_block_order():
+    from dmlr.distributed.chunks import make_chunkset
+
+    X = np.arange(60, dtype=float).reshape(30, 2)
+    Y = (X[:, :1] > 20).astype(np.int8) * np.ones((1, 2), dtype=np.int8)
+    chunks = make_chunkset(X, Y, fit_intercept=False, backend="local", n_blocks=3)
+    _INTERVALS.clear()
+    chunks.map_reduce(_sleep_and_record, 0.5)
+    (a0, a1), (b0, b1), _ = sorted(_INTERVALS)
+    assert b0 < a1, f"the second block started {b0 - a1:.2f} s after the first ended"
+    # results in block order (rows 0, 10, 20 start the blocks), and a block's error is raised here
+    assert chunks.map_blocks(_block_first_row_or_fail, -1) == [0.0, 20.0, 40.0]
+    with pytest.raises(ValueError, match="this block fails"):
+        chunks.map_blocks(_block_first_row_or_fail, 10)
+    chunks.close()
+
+
+def test_in_process_data_gets_a_block_per_core_only_when_big(monkeypatch):
+    import os
+
+    from dmlr.distributed import chunks as chunks_module
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    small = np.zeros((1000, 10))
+    assert chunks_module.local_block_count(small) == 1
+    big = np.zeros((chunks_module.SMALL_BLAS_VALUES // 10 + 10, 10))
+    assert chunks_module.local_block_count(big) == 3
+    made = chunks_module.make_chunkset(big, np.zeros((big.shape[0], 2), dtype=np.int8), fit_intercept=True)
+    assert made.backend == "local" and made.n_blocks == 3
+    made.close()
