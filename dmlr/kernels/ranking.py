@@ -296,9 +296,10 @@ def rank_lipschitz_row_stats(Y, row_sq_norms, A, B):
             B[j] += c * x4
 
 
-#: Rows per tile of :func:`sparse_extrapolated_pass`: the tile's scores at two points and its
-#: score-gradient (64 x 3l floats, 320 kB for Bookmarks' 208 labels) stay in the core's cache.
-SPARSE_TILE_ROWS = 64
+#: Rows per tile of :func:`sparse_extrapolated_pass` and :func:`dense_extrapolated_losses`: the
+#: tile's scores at two points and its score-gradient (64 x 3l floats, 320 kB for Bookmarks' 208
+#: labels) stay in the core's cache.
+SCORE_TILE_ROWS = 64
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -306,7 +307,7 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, W, G, lambda2, margin, gr
     """One pass over a CSR block: losses at W and at G, and X^T (dL/dS at G) added to ``grad``.
 
     The sparse block's steady-state APG call, fused: for a tile of
-    :data:`SPARSE_TILE_ROWS` rows, the scores at both points (x_i W and x_i G
+    :data:`SCORE_TILE_ROWS` rows, the scores at both points (x_i W and x_i G
     in one sweep over each row's stored values), :func:`rbrl_score_losses` on
     the tile, then grad[j] += x_ij c_i over the same stored values. Nothing of
     size (m, l) is formed, so the block's extra memory is W, G and grad (each
@@ -331,10 +332,10 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, W, G, lambda2, margin, gr
     m, l = Y.shape
     br = np.zeros(2)
     rank = np.zeros(2)
-    S = np.empty((SPARSE_TILE_ROWS, 2 * l))
-    C = np.empty((SPARSE_TILE_ROWS, l))
-    for a in range(0, m, SPARSE_TILE_ROWS):
-        b = min(a + SPARSE_TILE_ROWS, m)
+    S = np.empty((SCORE_TILE_ROWS, 2 * l))
+    C = np.empty((SCORE_TILE_ROWS, l))
+    for a in range(0, m, SCORE_TILE_ROWS):
+        b = min(a + SCORE_TILE_ROWS, m)
         for i in range(a, b):
             s = S[i - a]
             for j in range(2 * l):
@@ -363,7 +364,7 @@ def dense_extrapolated_losses(S_W, S_prev, momentum, Y, lambda2, margin, C):
     The dense block's steady-state APG call (see
     :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`): by
     linearity S(G) = S(W) + momentum (S(W) - S(W_prev)). It is formed
-    :data:`SPARSE_TILE_ROWS` rows at a time beside S(W) in a small buffer
+    :data:`SCORE_TILE_ROWS` rows at a time beside S(W) in a small buffer
     that stays in cache, and :func:`rbrl_score_losses` scores both points
     together, so the row masks are built once and no (m, l) temporary is made.
 
@@ -384,9 +385,9 @@ def dense_extrapolated_losses(S_W, S_prev, momentum, Y, lambda2, margin, C):
     m, l = Y.shape
     br = np.zeros(2)
     rank = np.zeros(2)
-    S = np.empty((SPARSE_TILE_ROWS, 2 * l))
-    for a in range(0, m, SPARSE_TILE_ROWS):
-        b = min(a + SPARSE_TILE_ROWS, m)
+    S = np.empty((SCORE_TILE_ROWS, 2 * l))
+    for a in range(0, m, SCORE_TILE_ROWS):
+        b = min(a + SCORE_TILE_ROWS, m)
         for i in range(a, b):
             s = S[i - a]
             for j in range(l):
