@@ -563,7 +563,8 @@ class KNN(_NeighbourModel):
         Where the memory's row chunks live during a search
         (:func:`dmlr.distributed.chunks.make_chunkset`).
     n_blocks : int, optional
-        Row chunks of the memory (default: one per worker thread; 1 in-process).
+        Row chunks of the memory (default: one per worker thread; in-process, one per core
+        for data above 2M stored values, else 1).
     query_batch : int
         Query rows per distributed search call.
 

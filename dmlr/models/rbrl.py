@@ -116,7 +116,8 @@ class RBRL(BaseModel):
         Where the row chunks live during training; "auto" keeps small data
         in this process (see :func:`dmlr.distributed.make_chunkset`).
     n_blocks : int, optional
-        Number of row blocks (default: one per Dask worker thread).
+        Number of row blocks (default: one per Dask worker thread; in-process, one per core
+        for data above 2M stored values, else 1).
     verbose : int
         Print progress every ``verbose`` iterations (0: quiet).
 
