@@ -450,7 +450,8 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
     client : distributed.Client, optional
         Client for the "dask" backend (default: :func:`dmlr.get_client`).
     n_blocks : int, optional
-        Number of blocks (default: one per worker thread; 1 in-process).
+        Number of blocks (default: one per worker thread; in-process,
+        :func:`local_block_count`).
     align_rows : int, optional
         Make every block boundary a multiple of this many rows (dask input is
         rechunked if its chunks are not), so that fixed global row groups of
