@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dmlr.kernels.rows import add_row_outer, row_scores
+
 RANK_MARGIN = 2.0
 #: Rows with at most this many relevant labels take the direct (vectorized) pairwise path.
 DIRECT_MAX_POS = 32
@@ -307,12 +309,12 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, W, G, lambda2, margin, gr
     """One pass over a CSR block: losses at W and at G, and X^T (dL/dS at G) added to ``grad``.
 
     The sparse block's steady-state APG call, fused: for a tile of
-    :data:`SCORE_TILE_ROWS` rows, the scores at both points (x_i W and x_i G
-    in one sweep over each row's stored values), :func:`rbrl_score_losses` on
-    the tile, then grad[j] += x_ij c_i over the same stored values. Nothing of
-    size (m, l) is formed, so the block's extra memory is W, G and grad (each
-    d x l) whatever its rows; the products visit the stored values in the
-    order of scipy's CSR products.
+    :data:`SCORE_TILE_ROWS` rows, the scores at both points (x_i W and x_i G,
+    :func:`dmlr.kernels.rows.row_scores`), :func:`rbrl_score_losses` on the
+    tile, then grad += x_i c_i^T (:func:`dmlr.kernels.rows.add_row_outer`).
+    Nothing of size (m, l) is formed, so the block's extra memory is W, G and
+    grad (each d x l) whatever its rows; the products visit the stored values
+    in the order of scipy's CSR products.
 
     Parameters
     ----------
@@ -334,26 +336,17 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, W, G, lambda2, margin, gr
     rank = np.zeros(2)
     S = np.empty((SCORE_TILE_ROWS, 2 * l))
     C = np.empty((SCORE_TILE_ROWS, l))
+    no_dense = np.empty((0, 0))
     for a in range(0, m, SCORE_TILE_ROWS):
         b = min(a + SCORE_TILE_ROWS, m)
         for i in range(a, b):
-            s = S[i - a]
-            for j in range(2 * l):
-                s[j] = 0.0
-            for k in range(indptr[i], indptr[i + 1]):
-                col, x = indices[k], data[k]
-                for j in range(l):
-                    s[j] += x * W[col, j]
-                    s[l + j] += x * G[col, j]
+            row_scores(i, no_dense, indptr, indices, data, True, W, S[i - a, :l])
+            row_scores(i, no_dense, indptr, indices, data, True, G, S[i - a, l:])
         tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[:b - a])
         br += tb
         rank += tr
         for i in range(a, b):
-            c = C[i - a]
-            for k in range(indptr[i], indptr[i + 1]):
-                col, x = indices[k], data[k]
-                for j in range(l):
-                    grad[col, j] += x * c[j]
+            add_row_outer(i, no_dense, indptr, indices, data, True, C[i - a], 1.0, grad)
     return br, rank
 
 
