@@ -28,7 +28,6 @@ from dmlr.errors import DmlrInputError
 from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.blocks import append_bias, as_matrix
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
-from dmlr.metrics import predict_from_scores
 from dmlr.models import checkpoint as ckpt_store
 from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
@@ -499,11 +498,6 @@ class RBRL(BaseModel):
         for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
             S += kernel_matrix(X, support[a:a + step], spec) @ A[a:a + step]
         return S
-
-    def labels_from_scores(self, S):
-        """0/1 labels by the sign of the score, at least one per row
-        (the reference's rule, :func:`dmlr.metrics.predict_from_scores`)."""
-        return predict_from_scores(S)
 
 
 _PREDICT_SUPPORT_ROWS = 4096
