@@ -74,10 +74,10 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, request):
         oracle = _extrapolated_oracle(chunks, 0.5, 0.2)
         rng = np.random.default_rng(3)
         W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
-        oracle(W1, W0, 0.3)
+        oracle(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
         chunks.apply_block(1, lambda b: b.state.clear())      # block 1 rebuilt: holds nothing
-        values, grad = oracle(W2, W1, 0.8)
         points = np.stack([W2, W2 + 0.8 * (W2 - W1)])
+        values, grad = oracle(W2, W1, 0.8, points[1])
         ref_values, ref_grad = objective.add_ridge(
             *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5)
         np.testing.assert_allclose(values, ref_values, rtol=1e-12)

@@ -509,13 +509,14 @@ def _extrapolated_oracle(chunks, lam1: float, lam2: float):
     Each call names its W with a fresh key; when the next call's W_prev is
     the W this oracle sent last (the same array: apg hands it back), only its
     key travels. A block that does not hold it (new, or rebuilt after a lost
-    worker) answers None and is sent W_prev.
+    worker) answers None and is sent W_prev. The ridge term is added here at
+    W and at apg's G (the blocks form their own G from W and W_prev).
     """
     run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
     calls = itertools.count()
     last = {"W": None, "key": None}
 
-    def extrapolated_oracle(W, W_prev, momentum):
+    def extrapolated_oracle(W, W_prev, momentum, G):
         key = (run, next(calls))
         held = last["W"] is W_prev
         fn = objective.block_extrapolated_value_and_grad
@@ -526,6 +527,6 @@ def _extrapolated_oracle(chunks, lam1: float, lam2: float):
                 parts[i] = chunks.apply_block(i, fn, W, W_prev, momentum, None, key, lam2)
         last.update(W=W, key=key)
         values, grad = tree_reduce(parts, add_results)
-        return objective.add_ridge(values, grad, (W, W + momentum * (W - W_prev)), 1, lam1)
+        return objective.add_ridge(values, grad, (W, G), 1, lam1)
 
     return extrapolated_oracle

@@ -23,10 +23,11 @@ Latency: f(W_t) is needed only for the stopping test, and G_{t+1} does not
 depend on it, so f(W_t) and grad f(G_{t+1}) are requested together in one
 oracle call: one round trip per iteration, plus one at the end.
 
-``extrapolated_oracle(W_t, W_{t-1}, m) -> (values, grad)``, optional, is the
-same speculative call given as the extrapolation instead of the stacked points:
-f at [W_t, G_{t+1}] and grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1}) formed
-by that very expression. An oracle whose data live elsewhere can then keep
+``extrapolated_oracle(W_t, W_{t-1}, m, G_{t+1}) -> (values, grad)``, optional,
+is the same speculative call given as the extrapolation instead of the stacked
+points: f at [W_t, G_{t+1}] and grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1})
+formed by that very expression (G_{t+1} itself is passed for terms computed
+where the solver is). An oracle whose data live elsewhere can then keep
 W_{t-1} (and its products) where the data are (see
 :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`).
 
@@ -222,7 +223,7 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         must be those of the interrupted run for the same iterates, except
         ``max_iter``, which must exceed ``state.n_iter``.
     extrapolated_oracle : callable, optional
-        ``extrapolated_oracle(W_new, W, momentum) -> (values (2,), grad)``,
+        ``extrapolated_oracle(W_new, W, momentum, G_next) -> (values (2,), grad)``,
         used instead of ``oracle`` for the speculative call (see above).
 
     Returns
@@ -267,7 +268,7 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         G_next = W_new + momentum * (W_new - W)
         want_grad = len(hist) + 1 < max_iter
         if want_grad and extrapolated_oracle is not None:
-            values, grad_next = extrapolated_oracle(W_new, W, momentum)
+            values, grad_next = extrapolated_oracle(W_new, W, momentum, G_next)
         else:
             points = np.stack([W_new, G_next]) if want_grad else W_new[None]
             values, grad_next = oracle(points, 1 if want_grad else -1)
