@@ -164,23 +164,19 @@ def chunk_top_k(queries, block_points, k: int, row_offset=0, *, max_index=None):
     return dist, idx
 
 
-def merge_order(dists: list, idxs: list, k: int):
-    """Positions, in the concatenated candidate lists, of the k best per query.
+def merge_order(D: np.ndarray, I: np.ndarray, k: int) -> np.ndarray:
+    """Columns of the k best candidates per query, ranked by (distance, global index).
 
-    Candidates are ranked by (distance, global index); invalid entries
-    (index -1, distance +inf) go last.
+    ``D`` float64 and ``I`` int64 (nq, c) are the concatenated candidate
+    lists; invalid entries (index -1, distance +inf) go last.
 
     Returns
     -------
     order : int64 ndarray (nq, k)
-        Column positions into ``np.concatenate(dists, axis=1)``.
     """
-    D = np.concatenate(dists, axis=1)
-    I = np.concatenate(idxs, axis=1)
     # -1 (no point) sorts after every real index at the same (+inf) distance
     key_idx = np.where(I < 0, np.iinfo(np.int64).max, I)
-    order = np.lexsort((key_idx, D), axis=-1)[:, :k]
-    return order
+    return np.lexsort((key_idx, D), axis=-1)[:, :k]
 
 
 def merge_top_k(list_of_results, k: int, payloads=None):
@@ -217,9 +213,9 @@ def merge_top_k(list_of_results, k: int, payloads=None):
         if payloads is not None:
             first = payloads[0]
             payloads.append(np.zeros((nq, k - total) + first.shape[2:], dtype=first.dtype))
-    order = merge_order(dists, idxs, k)
-    D = np.take_along_axis(np.concatenate(dists, axis=1), order, axis=1)
-    I = np.take_along_axis(np.concatenate(idxs, axis=1), order, axis=1)
+    D, I = np.concatenate(dists, axis=1), np.concatenate(idxs, axis=1)
+    order = merge_order(D, I, k)
+    D, I = np.take_along_axis(D, order, axis=1), np.take_along_axis(I, order, axis=1)
     if payloads is None:
         return D, I
     Pl = np.concatenate(payloads, axis=1)
