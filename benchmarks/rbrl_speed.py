@@ -20,7 +20,8 @@ Sections (each prints a table):
    the iterations above its resident memory before the chunk was loaded, as a
    multiple of the chunk's bytes (so 1x is the chunk alone; one-time memory,
    the kernels' compiled code and the libraries loading imports, is excluded
-   by loading the set once and releasing it before the reading), and in brackets the growth during the
+   by loading the set once and releasing it, then waiting until the workers
+   have dropped it and returned its freed heap, before the reading), and in brackets the growth during the
    iterations alone (what the block keeps between iterations, W and for dense
    blocks S(W), plus the pass's temporaries).
 3. 1 vs 2 workers on the Bookmarks shape: ms/iteration and speed-up.
@@ -120,6 +121,29 @@ def peak_bytes():
     return -1
 
 
+def settle_workers(client, timeout=30.0):
+    """Wait until the workers hold no data, then collect garbage and return the freed heap.
+
+    A released block leaves its worker when the scheduler says so, a moment
+    after ``close()``; and glibc keeps freed pages (see
+    :func:`dmlr.distributed.chunks.release_freed_heap`). A base reading taken
+    before both would already contain memory the next load reuses, and the
+    load would seem to cost nothing.
+    """
+    import gc
+
+    from dmlr.distributed.chunks import release_freed_heap
+
+    def n_keys(dask_worker):
+        return len(dask_worker.data)
+
+    deadline = time.monotonic() + timeout
+    while any(client.run(n_keys).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.run(gc.collect)
+    client.run(release_freed_heap)
+
+
 # -- sections --------------------------------------------------------------------------------
 def section_reference():
     import scipy.io as sio
@@ -142,6 +166,7 @@ def cluster_measure(X, Y, client, iters):
     # one-time memory (kernel compilation, imports, first-read caches) is not the chunk's:
     # load the set once and release it before the base reading
     make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client).close()
+    settle_workers(client)
     base = client.run(rss_bytes)
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client)
     d, l = X.shape[1] + 1, Y.shape[1]

@@ -107,11 +107,10 @@ def test_sparse_extrapolated_pass_matches_double_loop(l, p_rel):
 
     # 150 rows: more than two tiles, the last one partial
     X, Y, W, W_prev, mom = extrapolation_case(150, 13, l, p_rel, l, sparse=True)
-    G = W + mom * (W - W_prev)
     grad = np.ones((13, l))                             # accumulated into, not overwritten
-    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, G, 0.7, RANK_MARGIN, grad)
+    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W_prev, mom, 0.7, RANK_MARGIN, grad)
     Xd = X.toarray()
-    for k, P in enumerate([W, G]):
+    for k, P in enumerate([W, W + mom * (W - W_prev)]):
         b, r, C = brute_force_rbrl(Xd @ P, Y, 0.7)
         assert br[k] == pytest.approx(b, rel=1e-12)
         assert rank[k] == pytest.approx(r, rel=1e-12)

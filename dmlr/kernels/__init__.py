@@ -22,5 +22,5 @@ def warm_up() -> bool:
     dense_extrapolated_losses(S[:, :2].copy(), S[:, 2:].copy(), 0.5, Y, 1.0, RANK_MARGIN, C)
     X = sp.csr_matrix(np.eye(3))
     W = np.zeros((3, 2))
-    sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W, 1.0, RANK_MARGIN, np.zeros((3, 2)))
+    sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W, 0.5, 1.0, RANK_MARGIN, np.zeros((3, 2)))
     return True

@@ -101,12 +101,15 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     * the client sends W only: the block keeps the last W it was sent (under
       ``key``) and finds W_prev there when ``prev_key`` names it, which halves
       what each iteration ships (3.6 MB a block on the Bookmarks shape);
+    * G is never formed: the scores at G come from those at W and W_prev by
+      linearity, S(G) = S(W) + momentum (S(W) - S(W_prev));
     * a dense block whose scores take no more room than its X also keeps
-      S(W) = X W and forms S(G) = S(W) + momentum (S(W) - S(W_prev)) (linearity),
-      so an iteration multiplies X by one matrix instead of two. Sparse blocks
-      (Bookmarks: S would be several times the chunk) compute X G, in one
-      fused pass (:func:`dmlr.kernels.ranking.sparse_extrapolated_pass`) that
-      forms nothing of size (m, l).
+      S(W) = X W, so an iteration multiplies X by one matrix instead of two.
+      Sparse blocks (Bookmarks: S would be several times the chunk) compute
+      X W and X W_prev in one fused pass
+      (:func:`dmlr.kernels.ranking.sparse_extrapolated_pass`) that forms
+      nothing of size (m, l), so the call's memory beyond the block is W,
+      W_prev and the gradient.
 
     The arithmetic does not depend on what the block holds: a block without
     the saved scores computes S(W_prev) = X W_prev tile by tile exactly as the
@@ -138,13 +141,12 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     elif W_prev is None:
         return None
     block.state.pop("extrapolation", None)
-    G = W + momentum * (W - W_prev)          # apg's expression: the same G to the bit
     X, Y = block.X, block.Y
     m, l = Y.shape
     grad = np.zeros((X.shape[1], l))
     if hasattr(X, "indptr"):
-        br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, G, float(lambda2), RANK_MARGIN,
-                                            grad)
+        br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W_prev, float(momentum),
+                                            float(lambda2), RANK_MARGIN, grad)
         block.state["extrapolation"] = (key, W, None)
         return br + lambda2 * rank, grad
     keep_scores = m * l <= X.size
