@@ -71,7 +71,8 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, request):
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client,
                            n_blocks=3)
     try:
-        oracle = _extrapolated_oracle(chunks, 0.5, 0.2)
+        oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad, (0.2,),
+                                      lambda v, g, W, G: objective.add_ridge(v, g, (W, G), 1, 0.5))
         rng = np.random.default_rng(3)
         W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
         oracle(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
@@ -86,14 +87,43 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, request):
         chunks.close()
 
 
+@pytest.mark.parametrize("kernel", [None, "rbf"])
 @pytest.mark.parametrize("step", ["paper", "spectral"])
-def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, monkeypatch):
-    X, Y = problem(False, seed=4)
-    fast = RBRL(lambda1=0.5, lambda2=0.3, lambda3=0.1, step=step, max_iter=300, tol=1e-9, n_blocks=2,
-                backend="local").fit(X, Y)
+def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, monkeypatch):
+    X, Y = problem(False, seed=4, n=400 if kernel else 700)
+    params = dict(lambda1=0.5, lambda2=0.3, lambda3=0.1, kernel=kernel, step=step, max_iter=300, tol=1e-9,
+                  n_blocks=2, backend="local")
+    fast = RBRL(**params).fit(X, Y)
     monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)   # the stacked oracle only
-    plain = RBRL(lambda1=0.5, lambda2=0.3, lambda3=0.1, step=step, max_iter=300, tol=1e-9, n_blocks=2,
-                 backend="local").fit(X, Y)
+    plain = RBRL(**params).fit(X, Y)
     assert fast.n_iter_ == plain.n_iter_
     np.testing.assert_allclose(fast.objective_history_, plain.objective_history_, rtol=1e-10)
-    np.testing.assert_allclose(fast.coef_, plain.coef_, rtol=1e-7, atol=1e-9)
+    name = "dual_coef_" if kernel else "coef_"
+    np.testing.assert_allclose(getattr(fast, name), getattr(plain, name), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_kernel_block_call_equals_the_stacked_points(keep):
+    # the kernel rows' speculative call, ridge share included, held state or not, K kept or recomputed
+    from dmlr.kernels.gram import KernelSpec
+    from dmlr.objectives import kernel_rbrl
+
+    X, Y = problem(False, n=300, d=8, l=7)
+    spec = KernelSpec.resolve("rbf", None, 3, 1.0, X.shape[1])
+    start, stop = 100, 220
+    kb = kernel_rbrl.make_kernel_block(make_block(X[start:stop], Y[start:stop], fit_intercept=False),
+                                       (start, stop), X, spec, keep)
+    rng = np.random.default_rng(5)
+    As = [rng.standard_normal((X.shape[0], Y.shape[1])) * 0.2 for _ in range(3)]
+    lam1, lam2 = 0.6, 0.4
+
+    def check(out, A, A_prev, m):
+        points = np.stack([A, A + m * (A - A_prev)])
+        values, grad = kernel_rbrl.block_value_and_grad(kb, points, 1, lam1, lam2)
+        np.testing.assert_allclose(out[0], values, rtol=1e-12)
+        np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+    call = kernel_rbrl.block_extrapolated_value_and_grad
+    check(call(kb, As[1], As[0], 0.4, None, "k1", lam1, lam2), As[1], As[0], 0.4)
+    check(call(kb, As[2], None, 0.7, "k1", "k2", lam1, lam2), As[2], As[1], 0.7)
+    assert call(kb, As[0], None, 0.7, "k1", "k3", lam1, lam2) is None

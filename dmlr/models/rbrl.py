@@ -327,7 +327,9 @@ class RBRL(BaseModel):
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             return self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
-                               extrapolated_oracle=_extrapolated_oracle(chunks, lam1, lam2))
+                               extrapolated_oracle=_extrapolated_oracle(
+                                   chunks, objective.block_extrapolated_value_and_grad, (lam2,),
+                                   lambda values, grad, W, G: objective.add_ridge(values, grad, (W, G), 1, lam1)))
         finally:
             chunks.close()
 
@@ -357,7 +359,10 @@ class RBRL(BaseModel):
                 return kchunks.map_reduce(kernel_objective.block_value_and_grad, points, grad_point, lam1, lam2)
 
             x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
-            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
+            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
+                              extrapolated_oracle=_extrapolated_oracle(
+                                  kchunks, kernel_objective.block_extrapolated_value_and_grad, (lam1, lam2),
+                                  lambda values, grad, A, G: (values, grad)))
         finally:
             kchunks.close()
         self.support_ = X_all
@@ -503,14 +508,19 @@ class RBRL(BaseModel):
 _PREDICT_SUPPORT_ROWS = 4096
 
 
-def _extrapolated_oracle(chunks, lam1: float, lam2: float):
+def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
     """The APG's speculative call with W_prev kept on the blocks (``apg(extrapolated_oracle=)``).
+
+    ``block_fn(block, W, W_prev or None, momentum, prev_key, key, *block_args)``
+    is the block's call (the linear or kernel model's
+    ``block_extrapolated_value_and_grad``); ``finish(values, grad, W, G)``
+    adds what is computed here (the linear model's ridge term, at W and at
+    apg's G; the blocks form their own G from W and W_prev).
 
     Each call names its W with a fresh key; when the next call's W_prev is
     the W this oracle sent last (the same array: apg hands it back), only its
     key travels. A block that does not hold it (new, or rebuilt after a lost
-    worker) answers None and is sent W_prev. The ridge term is added here at
-    W and at apg's G (the blocks form their own G from W and W_prev).
+    worker) answers None and is sent W_prev.
     """
     run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
     calls = itertools.count()
@@ -519,14 +529,13 @@ def _extrapolated_oracle(chunks, lam1: float, lam2: float):
     def extrapolated_oracle(W, W_prev, momentum, G):
         key = (run, next(calls))
         held = last["W"] is W_prev
-        fn = objective.block_extrapolated_value_and_grad
-        parts = chunks.map_blocks(fn, W, None if held else W_prev, momentum, last["key"] if held else None, key,
-                                  lam2)
+        parts = chunks.map_blocks(block_fn, W, None if held else W_prev, momentum, last["key"] if held else None,
+                                  key, *block_args)
         for i, part in enumerate(parts):
             if part is None:
-                parts[i] = chunks.apply_block(i, fn, W, W_prev, momentum, None, key, lam2)
+                parts[i] = chunks.apply_block(i, block_fn, W, W_prev, momentum, None, key, *block_args)
         last.update(W=W, key=key)
         values, grad = tree_reduce(parts, add_results)
-        return objective.add_ridge(values, grad, (W, G), 1, lam1)
+        return finish(values, grad, W, G)
 
     return extrapolated_oracle

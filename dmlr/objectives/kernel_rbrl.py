@@ -19,13 +19,13 @@ of X and the whole X (``kernel_memory="keep"``) or rebuilt each call
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from dmlr.kernels.blocks import Block
 from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
-from dmlr.objectives.rbrl import curvature_weights, fused_pass, lipschitz_stats_from_rows
+from dmlr.objectives.rbrl import curvature_weights, extrapolated_pass, fused_pass, lipschitz_stats_from_rows
 
 
 @dataclass
@@ -41,6 +41,9 @@ class KernelBlock:
         The kernel rows, when kept.
     X, X_all : the block's rows and all n training rows (for recomputing K)
     spec : KernelSpec
+    state : dict
+        What the APG's speculative call keeps between iterations (see
+        :func:`block_extrapolated_value_and_grad`).
     """
 
     Y: np.ndarray
@@ -50,6 +53,7 @@ class KernelBlock:
     X: object
     X_all: object
     spec: KernelSpec
+    state: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_rows(self) -> int:
@@ -116,6 +120,36 @@ def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, l
     A = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(n, k * l))
     return fused_pass(kb.gram(), kb.Y, A, k, l, grad_point, lambda2,
                       ridge_rows=points[:, kb.start:kb.stop, :], lambda1=lambda1)
+
+
+def block_extrapolated_value_and_grad(kb: KernelBlock, A: np.ndarray, A_prev, momentum: float, prev_key, key,
+                                      lambda1: float, lambda2: float):
+    """f's block share at A and at G = A + momentum (A - A_prev), and its gradient share at G.
+
+    The linear model's speculative call
+    (:func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`) on the
+    kernel rows, ridge included: the block keeps A and S(A) = K_B A between
+    iterations and forms S(G) by linearity, so an iteration multiplies K_B by
+    one (n, l) matrix instead of the two stacked points (the larger of the
+    iteration's two products, m x n by n x 2l, is halved).
+
+    Parameters
+    ----------
+    kb : KernelBlock
+    A : float64 (n, l)
+    A_prev : float64 (n, l) or None
+        None when the caller expects the block to hold it under ``prev_key``.
+    momentum : float
+    prev_key, key : hashable
+    lambda1, lambda2 : float
+
+    Returns
+    -------
+    (values float64 (2,), grad float64 (n, l)) or None
+        None when the block does not hold ``prev_key`` and ``A_prev`` is None.
+    """
+    return extrapolated_pass(kb.gram(), kb.Y, kb.state, A, A_prev, momentum, prev_key, key, lambda2,
+                             ridge_rows=slice(kb.start, kb.stop), lambda1=lambda1)
 
 
 def block_lipschitz_stats(kb: KernelBlock):

@@ -134,20 +134,35 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
         None when ``W_prev`` is None and the block does not hold ``prev_key``
         (a new or rebuilt block): the caller sends W_prev.
     """
-    saved = block.state.get("extrapolation")
+    return extrapolated_pass(block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2)
+
+
+def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, momentum: float, prev_key, key,
+                      lambda2: float, ridge_rows: slice | None = None, lambda1: float = 0.0):
+    """:func:`block_extrapolated_value_and_grad` on explicit arrays, shared with the kernel model.
+
+    ``X`` (m, p) dense or CSR; ``state`` is the block's dict where W (and
+    S(W)) are kept between calls. With ``ridge_rows`` (dense X only) the
+    kernel model's ridge share is added at both points, as in
+    :func:`fused_pass`: value lambda1/2 sum(P_B o S_B(P)) and gradient
+    X^T (lambda1 G_B), P_B the rows ``ridge_rows`` of the point (see
+    :mod:`dmlr.objectives.kernel_rbrl`).
+    """
+    saved = state.get("extrapolation")
     S_prev = None
     if saved is not None and prev_key is not None and saved[0] == prev_key:
         W_prev, S_prev = saved[1], saved[2]
     elif W_prev is None:
         return None
-    block.state.pop("extrapolation", None)
-    X, Y = block.X, block.Y
+    state.pop("extrapolation", None)
     m, l = Y.shape
     grad = np.zeros((X.shape[1], l))
     if hasattr(X, "indptr"):
+        if ridge_rows is not None:
+            raise ValueError("the ridge rows of the kernel model need a dense X (its kernel rows)")
         br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W_prev, float(momentum),
                                             float(lambda2), RANK_MARGIN, grad)
-        block.state["extrapolation"] = (key, W, None)
+        state["extrapolation"] = (key, W, None)
         return br + lambda2 * rank, grad
     keep_scores = m * l <= X.size
     S_keep = [] if keep_scores else None    # S(W) tile by tile, kept as computed (no copy)
@@ -161,10 +176,16 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
         C = np.empty((b - a, l))
         br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
         values += br + lambda2 * rank
+        if ridge_rows is not None:
+            R_W = W[ridge_rows][a:b]
+            R_G = R_W + momentum * (R_W - W_prev[ridge_rows][a:b])     # G's rows, apg's expression
+            S_G = S_W + momentum * (S_W - S_p)
+            values += 0.5 * lambda1 * np.array([np.vdot(R_W, S_W), np.vdot(R_G, S_G)])
+            C += lambda1 * R_G
         if keep_scores:
             S_keep.append(S_W)
         grad += Xt.T @ C
-    block.state["extrapolation"] = (key, W, S_keep)
+    state["extrapolation"] = (key, W, S_keep)
     return values, grad
 
 
