@@ -323,18 +323,25 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     -----
     Warm starts change only where the solver starts; each fit still stops by
     the estimator's own rule (``tol``, ``max_iter``), so path and cold-start
-    scores agree to the accuracy of that rule. RBRL's rule (the reference's)
-    stops when the objective changes by at most ``tol`` (relative) in one
-    iteration, and the first iterations from a warm start are momentum-free
-    and short, so with a loose ``tol`` a warm-started fit can stop at the
-    first test (``n_iter_ == 2``) far from its own optimum and score like
-    the previous path value. Measured on yahoo_arts (2400 training rows,
-    step="spectral", one fold, three (lambda1, lambda2) paths): at tol=1e-4
-    and at 1e-5, most warm-started fits at lambda3 <= 1 stopped after 2
-    iterations with an objective 0.2-40% above the cold fit's. Check
+    scores agree to the accuracy of that rule. The reference's rule alone
+    (the objective changes by at most ``tol``, relative, in one iteration)
+    can pass at its first test after a warm start, because the first steps
+    from a good start are short: measured on yahoo_arts (2400 training rows,
+    step="spectral", tol=1e-4, before RBRL had ``gradient_tol``), most
+    warm-started fits at lambda3 <= 1 stopped after 2 iterations with an
+    objective 0.2-40% above the cold fit's. RBRL's ``gradient_tol="auto"``
+    (the default under every step rule but ``"paper"``) also requires the
+    gradient mapping to have shrunk, which stops that. Check
     ``n_warm_first_test_stops`` of the result (a RuntimeWarning is issued
     when it is at least 10% of the warm-started fits); use a tight ``tol``
     or ``path_param=None`` when that happens.
+
+    On a cluster the data are scattered to every worker once. If every
+    worker holding them is lost (killed, or removed after missed
+    heartbeats), the units not yet finished are submitted again with the
+    data scattered anew, up to
+    :data:`dmlr.distributed.chunks.MAX_RECOVERIES` times (a RuntimeWarning
+    says so); finished units are kept.
 
     Each unit runs with single-threaded BLAS (the parallelism is across
     units) so that scores are bit-identical in-process and on any number
@@ -454,24 +461,41 @@ def _run_sequential(cls, base_params, settings, path, path_values, units, X, Y, 
 def _cluster_runner(client):
     def run(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress):
         from distributed import as_completed
+        from distributed.client import FutureCancelledError
 
-        # Scatter once to every worker: each of the units reads random rows of the whole set.
-        X_f, Y_f, splits_f = client.scatter([X, Y, splits], broadcast=True, hash=False)
-        futures = [client.submit(_fit_path, cls, base_params, settings[s], path, path_values, X_f, Y_f,
-                                 splits_f, f, metric_names, pure=False) for s, f in units]
-        index = {f.key: i for i, f in enumerate(futures)}
-        outputs = [None] * len(futures)
-        try:
-            for fut in as_completed(futures):
-                outputs[index[fut.key]] = fut.result()  # raises the unit's exception, if any
-                fut.release()
-                if progress is not None:
-                    progress()
-        finally:
-            client.cancel([f for f in futures if f.status == "pending"])
-            for f in (X_f, Y_f, splits_f):
-                f.release()
-        return outputs
+        from dmlr.distributed.chunks import LOST_WORKER_WAIT, MAX_RECOVERIES
+
+        outputs = [None] * len(units)
+        for attempt in range(MAX_RECOVERIES + 1):
+            todo = [i for i, out in enumerate(outputs) if out is None]
+            # Scatter to every worker: each of the units reads random rows of the whole set.
+            client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
+            X_f, Y_f, splits_f = client.scatter([X, Y, splits], broadcast=True, hash=False)
+            futures = {client.submit(_fit_path, cls, base_params, settings[units[i][0]], path, path_values, X_f,
+                                     Y_f, splits_f, units[i][1], metric_names, pure=False): i for i in todo}
+            try:
+                for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
+                    outputs[futures[fut]] = fut.result()  # raises the unit's exception, if any
+                    fut.release()
+                    if progress is not None:
+                        progress()
+                return outputs
+            except FutureCancelledError:
+                # Scattered data cannot be recomputed: when every worker holding it is gone
+                # (killed, or removed by the scheduler after missed heartbeats), the units
+                # still to run are cancelled. Keep the finished units, scatter again from
+                # this process's copy and submit the rest (units are independent and
+                # deterministic, so the result is the uninterrupted run's).
+                if attempt == MAX_RECOVERIES:
+                    raise
+                warnings.warn(f"grid search: the workers holding the data were lost; resubmitting "
+                              f"{sum(out is None for out in outputs)} of {len(units)} units",
+                              RuntimeWarning, stacklevel=2)
+            finally:
+                client.cancel([f for f in futures if f.status == "pending"])
+                for f in (X_f, Y_f, splits_f):
+                    f.release()
+        return outputs  # pragma: no cover - the loop returns or raises
     return run
 
 

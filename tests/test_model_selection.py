@@ -120,6 +120,39 @@ def test_cluster_equals_in_process(data, local_result, client2):
     assert current.backend == "dask"
 
 
+def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, monkeypatch):
+    # One worker (its nanny restarts it): killing it loses every copy of the scattered
+    # arrays, and the units still to run are cancelled. The search scatters again and
+    # resubmits them; the finished units are kept, and the result is the in-process one.
+    import logging
+    import os
+    import signal
+
+    import dmlr.model_selection as ms
+    from distributed import Client, LocalCluster
+
+    X, Y = data
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
+        (first_pid,) = client.run(os.getpid).values()
+        done = []
+
+        def kill_after_two(*args):
+            def progress():
+                done.append(1)
+                if len(done) == 2:
+                    os.kill(first_pid, signal.SIGKILL)
+            return progress
+
+        monkeypatch.setattr(ms, "_progress_printer", kill_after_two)
+        with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
+            remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False)
+        assert first_pid not in client.run(os.getpid).values()     # the worker was replaced
+    assert len(done) == 12                                          # each unit reported once
+    assert _scores(remote) == _scores(local_result)
+    assert remote.best_params == local_result.best_params
+
+
 def test_warm_path_matches_cold_fits(data, local_result):
     X, Y = data
     splits = kfold_indices(X.shape[0], 3, seed=0)
