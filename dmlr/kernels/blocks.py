@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+#: Row tile of the objectives' passes over a block: a tile's scores (tile x k*l floats) stay
+#: near this size, so a worker's extra memory is a few MiB whatever its chunk (S for a whole
+#: Bookmarks-shaped chunk would be 146 MB, ten times the sparse chunk itself).
+TILE_BYTES = 4 * 2 ** 20
+
+
+def tile_rows(n_cols: int) -> int:
+    """Rows per tile so that a float64 (rows, n_cols) tile is about :data:`TILE_BYTES`."""
+    return max(64, TILE_BYTES // (8 * max(n_cols, 1)))
+
 
 @dataclass
 class Block:

@@ -18,15 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block
+from dmlr.kernels.blocks import Block, tile_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_scores_loss
-
-#: Row tile of a pass: a tile's scores and coefficients are a few MiB at most.
-TILE_BYTES = 4 * 2 ** 20
-
-
-def _tile_rows(n_labels: int) -> int:
-    return max(64, TILE_BYTES // (8 * max(n_labels, 1)))
 
 
 def block_value_and_grad(block: Block, M: np.ndarray, alpha: float = 0.0, want_grad: bool = True,
@@ -54,7 +47,7 @@ def block_value_and_grad(block: Block, M: np.ndarray, alpha: float = 0.0, want_g
     M = np.ascontiguousarray(M, dtype=np.float64)
     value = 0.0
     grad = np.zeros(M.shape) if want_grad else None
-    step = _tile_rows(K)
+    step = tile_rows(K)
     for a in range(0, m, step):
         b = min(a + step, m)
         Xt = X[a:b]

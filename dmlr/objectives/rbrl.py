@@ -14,21 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block
+from dmlr.kernels.blocks import Block, tile_rows
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import (RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses,
                                   dense_extrapolated_losses, sparse_extrapolated_pass)
 
 
-#: Row tile of the fused pass: the tile's scores (tile x k*l floats) stay near this size, so a
-#: worker's extra memory is a few MiB whatever its chunk (S for a whole Bookmarks-shaped chunk
-#: would be 146 MB, ten times the sparse chunk itself).
-TILE_BYTES = 4 * 2 ** 20
-
-
-def tile_rows(n_cols: int) -> int:
-    """Rows per tile so that a float64 (rows, n_cols) tile is about :data:`TILE_BYTES`."""
-    return max(64, TILE_BYTES // (8 * max(n_cols, 1)))
 
 
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
