@@ -65,6 +65,12 @@ def best_ms(fn, repeats=5):
     return 1000 * min(times)
 
 
+def ms_per_iteration(model) -> float:
+    """Mean ms per APG iteration of a fit, from its objective timestamps (setup excluded)."""
+    ts = model.objective_seconds_
+    return 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+
+
 # -- functions run on the workers, on their block -------------------------------------------
 def worker_floor_ms(block, points):
     """Products alone: (X_b @ [W|G] + X_b.T @ C, X_b @ W + X_b.T @ C), C: m x l.
@@ -184,8 +190,7 @@ def cluster_measure(X, Y, client, iters):
     passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
     chunks.close()
     model = RBRL(max_iter=iters, tol=0.0, backend="dask").fit(X, Y, client=client)
-    ts = model.objective_seconds_
-    per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+    per_iter = ms_per_iteration(model)
     mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
     temp = max((peaks[w] - loaded[w]) for w in peaks) / max(sizes)
     floor = (max(f[0] for f in floors), max(f[1] for f in floors))
@@ -244,14 +249,13 @@ def section_kernel(client, work, iters):
     client.run(reset_peak)
     model = RBRL(kernel="rbf", max_iter=iters, tol=0.0, backend="dask", step="spectral").fit(X, Y, client=client)
     peaks = client.run(peak_bytes)
-    ts = model.objective_seconds_
-    per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+    per_iter = ms_per_iteration(model)
     k_rows = 10000 * 10000 * 8 / len(peaks) / 2 ** 20
     print("\n| kernel RBRL (RBF), n = 10,000 x 120, 101 labels, 2 workers | ms/iter | setup s (K rows, Lanczos) "
           "| peak memory per worker above start | its K rows |")
     print("|---|---|---|---|---|")
     mem = max(peaks[w] - base[w] for w in peaks) / 2 ** 20
-    print(f"| mediamill-shaped synthetic | {per_iter:.1f} | {model.fit_seconds_ - ts[-1]:.1f} | {mem:.0f} MiB "
+    print(f"| mediamill-shaped synthetic | {per_iter:.1f} | {model.fit_seconds_ - model.objective_seconds_[-1]:.1f} | {mem:.0f} MiB "
           f"| {k_rows:.0f} MiB |", flush=True)
 
 
@@ -277,8 +281,7 @@ def section_in_process(work, iters):
     print("|---|---|---|---|---|")
     for label, n_blocks in (("one block", 1), ("default (one per core)", local_block_count(X))):
         model = RBRL(max_iter=iters, tol=0.0, n_blocks=n_blocks).fit(X, Y)
-        ts = model.objective_seconds_
-        per_iter = 1000 * (ts[-1] - ts[0]) / (len(ts) - 1)
+        per_iter = ms_per_iteration(model)
         print(f"| {label} | {n_blocks} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x |", flush=True)
 
 
