@@ -20,8 +20,6 @@ from dmlr.kernels.ranking import (RANK_MARGIN, rank_lipschitz_row_stats, rbrl_sc
                                   dense_extrapolated_losses, sparse_extrapolated_pass)
 
 
-
-
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
     """Data part of f at several points, and its gradient at one of them.
 
