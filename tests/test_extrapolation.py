@@ -51,6 +51,30 @@ def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse
     check(objective.block_extrapolated_value_and_grad(block, Ws[3], Ws[2], 0.0, None, "k3", lam2), Ws[3], Ws[2], 0.0)
 
 
+@pytest.mark.parametrize("keep_scores", [True, False])
+def test_held_calls_over_many_tiles_are_exact_and_reuse_their_buffers(keep_scores, monkeypatch):
+    # 64-row tiles: 11 tiles, the last one short; with l > d + 1 the block does not keep S(W)
+    monkeypatch.setattr(objective, "tile_rows", lambda n_cols: 64)
+    X, Y = problem(False, d=30 if keep_scores else 8)
+    block = make_block(X, Y, fit_intercept=True)
+    rng = np.random.default_rng(3)
+    Ws = [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3 for _ in range(6)]
+
+    def buffers():
+        tiles = block.state["extrapolation"][2] or []
+        return {id(t.base) for t in tiles} | {id(b) for b in block.state["score_scratch"]}
+
+    out = objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.4, None, 1, 0.7)
+    assert (block.state["extrapolation"][2] is not None) == keep_scores
+    first = buffers()
+    for k in range(2, 6):
+        expected = stacked(block, Ws[k - 1], Ws[k - 2], 0.4, 0.7)
+        np.testing.assert_allclose(out[0], expected[0], rtol=1e-12)
+        np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
+        out = objective.block_extrapolated_value_and_grad(block, Ws[k], None, 0.4, k - 1, k, 0.7)
+        assert buffers() == first     # steady-state calls write into the buffers the block holds
+
+
 def test_held_and_recomputed_scores_give_the_same_bits():
     # what a resumed run or a rebuilt block computes (S(W_prev) = X W_prev) is what the held scores were
     X, Y = problem(False)
