@@ -248,3 +248,31 @@ def test_in_process_data_gets_a_block_per_core_only_when_big(monkeypatch):
     made = chunks_module.make_chunkset(big, np.zeros((big.shape[0], 2), dtype=np.int8), fit_intercept=True)
     assert made.backend == "local" and made.n_blocks == 3
     made.close()
+
+
+def _block_rows(block):
+    return block.n_rows, block.X.toarray() if hasattr(block.X, "toarray") else np.asarray(block.X), block.Y
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_blocks_of_uneven_dask_chunks_get_near_equal_rows_in_order(client2, sparse):
+    # chunks of 30, 30, 30, 45 rows: whole-chunk blocks would be 60 + 75; row runs are 68 + 67
+    import dask.array as da
+    import scipy.sparse as sp
+
+    from dmlr.distributed.chunks import make_chunkset
+
+    rng = np.random.default_rng(4)
+    Xn = rng.standard_normal((135, 6)) * (rng.random((135, 6)) < 0.4)
+    Yn = (rng.random((135, 5)) < 0.3).astype(np.int8)
+    chunks = ((30, 30, 30, 45), (6,))
+    X = da.from_array(sp.csr_matrix(Xn), chunks=chunks, asarray=False) if sparse else da.from_array(Xn, chunks=chunks)
+    Y = da.from_array(Yn, chunks=((30, 30, 30, 45), (5,)))
+    for backend in ("local", "dask"):
+        cs = make_chunkset(X, Y, fit_intercept=False, backend=backend, client=client2, n_blocks=2)
+        blocks = (cs.client.gather([cs.client.submit(_block_rows, f, pure=False) for f in cs.futures])
+                  if backend == "dask" else [_block_rows(b) for b in cs.blocks])
+        cs.close()
+        assert [b[0] for b in blocks] == [68, 67], backend
+        np.testing.assert_array_equal(np.vstack([b[1] for b in blocks]), Xn)
+        np.testing.assert_array_equal(np.vstack([b[2] for b in blocks]), Yn)
