@@ -168,6 +168,7 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     spare, C_buf = state.pop("score_scratch", None) or (np.empty((rows, l)), np.empty((rows, l)))
     if spare.shape != (rows, l) or C_buf.shape != (rows, l):
         spare, C_buf = np.empty((rows, l)), np.empty((rows, l))
+    prev_buf = None
     for t, a in enumerate(range(0, m, step)):
         b = min(a + step, m)
         Xt = X[a:b]
@@ -175,7 +176,8 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
         if S_prev is not None:
             S_p = S_prev[t]
         else:   # a fresh buffer per tile when it will be kept as a spare, else one per call
-            prev_buf = np.empty((rows, l)) if keep_scores or t == 0 else prev_buf
+            if keep_scores or prev_buf is None:
+                prev_buf = np.empty((rows, l))
             S_p = np.matmul(Xt, W_prev, out=prev_buf[:b - a])
         C = C_buf[:b - a]
         br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
