@@ -276,3 +276,26 @@ def test_blocks_of_uneven_dask_chunks_get_near_equal_rows_in_order(client2, spar
         assert [b[0] for b in blocks] == [68, 67], backend
         np.testing.assert_array_equal(np.vstack([b[1] for b in blocks]), Xn)
         np.testing.assert_array_equal(np.vstack([b[2] for b in blocks]), Yn)
+
+
+def test_solver_keeps_its_blas_threads_only_when_no_worker_shares_its_machine(small_store, client2, monkeypatch):
+    import socket
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from dmlr.distributed.chunks import make_chunkset
+
+    def blas_threads():
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    with threadpool_limits(limits=2, user_api="blas"):
+        cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2)
+        with cs.solver_context():      # local workers: one BLAS thread while they compute
+            assert blas_threads() == 1
+        cs.close()
+        monkeypatch.setattr(socket, "gethostname", lambda: "a-notebook-pod")   # workers elsewhere
+        cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2)
+        with cs.solver_context():
+            assert blas_threads() == 2
+        cs.close()

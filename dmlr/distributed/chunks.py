@@ -253,20 +253,35 @@ class ClusterChunks(ChunkSet):
         self._sizes = sizes
         self._actors = None
         self._direct = True
+        self._colocated = None
 
     def solver_context(self):
-        """Single-threaded BLAS in this process while the workers compute.
+        """Single-threaded BLAS in this process while workers on this machine compute.
 
-        The solver's work here (an SVD of d x l per APG step) is small, but
-        multithreaded OpenBLAS spin-waits after each call and takes the cores
-        that local worker processes need. On a 2-core machine, mediamill_discretized
-        took 123 ms per oracle call against 83 ms with one BLAS thread (a one-off
-        timing of the oracle inside a fit), and benchmarks/rbrl_speed.py's APG
-        ms/iteration went from 121 to 95.
+        The solver's work here (the prox of a d x l matrix per APG step) is
+        small, but multithreaded OpenBLAS spin-waits after each call and takes
+        the cores that local worker processes need. On a 2-core machine,
+        mediamill_discretized took 123 ms per oracle call against 83 ms with one
+        BLAS thread (a one-off timing of the oracle inside a fit), and
+        benchmarks/rbrl_speed.py's APG ms/iteration went from 121 to 95.
+        A client whose workers all run elsewhere (a notebook pod and a
+        Kubernetes cluster) keeps its BLAS threads: the prox is then the only
+        work on its cores.
         """
+        if not self._workers_on_this_machine():
+            return contextlib.nullcontext()
         from threadpoolctl import threadpool_limits
 
         return threadpool_limits(limits=1, user_api="blas")
+
+    def _workers_on_this_machine(self) -> bool:
+        """Whether any worker runs on this process's host (asked once per set)."""
+        if self._colocated is None:
+            import socket
+
+            here = socket.gethostname()
+            self._colocated = any(h == here for h in self.client.run(_host_name).values())
+        return self._colocated
 
     def _ship(self, arg):
         if isinstance(arg, np.ndarray) and arg.nbytes > _SCATTER_BYTES:
@@ -532,6 +547,13 @@ def release_freed_heap() -> bool:
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError, TypeError):
         return False
+
+
+def _host_name() -> str:
+    """The host name of the process that runs it (a worker, through ``client.run``)."""
+    import socket
+
+    return socket.gethostname()
 
 
 def _n_rows(block) -> int:
