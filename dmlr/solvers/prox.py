@@ -56,9 +56,15 @@ def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0):
     sigma = np.sqrt(np.maximum(lam, 0.0))
     if max(tau, sigma[0]) >= GRAM_MIN_RELATIVE * sigma[-1]:   # eigh: ascending
         kept = sigma > tau
-        Vk = V[:, kept]                   # only the kept directions: cheaper when the rank is low
+        Vk = V[:, kept]
         f = 1.0 - tau / sigma[kept]
-        Z = (Vk * f) @ (Vk.T @ W) if wide else ((W @ Vk) * f) @ Vk.T
+        if 2 * Vk.shape[1] > V.shape[0]:
+            # most directions kept: one product with the small map M = V_k diag(f) V_k^T
+            # instead of two through V_k (a full-rank Bookmarks-shaped W, one thread: 14.6 -> 8.5 ms)
+            M = (Vk * f) @ Vk.T
+            Z = M @ W if wide else W @ M
+        else:                             # low rank: only the kept directions
+            Z = (Vk * f) @ (Vk.T @ W) if wide else ((W @ Vk) * f) @ Vk.T
         return Z, float(reg * (sigma[kept] - tau).sum())
     U, s, Vt = np.linalg.svd(W, full_matrices=False)
     s = np.maximum(s - tau, 0.0)
