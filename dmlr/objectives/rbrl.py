@@ -158,27 +158,28 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     values = np.zeros(2)
     step = tile_rows(2 * l)
     # Every score tile is written into a (step, l) buffer that is no longer needed, and
-    # the block keeps two such buffers between calls (``score_scratch``): the next call's
-    # first S(W) tile and the C tile. So steady-state calls allocate nothing of that size.
+    # the block keeps its work buffers between calls (``score_scratch``): the next call's
+    # first S(W) tile, the C tile and, when the scores are not kept, the S(W_prev) tile.
+    # So steady-state calls allocate nothing of that size.
     # Why: Dask's workers give freed heap back to the system at once (their nanny sets
     # MALLOC_TRIM_THRESHOLD_ = 64 KiB), so a fresh S(W) and C per call came back as
     # page faults: 2,150 per iteration on a mediamill_discretized block of a 2-worker
     # cluster, about 1 us each (one-off timing, 2-4 ms of a 25 ms pass).
     rows = min(step, m)
-    spare, C_buf = state.pop("score_scratch", None) or (np.empty((rows, l)), np.empty((rows, l)))
-    if spare.shape != (rows, l) or C_buf.shape != (rows, l):
-        spare, C_buf = np.empty((rows, l)), np.empty((rows, l))
-    prev_buf = None
+    n_buffers = 2 if keep_scores else 3
+    scratch = state.pop("score_scratch", None)
+    if scratch is None or len(scratch) != n_buffers:
+        scratch = tuple(np.empty((rows, l)) for _ in range(n_buffers))
+    spare, C_buf, *prev_buf = scratch
     for t, a in enumerate(range(0, m, step)):
         b = min(a + step, m)
         Xt = X[a:b]
         S_W = np.matmul(Xt, W, out=spare[:b - a])
         if S_prev is not None:
             S_p = S_prev[t]
-        else:   # a fresh buffer per tile when it will be kept as a spare, else one per call
-            if keep_scores or prev_buf is None:
-                prev_buf = np.empty((rows, l))
-            S_p = np.matmul(Xt, W_prev, out=prev_buf[:b - a])
+        else:   # kept scores: a fresh tile, which becomes the next tile's spare, then a kept tile
+            buf = np.empty((rows, l)) if keep_scores else prev_buf[0]
+            S_p = np.matmul(Xt, W_prev, out=buf[:b - a])
         C = C_buf[:b - a]
         br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
         values += br + lambda2 * rank
@@ -193,7 +194,7 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
             spare = S_p.base         # S_p is dead now: the next tile's S(W) goes there
         grad += Xt.T @ C
     state["extrapolation"] = (key, W, S_keep)
-    state["score_scratch"] = (spare, C_buf)
+    state["score_scratch"] = (spare, C_buf, *prev_buf)
     return values, grad
 
 
