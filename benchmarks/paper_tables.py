@@ -91,9 +91,20 @@ COARSE_GRID = {"lambda1": [1e-3, 1e-1, 1e1], "lambda2": [1e-3, 1e-1, 1e1], "lamb
 
 
 def load_all(name: str, workdir: Path):
-    """All rows of a staged set as numpy / scipy (train + test files together where split)."""
+    """All rows of a staged set as numpy / scipy (train + test files together where split).
+
+    The linear sets' features are held as CSR even where the staged file is dense
+    (yahoo_arts and yahoo_recreation are 7.5% and 7.3% non-zero): the sparse
+    pass is about 2x faster there (one CV fit on yahoo_arts, one BLAS thread:
+    1.6 against 3.0-3.5 ms per iteration) and computes the same model.
+    """
+    import scipy.sparse as sp
+
     X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    return as_matrix(X.compute()), np.asarray(Y.compute())
+    X = as_matrix(X.compute())
+    if name not in KERNEL_SETS and not sp.issparse(X):
+        X = sp.csr_matrix(X)
+    return X, np.asarray(Y.compute())
 
 
 #: Sets rebuilt as Zhang & Zhou's feature-reduced versions, which the paper used (module docstring).
