@@ -11,8 +11,8 @@ def warm_up() -> bool:
     """
     import scipy.sparse as sp
 
-    from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, rank_lipschitz_row_stats,
-                                      rbrl_score_losses, sparse_extrapolated_pass)
+    from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, extrapolated_ridge_share,
+                                      rank_lipschitz_row_stats, rbrl_score_losses, sparse_extrapolated_pass)
 
     Y = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.int8)
     S = np.zeros((3, 4))
@@ -20,6 +20,7 @@ def warm_up() -> bool:
     rbrl_score_losses(S, Y, 2, 1, 1.0, RANK_MARGIN, C)
     rank_lipschitz_row_stats(Y, np.ones(3), np.zeros(2), np.zeros(2))
     dense_extrapolated_losses(S[:, :2].copy(), S[:, 2:].copy(), 0.5, Y, 1.0, RANK_MARGIN, C)
+    extrapolated_ridge_share(S[:, :2], S[:, 2:], S[:, :2], S[:, 2:], 0.5, 1.0, C)
     X = sp.csr_matrix(np.eye(3))
     W = np.zeros((3, 2))
     sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W, 0.5, 1.0, RANK_MARGIN, np.zeros((3, 2)))

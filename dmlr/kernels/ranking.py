@@ -404,3 +404,43 @@ def dense_extrapolated_losses(S_W, S_prev, momentum, Y, lambda2, margin, C):
         br += tb
         rank += tr
     return br, rank
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def extrapolated_ridge_share(R_W, R_prev, S_W, S_prev, momentum, lambda1, C):
+    """The kernel model's ridge share of one tile at W and at G = W + momentum (W - W_prev).
+
+    With R the tile's rows of the point (rows ``B`` of the dual matrix A, see
+    :mod:`dmlr.objectives.kernel_rbrl`) and S = K_B A its scores, the ridge
+    term lambda1/2 tr(A^T K A) contributes sum(R o S) per point and lambda1 R
+    to the score-gradient at G. R(G) and S(G) are formed entry by entry with
+    apg's expression (as :func:`dense_extrapolated_losses` forms S(G)), so the
+    call allocates nothing: the numpy form made five tile-sized temporaries
+    per tile.
+
+    Parameters
+    ----------
+    R_W, R_prev : float64 (m, l)
+        The tile's rows of W and W_prev.
+    S_W, S_prev : float64 (m, l)
+        The tile's scores at W and W_prev.
+    momentum, lambda1 : float
+    C : float64 (m, l)
+        The score-gradient at G; lambda1 R(G) is added.
+
+    Returns
+    -------
+    float64 (2,)
+        sum(R(W) o S(W)) and sum(R(G) o S(G)).
+    """
+    m, l = R_W.shape
+    dots = np.zeros(2)
+    for i in range(m):
+        for j in range(l):
+            r = R_W[i, j]
+            r_g = r + momentum * (r - R_prev[i, j])
+            s = S_W[i, j]
+            dots[0] += r * s
+            dots[1] += r_g * (s + momentum * (s - S_prev[i, j]))
+            C[i, j] += lambda1 * r_g
+    return dots

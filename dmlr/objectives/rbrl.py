@@ -16,8 +16,8 @@ import numpy as np
 
 from dmlr.kernels.blocks import Block, tile_rows
 from dmlr.kernels.gram import row_sq_norms
-from dmlr.kernels.ranking import (RANK_MARGIN, rank_lipschitz_row_stats, rbrl_score_losses,
-                                  dense_extrapolated_losses, sparse_extrapolated_pass)
+from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, extrapolated_ridge_share,
+                                  rank_lipschitz_row_stats, rbrl_score_losses, sparse_extrapolated_pass)
 
 
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
@@ -184,11 +184,8 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
         br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
         values += br + lambda2 * rank
         if ridge_rows is not None:
-            R_W = W[ridge_rows][a:b]
-            R_G = R_W + momentum * (R_W - W_prev[ridge_rows][a:b])     # G's rows, apg's expression
-            S_G = S_W + momentum * (S_W - S_p)
-            values += 0.5 * lambda1 * np.array([np.vdot(R_W, S_W), np.vdot(R_G, S_G)])
-            C += lambda1 * R_G
+            values += 0.5 * lambda1 * extrapolated_ridge_share(W[ridge_rows][a:b], W_prev[ridge_rows][a:b], S_W, S_p,
+                                                               float(momentum), float(lambda1), C)
         if keep_scores:
             S_keep.append(S_W)
             spare = S_p.base         # S_p is dead now: the next tile's S(W) goes there
