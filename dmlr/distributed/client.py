@@ -33,14 +33,19 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 
 #: Environment of dmlr's worker processes (merged over Dask's own ``pre-spawn-environ``).
 #: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, and setting any malloc tunable turns off
-#: glibc's dynamic mmap threshold: every allocation above 128 KiB (a tile's scores, a CSR
-#: row slice, the output of ``X.T @ C``) then becomes a fresh ``mmap`` whose pages fault on
-#: first touch, and the sparse fused pass ran 2x slower on a worker than in one process
-#: (Bookmarks-shaped block: 331 ms against 168 ms; ``benchmarks/rbrl_speed.py``). A fixed
-#: 32 MiB threshold lets the tiles reuse heap memory again (169 ms on the worker) while
-#: Dask's trimming still returns freed memory to the OS. On a cluster that dmlr does not
-#: start, set the same variable in the workers' environment (``deploy/values.yaml`` does).
-WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2 ** 20)}
+#: glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (then a
+#: tile's scores, a CSR row slice, the output of ``X.T @ C``) became a fresh ``mmap`` whose
+#: pages fault on first touch, and the sparse fused pass ran 2x slower on a worker than in
+#: one process (Bookmarks-shaped block: 331 ms against 168 ms; ``benchmarks/rbrl_speed.py``).
+#: The steady-state passes now keep their tile buffers, so what remains above 1 MiB is
+#: model-sized: the d x l matrices a call receives and the gradient it returns (and, where
+#: d x l is that large, the per-tile ``X.T @ C``). Those are best mapped: freed, they go back
+#: to the OS at once, whereas in the heap they left holes that Dask's trimming cannot return
+#: (it trims the top only). Bookmarks shape, 2 workers: peak worker memory 2.02-2.03x the
+#: chunk with a 32 MiB threshold, 1.76-1.77x with 1 MiB (or 2 MiB), at the same ms/iteration
+#: within run-to-run noise. On a cluster that dmlr does not start, set the same variable in
+#: the workers' environment (``deploy/Dockerfile``).
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 20)}
 
 
 def local_cluster(n_workers: int | None = None, threads_per_worker: int | None = None, **kwargs):
