@@ -148,6 +148,18 @@ def test_local_cluster_workers_get_the_malloc_setting(client2):
         assert env["MALLOC_TRIM_THRESHOLD_"] is not None
 
 
+def test_local_cluster_workers_run_without_the_statistical_profiler(client2):
+    """dmlr's local workers do not sample their threads' stacks (see local_cluster)."""
+    def profiler_state(dask_worker):
+        import dask
+
+        return dask.config.get("distributed.worker.profile.enabled"), dask_worker.periodic_callbacks.get("profile")
+
+    seen = client2.run(profiler_state)
+    assert len(seen) == 2
+    assert all(enabled is False and callback is None for enabled, callback in seen.values())
+
+
 def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(small_store, client2, monkeypatch):
     """A client that cannot connect to the workers directly (only to the scheduler) still
     gets every block's result, through the scheduler."""
