@@ -42,7 +42,7 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 #: d x l is that large, the per-tile ``X.T @ C``). Those are best mapped: freed, they go back
 #: to the OS at once, whereas in the heap they left holes that Dask's trimming cannot return
 #: (it trims the top only). Bookmarks shape, 2 workers: peak worker memory 2.02-2.03x the
-#: chunk with a 32 MiB threshold, 1.76-1.77x with 1 MiB (or 2 MiB), at the same ms/iteration
+#: chunk with a 32 MiB threshold, 1.76-1.78x with 1 MiB (or 2 MiB), at the same ms/iteration
 #: within run-to-run noise. On a cluster that dmlr does not start, set the same variable in
 #: the workers' environment (``deploy/Dockerfile``).
 WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 20)}

@@ -415,8 +415,8 @@ def extrapolated_ridge_share(R_W, R_prev, S_W, S_prev, momentum, lambda1, C):
     term lambda1/2 tr(A^T K A) contributes sum(R o S) per point and lambda1 R
     to the score-gradient at G. R(G) and S(G) are formed entry by entry with
     apg's expression (as :func:`dense_extrapolated_losses` forms S(G)), so the
-    call allocates nothing: the numpy form made five tile-sized temporaries
-    per tile.
+    call makes no tile-sized array (the numpy expressions it replaces made
+    seven per tile).
 
     Parameters
     ----------
