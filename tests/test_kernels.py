@@ -129,3 +129,33 @@ def test_dense_extrapolated_losses_match_double_loop(l, p_rel):
         assert br[k] == pytest.approx(b, rel=1e-12)
         assert rank[k] == pytest.approx(r, rel=1e-12)
     np.testing.assert_allclose(C, C_ref, rtol=1e-11, atol=1e-11)
+
+
+def test_warm_up_compiles_the_specializations_the_fits_use():
+    """After ``warm_up`` a fit adds no Numba specialization, so no compilation (or cache load)
+    lands in a worker's first iteration. Run in a fresh process: this session's earlier tests
+    have compiled specializations of their own."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, scipy.sparse as sp
+        from numba.core.registry import CPUDispatcher
+        import dmlr.kernels.ranking as ranking
+        from dmlr.kernels import warm_up
+        from dmlr.models import RBRL
+        warm_up()
+        kernels = {n: f for n, f in vars(ranking).items() if isinstance(f, CPUDispatcher)}
+        before = {n: set(f.signatures) for n, f in kernels.items()}
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(80, 5))
+        Y = (rng.random((80, 4)) < 0.4).astype(np.int8)
+        for kernel, Xf in ((None, X), (None, sp.csr_matrix(np.where(X > 0.5, X, 0.0))), ("rbf", X)):
+            RBRL(kernel=kernel, max_iter=5, backend="local").fit(Xf, Y)
+        new = {n: [str(s) for s in set(f.signatures) - before[n]] for n, f in kernels.items()}
+        print({n: s for n, s in new.items() if s})
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{}", out.stdout
