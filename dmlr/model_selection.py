@@ -222,6 +222,35 @@ class GridSearchResult:
     n_warm_fits: int = 0
     n_warm_first_test_stops: int = 0
 
+    def best_params_for(self, metric: str) -> dict:
+        """Parameters of the best grid point by one of the recorded metrics.
+
+        Every record carries the fold mean of each of :data:`PAPER_METRICS`,
+        so one search also answers "which point is best for subset accuracy"
+        without another cross-validation (the protocol of tables that report
+        each metric at its own best hyper-parameters).
+
+        Parameters
+        ----------
+        metric : str
+            A metric with a ``mean_<metric>`` entry in the records (one of
+            :data:`PAPER_METRICS`, or the search's scoring metric).
+
+        Returns
+        -------
+        dict
+            The best point's parameters (first in grid order on ties).
+        """
+        key = f"mean_{metric}"
+        recorded = [m for m in METRIC_NAMES if self.results and f"mean_{m}" in self.results[0]]
+        if metric not in recorded:
+            raise ValueError(f"the search did not record {metric!r}; recorded metrics: {recorded}")
+        ranked = [{**r, "mean_score": r[key]} for r in self.results]
+        best = _ranking(ranked, _greater_is_better(metric))[0]
+        if math.isnan(ranked[best]["mean_score"]):
+            raise ValueError(f"every grid point scored nan in {metric!r}")
+        return dict(self.results[best]["params"])
+
     def top(self, k: int = 5) -> list[dict]:
         """The ``k`` best records, best first (ties in grid order)."""
         order = _ranking(self.results, self.greater_is_better)

@@ -266,3 +266,18 @@ def test_no_client_runs_in_process_without_starting_a_cluster(data):
     assert r.backend == "local"
     with pytest.raises(ValueError):
         default_client()
+
+
+def test_best_params_for_a_metric_is_that_metrics_best_record(local_result):
+    r = local_result
+    for metric in ("subset_accuracy", "average_precision", "hamming_loss", "coverage"):
+        values = np.array([rec[f"mean_{metric}"] for rec in r.results])
+        best = np.argmin(values) if metric in ("hamming_loss", "coverage") else np.argmax(values)
+        assert r.best_params_for(metric) == r.results[int(best)]["params"], metric
+    # the records of the default scoring differ per metric here, or the check above tests nothing
+    assert len({tuple(r.best_params_for(m).items()) for m in ("subset_accuracy", "coverage",
+                                                               "hamming_loss", "average_precision")}) > 1
+    with pytest.raises(ValueError, match="did not record 'one_error'"):
+        r.best_params_for("one_error")
+    with pytest.raises(ValueError, match="did not record 'n_iter'"):
+        r.best_params_for("n_iter")
