@@ -78,6 +78,9 @@ from dmlr.models import RBRL
 METRICS = [("Hal", "hamming_loss", -1), ("Sa", "subset_accuracy", 1), ("F1e", "f1_example", 1),
            ("Ral", "ranking_loss", -1), ("Cov", "coverage", -1), ("Ap", "average_precision", 1)]
 
+#: Cache-name suffix of each selection rule (see the module docstring).
+SELECTION_SUFFIX = {"mean": "", "per-metric": "-permetric"}
+
 #: Table 3, RBRL column (mean, std), in METRICS order; Table 6 BRL column.
 PAPER_TABLE3 = {
     "emotions": [(0.181, 0.012), (0.334, 0.032), (0.666, 0.022), (0.138, 0.011), (0.277, 0.010), (0.828, 0.014)],
@@ -219,7 +222,7 @@ def main(argv=None):
     ap.add_argument("--table", choices=("3", "6", "both"), default="both")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cv-max-iter", type=int, default=1000)
-    ap.add_argument("--select", choices=("mean", "per-metric"), default="mean",
+    ap.add_argument("--select", choices=tuple(SELECTION_SUFFIX), default="mean",
                     help="mean: one point per repeat, the best mean of the six metrics on the validation "
                          "folds; per-metric: each metric at its own best point")
     ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
@@ -249,7 +252,7 @@ def main(argv=None):
         client = None
         for name, brl in jobs:
             tag = name + ("-5000x2pct" if name in PAPER_STYLE_YAHOO else "")
-            sel = "-permetric" if args.select == "per-metric" else ""
+            sel = SELECTION_SUFFIX[args.select]
             stem = f"rbrl-{tag}-{'brl' if brl else 'rbrl'}-{args.grid}-i{args.cv_max_iter}"
             caches = [work / f"{stem}{sel}-r{r}.json" for r in range(args.repeats)]
             if args.cached_only:
@@ -275,7 +278,7 @@ def main(argv=None):
                     t = time.perf_counter()
                     both = one_repeat(name, X, Y, r, grid, brl, client, args.cv_max_iter)
                     seconds = time.perf_counter() - t
-                    for selection, suffix in (("mean", ""), ("per-metric", "-permetric")):
+                    for selection, suffix in SELECTION_SUFFIX.items():
                         path = work / f"{stem}{suffix}-r{r}.json"
                         if not path.exists():   # never overwrite a cached repeat
                             s, p = both[selection]

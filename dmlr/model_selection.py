@@ -241,13 +241,11 @@ class GridSearchResult:
         dict
             The best point's parameters (first in grid order on ties).
         """
-        key = f"mean_{metric}"
         recorded = [m for m in METRIC_NAMES if self.results and f"mean_{m}" in self.results[0]]
         if metric not in recorded:
             raise ValueError(f"the search did not record {metric!r}; recorded metrics: {recorded}")
-        ranked = [{**r, "mean_score": r[key]} for r in self.results]
-        best = _ranking(ranked, _greater_is_better(metric))[0]
-        if math.isnan(ranked[best]["mean_score"]):
+        best = _ranking(self.results, _greater_is_better(metric), key=f"mean_{metric}")[0]
+        if math.isnan(self.results[best][f"mean_{metric}"]):
             raise ValueError(f"every grid point scored nan in {metric!r}")
         return dict(self.results[best]["params"])
 
@@ -270,10 +268,10 @@ class GridSearchResult:
         return "\n".join(lines)
 
 
-def _ranking(records, greater_is_better: bool) -> list[int]:
-    """Record indices best first; nan scores last; stable (grid order) on ties."""
+def _ranking(records, greater_is_better: bool, key: str = "mean_score") -> list[int]:
+    """Record indices best first by ``record[key]``; nan scores last; stable (grid order) on ties."""
     sign = -1.0 if greater_is_better else 1.0
-    keys = [(math.isnan(r["mean_score"]), sign * r["mean_score"] if not math.isnan(r["mean_score"]) else 0.0, i)
+    keys = [(math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0, i)
             for i, r in enumerate(records)]
     return [k[2] for k in sorted(keys)]
 
