@@ -104,6 +104,11 @@ PAPER_TABLE6_BRL = {
 KERNEL_SETS = {"emotions", "scene", "yeast", "image_subset600"}
 
 COARSE_GRID = {"lambda1": [1e-3, 1e-1, 1e1], "lambda2": [1e-3, 1e-1, 1e1], "lambda3": [1e-3, 1e-2, 1e-1, 1.0]}
+GRIDS = {"paper": PAPER_GRID, "coarse": COARSE_GRID,
+         "coarse100": {**COARSE_GRID, "lambda1": COARSE_GRID["lambda1"] + [1e2],
+                       "lambda2": COARSE_GRID["lambda2"] + [1e2]},
+         "coarse1": {**COARSE_GRID, "lambda1": sorted(COARSE_GRID["lambda1"] + [1.0]),
+                     "lambda2": sorted(COARSE_GRID["lambda2"] + [1.0])}}
 
 
 def load_all(name: str, workdir: Path):
@@ -166,14 +171,13 @@ def standardize(Xtr, Xte):
     return (Xtr - mu) / sd, (Xte - mu) / sd
 
 
-def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
-    """One split's search and test scores under both selections (one cross-validation serves both).
+def split_repeat(name, X, Y, repeat):
+    """Repeat ``repeat``'s 60/40 random split (seeded), standardized for the kernel sets.
 
     Returns
     -------
-    dict
-        ``{"mean": (scores, params), "per-metric": (scores, {metric: params})}``, scores in
-        METRICS order.
+    Xtr, Xte, Ytr, Yte, kernel
+        ``kernel`` is "rbf" for :data:`KERNEL_SETS`, else None.
     """
     rng = np.random.default_rng(1000 + repeat)
     perm = rng.permutation(X.shape[0])
@@ -184,6 +188,19 @@ def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
     if kernel:
         Xtr, Xte = standardize(np.asarray(Xtr.todense()) if hasattr(Xtr, "todense") else Xtr,
                                np.asarray(Xte.todense()) if hasattr(Xte, "todense") else Xte)
+    return Xtr, Xte, Ytr, Yte, kernel
+
+
+def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
+    """One split's search and test scores under both selections (one cross-validation serves both).
+
+    Returns
+    -------
+    dict
+        ``{"mean": (scores, params), "per-metric": (scores, {metric: params})}``, scores in
+        METRICS order.
+    """
+    Xtr, Xte, Ytr, Yte, kernel = split_repeat(name, X, Y, repeat)
     grid = dict(grid)
     if brl:
         grid["lambda2"] = [0.0]
@@ -218,7 +235,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="emotions,scene,yeast,image_subset600,enron,yahoo_arts,yahoo_recreation")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--grid", choices=("paper", "coarse", "coarse100", "coarse1"), default="coarse")
+    ap.add_argument("--grid", choices=tuple(GRIDS), default="coarse")
     ap.add_argument("--table", choices=("3", "6", "both"), default="both")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cv-max-iter", type=int, default=1000)
@@ -228,11 +245,7 @@ def main(argv=None):
     ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
     ap.add_argument("--cached-only", action="store_true", help="print the table from the cache, fit nothing")
     args = ap.parse_args(argv)
-    grid = {"paper": PAPER_GRID, "coarse": COARSE_GRID,
-            "coarse100": {**COARSE_GRID, "lambda1": COARSE_GRID["lambda1"] + [1e2],
-                          "lambda2": COARSE_GRID["lambda2"] + [1e2]},
-            "coarse1": {**COARSE_GRID, "lambda1": sorted(COARSE_GRID["lambda1"] + [1.0]),
-                        "lambda2": sorted(COARSE_GRID["lambda2"] + [1.0])}}[args.grid]
+    grid = GRIDS[args.grid]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     from contextlib import ExitStack
