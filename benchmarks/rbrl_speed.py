@@ -240,9 +240,10 @@ def section_cluster(client, work, iters):
     sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(bk).arrays("train")))
     for name, X, Y in sets:
         per_iter, floor, pas, over, mem, model = cluster_measure(X, Y, client, iters)
+        med = median_ms_per_iteration(model)
         print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
               f"{per_iter / floor[0]:.2f}x ({per_iter / floor[1]:.2f}x) | "
-              f"{median_ms_per_iteration(model):.1f} / {floor[2]:.1f} = {median_ms_per_iteration(model) / floor[2]:.2f}x | "
+              f"{med:.1f} / {floor[2]:.1f} = {med / floor[2]:.2f}x | "
               f"{pas:.1f} | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) | {model.fit_seconds_:.1f} s ({model.n_iter_} it) |",
               flush=True)
     return bk
