@@ -19,7 +19,11 @@ Sections (each prints a table):
    iteration's block work in steady state
    (``block_extrapolated_value_and_grad`` with W_prev held on the block, so
    a dense block multiplies X by W only) on the workers; the Dask overhead =
-   iteration - fused pass. Memory: each worker's peak resident memory during
+   iteration - fused pass. Those are timed on all workers at once, as an
+   iteration runs them; the last column times the pass and the one-product
+   floor one worker at a time (the others idle), which separates the
+   kernel's own cost from the workers' contention for cache and memory.
+   Memory: each worker's peak resident memory during
    the iterations above its resident memory before the chunk was loaded, as a
    multiple of the chunk's bytes (so 1x is the chunk alone; one-time memory,
    the kernels' compiled code and the libraries loading imports, is excluded
@@ -189,9 +193,14 @@ def section_reference():
 
 
 def cluster_measure(X, Y, client, iters):
-    """(ms/iter, floor ms, pass ms, overhead ms, memory multiple, fit) on ``client``.
+    """(ms/iter, floor ms, pass ms, overhead ms, memory multiple, fit, alone ms) on ``client``.
 
-    floor ms: (two-point best, one-product best, one-product median), max over workers.
+    floor ms: (two-point best, one-product best, one-product median), max over workers,
+    timed on all workers at once, as an iteration runs them. alone ms: (one-product floor,
+    fused pass), each the max over workers of its best, timed one worker at a time while the
+    others wait, so their ratio is the kernel's own cost over the products' without the
+    workers' contention for the shared cache and memory bus (on a 2-vCPU VM the pass slowed
+    more than the products when run side by side: it reads W and W_prev per stored value).
     """
     # one-time memory (kernel compilation, imports, first-read caches) is not the chunk's:
     # load the set once and release it before the base reading
@@ -212,13 +221,16 @@ def cluster_measure(X, Y, client, iters):
     # timings after the memory reading (the floor's products allocate what an iteration does not)
     floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])
     passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
+    floors_alone = [client.submit(worker_floor_ms, f, points, pure=False).result()[1] for f in chunks.futures]
+    passes_alone = [client.submit(worker_pass_ms, f, points, pure=False).result() for f in chunks.futures]
     chunks.close()
     model = RBRL(max_iter=iters, tol=0.0, backend="dask").fit(X, Y, client=client)
     per_iter = ms_per_iteration(model)
     mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
     temp = max((peaks[w] - loaded[w]) for w in peaks) / max(sizes)
     floor = tuple(max(f[i] for f in floors) for i in range(3))
-    return per_iter, floor, max(passes), per_iter - max(passes), (mem, temp), model
+    alone = (max(floors_alone), max(passes_alone))
+    return per_iter, floor, max(passes), per_iter - max(passes), (mem, temp), model, alone
 
 
 def section_cluster(client, work, iters):
@@ -226,8 +238,8 @@ def section_cluster(client, work, iters):
           "| iter / floor (/ one-product floor) "
           "| median iter / median one-product floor "
           "| fused pass ms | Dask overhead ms/iter | peak worker memory / chunk bytes (pass temporaries / chunk) "
-          "| whole fit |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| whole fit | one worker at a time: fused pass / one-product floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     sets = []
     try:
         ds = dmlr.open_dataset(staged_store("mediamill_discretized", work))
@@ -239,12 +251,13 @@ def section_cluster(client, work, iters):
         make_multilabel(bk, preset="bookmarks", seed=0)
     sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(bk).arrays("train")))
     for name, X, Y in sets:
-        per_iter, floor, pas, over, mem, model = cluster_measure(X, Y, client, iters)
+        per_iter, floor, pas, over, mem, model, alone = cluster_measure(X, Y, client, iters)
         med = median_ms_per_iteration(model)
         print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
               f"{per_iter / floor[0]:.2f}x ({per_iter / floor[1]:.2f}x) | "
               f"{med:.1f} / {floor[2]:.1f} = {med / floor[2]:.2f}x | "
-              f"{pas:.1f} | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) | {model.fit_seconds_:.1f} s ({model.n_iter_} it) |",
+              f"{pas:.1f} | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) | {model.fit_seconds_:.1f} s ({model.n_iter_} it) "
+              f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
               flush=True)
     return bk
 
@@ -261,7 +274,7 @@ def section_scaling(bk, iters):
     one = None
     for n in (1, 2):
         with local_cluster(n, 1) as cluster, Client(cluster) as client:
-            per_iter, _, pas, over, _, _ = cluster_measure(X, Y, client, iters)
+            per_iter, _, pas, over, _, _, _ = cluster_measure(X, Y, client, iters)
         one = one or per_iter
         print(f"| {n} | {per_iter:.1f} | {pas:.1f} | {over:.1f} | {one / per_iter:.2f}x |", flush=True)
 
