@@ -198,15 +198,14 @@ def section_reference():
 def cluster_measure(X, Y, client, iters):
     """(ms/iter, floor ms, pass ms, overhead ms, memory multiple, fit, alone ms) on ``client``.
 
-    pass ms: (the fit's median pass, slowest worker per call; best of 5 outside the fit, all
-    workers at once); overhead ms: median iteration - the fit's median pass.
-
     floor ms: (two-point best, one-product best, one-product median), max over workers,
-    timed on all workers at once, as an iteration runs them. alone ms: (one-product floor,
-    fused pass), each the max over workers of its best, timed one worker at a time while the
-    others wait, so their ratio is the kernel's own cost over the products' without the
-    workers' contention for the shared cache and memory bus (on a 2-vCPU VM the pass slowed
-    more than the products when run side by side: it reads W and W_prev per stored value).
+    timed on all workers at once, as an iteration runs them.
+    pass ms: (the fit's median pass, slowest worker per call; best of 5 outside the fit, all
+    workers at once).
+    overhead ms: median iteration - the fit's median pass.
+    alone ms: (one-product floor, fused pass), each the max over workers of its best, timed
+    one worker at a time while the others wait: their ratio is the kernel's own cost over the
+    products', without the other workers' share of the cache and memory bus.
     """
     # one-time memory (kernel compilation, imports, first-read caches) is not the chunk's:
     # load the set once and release it before the base reading
@@ -282,6 +281,9 @@ def fit_with_pass_times(X, Y, client, iters):
     finally:
         objective.block_extrapolated_value_and_grad = _BLOCK_PASS
     per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
+    if not per_worker:
+        raise RuntimeError("the fit made no timed block calls: RBRL no longer looks up "
+                           "objective.block_extrapolated_value_and_grad when it fits")
     calls = min(len(v) for v in per_worker)
     slowest = np.max([v[:calls] for v in per_worker], axis=0)
     return model, 1000 * float(np.median(slowest))
@@ -292,7 +294,8 @@ def section_cluster(client, work, iters):
           "| iter / floor (/ one-product floor) "
           "| median iter / median one-product floor "
           "| fused pass ms: in the fit, median of the slowest worker (best of 5 outside it) "
-          "| Dask + client ms/iter: median iter - median pass in the fit | peak worker memory / chunk bytes (pass temporaries / chunk) "
+          "| Dask + client ms/iter: median iter - median pass in the fit "
+          "| peak worker memory / chunk bytes (pass temporaries / chunk) "
           "| whole fit | one worker at a time: fused pass / one-product floor |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     sets = []
@@ -311,7 +314,8 @@ def section_cluster(client, work, iters):
         print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
               f"{per_iter / floor[0]:.2f}x ({per_iter / floor[1]:.2f}x) | "
               f"{med:.1f} / {floor[2]:.1f} = {med / floor[2]:.2f}x | "
-              f"{pas[0]:.1f} ({pas[1]:.1f}) | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) | {model.fit_seconds_:.1f} s ({model.n_iter_} it) "
+              f"{pas[0]:.1f} ({pas[1]:.1f}) | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) "
+              f"| {model.fit_seconds_:.1f} s ({model.n_iter_} it) "
               f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
               flush=True)
     return bk
