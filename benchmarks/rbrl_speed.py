@@ -53,6 +53,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -195,18 +196,31 @@ def section_reference():
               f"{best:.3f} s | {REFERENCE_SECONDS[key]} s | {REFERENCE_SECONDS[key] / best:.0f}x |", flush=True)
 
 
-def cluster_measure(X, Y, client, iters):
-    """(ms/iter, floor ms, pass ms, overhead ms, memory multiple, fit, alone ms) on ``client``.
+class ClusterFigures(NamedTuple):
+    """What :func:`cluster_measure` measured (times in ms)."""
 
-    floor ms: (two-point best, one-product best, one-product median), max over workers,
-    timed on all workers at once, as an iteration runs them.
-    pass ms: (the fit's median pass, slowest worker per call; best of 5 outside the fit, all
-    workers at once).
-    overhead ms: median iteration - the fit's median pass.
-    alone ms: (one-product floor, fused pass), each the max over workers of its best, timed
-    one worker at a time while the others wait: their ratio is the kernel's own cost over the
-    products', without the other workers' share of the cache and memory bus.
-    """
+    #: mean and median ms per iteration of the fit
+    per_iter: float
+    median_iter: float
+    #: (two-point best, one-product best, one-product median), max over workers, timed on all
+    #: workers at once, as an iteration runs them
+    floor: tuple
+    #: (the fit's median pass, slowest worker per call; best of 5 outside the fit, all workers
+    #: at once)
+    passes: tuple
+    #: median iteration - the fit's median pass
+    overhead: float
+    #: (peak / chunk bytes, growth during the iterations / chunk bytes)
+    memory: tuple
+    model: object
+    #: (one-product floor, fused pass), each the max over workers of its best, timed one worker
+    #: at a time while the others wait: their ratio is the kernel's own cost over the
+    #: products', without the other workers' share of the cache and memory bus
+    alone: tuple
+
+
+def cluster_measure(X, Y, client, iters) -> ClusterFigures:
+    """Time and memory of linear RBRL on ``client`` next to the product floor (see ClusterFigures)."""
     # one-time memory (kernel compilation, imports, first-read caches) is not the chunk's:
     # load the set once and release it before the base reading
     make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client).close()
@@ -230,13 +244,13 @@ def cluster_measure(X, Y, client, iters):
     passes_alone = [client.submit(worker_pass_ms, f, points, pure=False).result() for f in chunks.futures]
     chunks.close()
     model, fit_pass = fit_with_pass_times(X, Y, client, iters)
-    per_iter = ms_per_iteration(model)
+    median_iter = median_ms_per_iteration(model)
     mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
     temp = max((peaks[w] - loaded[w]) for w in peaks) / max(sizes)
-    floor = tuple(max(f[i] for f in floors) for i in range(3))
-    alone = (max(floors_alone), max(passes_alone))
-    passes = (fit_pass, max(passes))
-    return per_iter, floor, passes, median_ms_per_iteration(model) - fit_pass, (mem, temp), model, alone
+    return ClusterFigures(per_iter=ms_per_iteration(model), median_iter=median_iter,
+                          floor=tuple(max(f[i] for f in floors) for i in range(3)),
+                          passes=(fit_pass, max(passes)), overhead=median_iter - fit_pass, memory=(mem, temp),
+                          model=model, alone=(max(floors_alone), max(passes_alone)))
 
 
 _BLOCK_PASS = objective.block_extrapolated_value_and_grad
@@ -309,13 +323,13 @@ def section_cluster(client, work, iters):
         make_multilabel(bk, preset="bookmarks", seed=0)
     sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(bk).arrays("train")))
     for name, X, Y in sets:
-        per_iter, floor, pas, over, mem, model, alone = cluster_measure(X, Y, client, iters)
-        med = median_ms_per_iteration(model)
-        print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
-              f"{per_iter / floor[0]:.2f}x ({per_iter / floor[1]:.2f}x) | "
-              f"{med:.1f} / {floor[2]:.1f} = {med / floor[2]:.2f}x | "
-              f"{pas[0]:.1f} ({pas[1]:.1f}) | {over:.1f} | {mem[0]:.2f}x ({mem[1]:.2f}x) "
-              f"| {model.fit_seconds_:.1f} s ({model.n_iter_} it) "
+        m = cluster_measure(X, Y, client, iters)
+        floor, alone = m.floor, m.alone
+        print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {m.per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
+              f"{m.per_iter / floor[0]:.2f}x ({m.per_iter / floor[1]:.2f}x) | "
+              f"{m.median_iter:.1f} / {floor[2]:.1f} = {m.median_iter / floor[2]:.2f}x | "
+              f"{m.passes[0]:.1f} ({m.passes[1]:.1f}) | {m.overhead:.1f} | {m.memory[0]:.2f}x ({m.memory[1]:.2f}x) "
+              f"| {m.model.fit_seconds_:.1f} s ({m.model.n_iter_} it) "
               f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
               flush=True)
     return bk
@@ -333,9 +347,10 @@ def section_scaling(bk, iters):
     one = None
     for n in (1, 2):
         with local_cluster(n, 1) as cluster, Client(cluster) as client:
-            per_iter, _, pas, over, _, _, _ = cluster_measure(X, Y, client, iters)
-        one = one or per_iter
-        print(f"| {n} | {per_iter:.1f} | {pas[0]:.1f} | {over:.1f} | {one / per_iter:.2f}x |", flush=True)
+            m = cluster_measure(X, Y, client, iters)
+        one = one or m.per_iter
+        print(f"| {n} | {m.per_iter:.1f} | {m.passes[0]:.1f} | {m.overhead:.1f} | {one / m.per_iter:.2f}x |",
+              flush=True)
 
 
 def section_kernel(client, work, iters):
