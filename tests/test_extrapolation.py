@@ -54,7 +54,7 @@ def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse
 @pytest.mark.parametrize("keep_scores", [True, False])
 def test_held_calls_over_many_tiles_are_exact_and_reuse_their_buffers(keep_scores, monkeypatch):
     # 64-row tiles: 11 tiles, the last one short; with l > d + 1 the block does not keep S(W)
-    monkeypatch.setattr(objective, "tile_rows", lambda n_cols: 64)
+    monkeypatch.setattr(objective, "product_tile_rows", lambda X, n_outputs, n_score_cols: 64)
     X, Y = problem(False, d=30 if keep_scores else 8)
     block = make_block(X, Y, fit_intercept=True)
     rng = np.random.default_rng(3)
@@ -73,6 +73,35 @@ def test_held_calls_over_many_tiles_are_exact_and_reuse_their_buffers(keep_score
         np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
         out = objective.block_extrapolated_value_and_grad(block, Ws[k], None, 0.4, k - 1, k, 0.7)
         assert buffers() == first     # steady-state calls write into the buffers the block holds
+
+
+def test_dense_tiles_keep_each_product_small_and_fall_back_for_sparse_and_wide_rows():
+    from dmlr.kernels.blocks import MIN_SMALL_TILE_ROWS, SMALL_PRODUCT_MNK, product_tile_rows, tile_rows
+
+    X = np.zeros((5000, 1160))       # a yeast-sized kernel block, 14 labels
+    rows = product_tile_rows(X, 14, 28)
+    assert MIN_SMALL_TILE_ROWS <= rows
+    assert rows * 1160 * 14 <= SMALL_PRODUCT_MNK < (rows + 1) * 1160 * 14
+    assert product_tile_rows(sp.csr_matrix(X), 14, 28) == tile_rows(28)
+    # rows too wide for a small product with MIN_SMALL_TILE_ROWS rows: the byte rule
+    assert product_tile_rows(np.zeros((10, 10_000)), 101, 202) == tile_rows(202)
+
+
+def test_small_product_tiles_give_the_whole_block_answer():
+    # 401 columns with the bias, 50 labels: the held call runs in 49-row tiles (62 of them,
+    # the last one short), the stacked reference (100 score columns) in one tile
+    from dmlr.kernels.blocks import product_tile_rows
+
+    X, Y = problem(False, n=3000, d=400, l=50)
+    block = make_block(X, Y, fit_intercept=True)
+    assert product_tile_rows(block.X, 50, 100) == 49
+    rng = np.random.default_rng(5)
+    Ws = [rng.standard_normal((401, 50)) * 0.05 for _ in range(3)]
+    objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.3, None, 1, 0.5)
+    out = objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.6, 1, 2, 0.5)
+    expected = stacked(block, Ws[2], Ws[1], 0.6, 0.5)
+    np.testing.assert_allclose(out[0], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
 
 
 def test_held_and_recomputed_scores_give_the_same_bits():

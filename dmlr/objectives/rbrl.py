@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block, tile_rows
+from dmlr.kernels.blocks import Block, product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, extrapolated_ridge_share,
                                   rank_lipschitz_row_stats, rbrl_score_losses, sparse_extrapolated_pass)
@@ -62,7 +62,7 @@ def fused_pass(X, Y: np.ndarray, W: np.ndarray, k: int, l: int, grad_point: int,
     m = Y.shape[0]
     values = np.zeros(k)
     grad = np.zeros((X.shape[1], l)) if grad_point >= 0 else None
-    step = tile_rows(k * l)
+    step = product_tile_rows(X, k * l, k * l)
     for a in range(0, m, step):
         b = min(a + step, m)
         Xt = X[a:b]
@@ -156,7 +156,7 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     keep_scores = m * l <= X.size
     S_keep = [] if keep_scores else None    # S(W) tile by tile, kept as computed (no copy)
     values = np.zeros(2)
-    step = tile_rows(2 * l)
+    step = product_tile_rows(X, l, 2 * l)
     # Every score tile is written into a (step, l) buffer that is no longer needed, and
     # the block keeps its work buffers between calls (``score_scratch``): the next call's
     # first S(W) tile, the C tile and, when the scores are not kept, the S(W_prev) tile.
