@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block, tile_rows
+from dmlr.kernels.blocks import Block, product_tile_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_scores_loss
 
 
@@ -47,7 +47,7 @@ def block_value_and_grad(block: Block, M: np.ndarray, alpha: float = 0.0, want_g
     M = np.ascontiguousarray(M, dtype=np.float64)
     value = 0.0
     grad = np.zeros(M.shape) if want_grad else None
-    step = tile_rows(K)
+    step = product_tile_rows(X, K, K)
     for a in range(0, m, step):
         b = min(a + step, m)
         Xt = X[a:b]
