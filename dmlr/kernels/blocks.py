@@ -47,6 +47,14 @@ def product_tile_rows(X, n_outputs: int, n_score_cols: int) -> int:
     block, which re-reads X from memory and packs it twice. Otherwise (sparse
     X, or wide rows such as a 10,000-column kernel block), :func:`tile_rows`.
 
+    The cost: small products run on one BLAS thread. Where one block is
+    given several BLAS threads (the in-process path with a single block,
+    :class:`dmlr.distributed.chunks.LocalChunks`) the whole-block products
+    were multithreaded, and mediamill_discretized went from 48.8-49.2 to
+    54.7-56.0 ms per APG iteration there; the default of one block per core
+    went from 44.3-49.9 to 37.6-38.8 (``benchmarks/rbrl_speed.py --sections 5``,
+    two runs each). Dask workers run single-threaded BLAS in any case.
+
     Parameters
     ----------
     X : ndarray (m, p) or scipy.sparse matrix
