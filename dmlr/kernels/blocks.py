@@ -23,15 +23,19 @@ def tile_rows(n_cols: int) -> int:
     return max(64, TILE_BYTES // (8 * max(n_cols, 1)))
 
 
-#: Largest M * N * K of a product that the BLAS multiplies fast without packing its operands.
-#: Measured (OpenBLAS 0.3.31 of numpy's wheel, AMD EPYC with AVX-512, one thread): the tiled
+#: Largest M * N * K of a tile's product for which the pass runs fast. Measured (OpenBLAS 0.3.31
+#: of numpy's wheel, AMD EPYC with AVX-512, one thread) as a step in time: the tiled
 #: dense pass of :func:`dmlr.objectives.rbrl.extrapolated_pass` ran 1.01 ms per call on a
 #: 1,156 x 1,156 kernel block with 6 labels in tiles of 144 rows (M*N*K = 998,784) and 3.0 ms
 #: in tiles of 160 (1.1e6); yeast's 1,160 x 1,160 with 14 labels, 2.3 ms at 48 rows, 4.6 at 64
-#: (1.04e6); mediamill's 22,000 x 121 with 101 labels, 36 ms at 80 rows, 43 ms at 96.
+#: (1.04e6); mediamill's 22,000 x 121 with 101 labels, 36 ms at 80 rows, 43 ms at 96. The step
+#: is where OpenBLAS's small-matrix DGEMM path (no copy of the operands) ends: M*N*K <= 10^6
+#: on AVX-512 x86-64 (OpenMathLib/OpenBLAS pull request 3335). Other BLAS builds may have no
+#: such path; there the small tiles keep only the cache reuse.
 SMALL_PRODUCT_MNK = 10 ** 6
-#: Fewer rows than this per tile and the per-tile Python and call overhead outweighs the gain
-#: (a 2,000 x 10,000 block with 101 labels: 774 ms per call in tiles of 8 rows, 236 ms whole).
+#: Where the rule would give fewer rows than this, the byte rule instead. Only the extremes are
+#: measured: 16-row tiles still helped a 5,000 x 500 block with 50 labels (16.0 against 21.3 ms
+#: whole), 8-row tiles of a 2,000 x 10,000 block with 101 labels cost 3.3x (774 against 236 ms).
 MIN_SMALL_TILE_ROWS = 32
 
 
@@ -40,11 +44,12 @@ def product_tile_rows(X, n_outputs: int, n_score_cols: int) -> int:
 
     For a dense X whose tiles can be small enough that each product
     (tile x p times p x ``n_outputs``) stays within :data:`SMALL_PRODUCT_MNK`
-    with at least :data:`MIN_SMALL_TILE_ROWS` rows, those tiles: the products
-    then skip the BLAS's packing of the tile, and the tile is still in cache
-    when ``X_t.T @ C`` reads it again. That made the pass 1.2x (mediamill) to
+    with at least :data:`MIN_SMALL_TILE_ROWS` rows, those tiles: the tile is
+    still in cache when ``X_t.T @ C`` reads it again, and the products are
+    small enough for the BLAS's fast path for small matrices (see
+    :data:`SMALL_PRODUCT_MNK`). That made the pass 1.2x (mediamill) to
     3.7x (a scene-sized kernel block) faster than one product over the whole
-    block, which re-reads X from memory and packs it twice. Otherwise (sparse
+    block, which reads X from memory twice. Otherwise (sparse
     X, or wide rows such as a 10,000-column kernel block), :func:`tile_rows`.
 
     The cost: small products run on one BLAS thread. Where one block is
