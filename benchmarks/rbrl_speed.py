@@ -99,21 +99,25 @@ def median_ms_per_iteration(model) -> float:
 
 
 # -- functions run on the workers, on their block -------------------------------------------
-def worker_floor_ms(block, points):
+def worker_floor_ms(block, points, two_point=True):
     """Products alone: (X_b @ [W|G] + X_b.T @ C, X_b @ W + X_b.T @ C, the latter's median), C: m x l.
 
     The first is what one APG iteration multiplies (scores at both points, see
     :mod:`dmlr.solvers.apg`); the second is the issue's literal floor, one
     product each way (best of 9 calls of each product), the third the same
-    floor from the medians of those calls.
+    floor from the medians of those calls. With ``two_point=False`` the first
+    is not timed (None).
     """
     k, d, l = points.shape
-    W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, k * l))
     W1 = np.ascontiguousarray(points[0])
     C = np.ones((block.n_rows, l))
     back = timed_ms(lambda: block.X.T @ C, 9)
     one = timed_ms(lambda: block.X @ W1, 9)
-    return best_ms(lambda: block.X @ W) + back[0], one[0] + back[0], one[1] + back[1]
+    two = None
+    if two_point:
+        W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, k * l))
+        two = best_ms(lambda: block.X @ W) + back[0]
+    return two, one[0] + back[0], one[1] + back[1]
 
 
 def worker_pass_ms(block, points):
@@ -240,7 +244,8 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
     # timings after the memory reading (the floor's products allocate what an iteration does not)
     floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])
     passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
-    floors_alone = [client.submit(worker_floor_ms, f, points, pure=False).result()[1] for f in chunks.futures]
+    floors_alone = [client.submit(worker_floor_ms, f, points, two_point=False, pure=False).result()[1]
+                    for f in chunks.futures]
     passes_alone = [client.submit(worker_pass_ms, f, points, pure=False).result() for f in chunks.futures]
     chunks.close()
     model, fit_pass = fit_with_pass_times(X, Y, client, iters)
