@@ -458,9 +458,11 @@ def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, 
 
     train_idx, val_idx = splits[fold]
     X_tr, Y_tr, X_val, Y_val = X[train_idx], Y[train_idx], X[val_idx], Y[val_idx]
-    # backend="local": the unit is already the parallel grain; a nested cluster
-    # (or a client call from inside a task) would only add overhead.
-    est = cls(**{**base_params, **setting, "warm_start": path is not None, "backend": "local"})
+    # backend="local" and one block: the unit is already the parallel grain; a nested
+    # cluster (or a client call from inside a task) would only add overhead, and blocks on
+    # threads would oversubscribe the cores the other units run on.
+    one_block = {"n_blocks": 1} if "n_blocks" in cls._param_names() else {}
+    est = cls(**{**base_params, **setting, "warm_start": path is not None, "backend": "local", **one_block})
     out = []
     # One BLAS thread: workers run one unit per core, and the same threading
     # in-process keeps sums in the same order, hence identical scores.

@@ -262,6 +262,37 @@ def test_in_process_data_gets_a_block_per_core_only_when_big(monkeypatch):
     made.close()
 
 
+def test_in_process_sparse_data_gets_a_block_per_core_from_a_smaller_size(monkeypatch):
+    # a sparse block's passes run on one thread whatever its size, so sparse data is
+    # split from SMALL_SPARSE_VALUES stored values; a sparse dask array by its rows
+    import os
+
+    import dask.array as da
+    import scipy.sparse as sp
+    import sparse
+
+    from dmlr.distributed import chunks as chunks_module
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    small = chunks_module.SMALL_SPARSE_VALUES
+    assert small < chunks_module.SMALL_BLAS_VALUES
+    rows = 4096
+    few = sp.random(rows, 64, density=(small - 100) / (rows * 64), format="csr", random_state=0)
+    many = sp.random(rows, 64, density=(small + 1000) / (rows * 64), format="csr", random_state=0)
+    assert few.nnz <= small < many.nnz <= chunks_module.SMALL_BLAS_VALUES
+    assert chunks_module.local_block_count(few) == 1
+    assert chunks_module.local_block_count(many) == 3
+    short = sp.random(2100, 64, density=0.6, format="csr", random_state=0)
+    assert short.nnz > small and chunks_module.local_block_count(short) == 2   # one block per 1,024 rows at most
+    assert chunks_module.local_block_count(many.toarray()) == 1  # the same values dense: one BLAS block
+    lazy = da.from_array(sparse.COO.from_scipy_sparse(many), chunks=(1024, 64))
+    assert chunks_module.local_block_count(lazy) == 3
+    assert chunks_module.local_block_count(lazy[:1000]) == 1
+    made = chunks_module.make_chunkset(many, np.zeros((rows, 2), dtype=np.int8), fit_intercept=True)
+    assert made.backend == "local" and made.n_blocks == 3
+    made.close()
+
+
 def _block_rows(block):
     return block.n_rows, block.X.toarray() if hasattr(block.X, "toarray") else np.asarray(block.X), block.Y
 

@@ -253,6 +253,31 @@ def test_errors(data, grid, kwargs, message):
 
 
 @pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
+def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
+    # the unit is the parallel grain: blocks on threads inside it would oversubscribe the
+    # cores the other units run on, so each unit's fits ask for one block
+    import os
+
+    import scipy.sparse as sp
+
+    from dmlr.distributed import chunks as chunks_module
+    from dmlr.models import rbrl as rbrl_module
+
+    asked = []
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs.get("n_blocks"))
+        return chunks_module.make_chunkset(*args, **kwargs)
+
+    monkeypatch.setattr(rbrl_module, "make_chunkset", recording)
+    X, Y = _synthetic(n=3000, d=40)
+    Xs = sp.csr_matrix(X)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert chunks_module.local_block_count(Xs) == 2     # what the units would get unasked
+    grid_search_cv(RBRL(max_iter=5), Xs, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False, client="local")
+    assert asked and set(asked) == {1}
+
+
 def test_no_client_runs_in_process_without_starting_a_cluster(data):
     from distributed import default_client
 

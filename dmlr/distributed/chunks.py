@@ -45,6 +45,9 @@ LOCAL_MAX_SPARSE_ROWS = 2 ** 16
 _SCATTER_BYTES = 2 ** 20
 #: In-process data at most this many stored values run with single-threaded BLAS.
 SMALL_BLAS_VALUES = 2 ** 21
+#: In-process sparse data at most this many stored values stays one block (see
+#: :func:`local_block_count`).
+SMALL_SPARSE_VALUES = 2 ** 16
 
 
 def _stored_values(block) -> int:
@@ -376,9 +379,7 @@ def _n_values(X) -> int | None:
     if sp.issparse(X):
         return int(X.nnz)
     if is_dask(X):
-        if type(X._meta).__module__.startswith("sparse"):
-            return None
-        return int(np.prod(X.shape))
+        return None if _is_sparse(X) else int(np.prod(X.shape))
     if hasattr(X, "nnz"):
         return int(X.nnz)
     return int(np.prod(np.shape(X)))
@@ -397,18 +398,36 @@ def choose_backend(X, backend: str = "auto") -> str:
 
 
 def local_block_count(X) -> int:
-    """Blocks for in-process data: one per core when X is big enough to be worth threads.
+    """Blocks for in-process data: one per core (and per 1,024 rows) when X is big enough to be worth threads.
 
-    Data with at most :data:`SMALL_BLAS_VALUES` stored values (or of unknown
-    size) stays one block.
+    Dense data with at most :data:`SMALL_BLAS_VALUES` values stays one block:
+    one block's BLAS products use every core already. A sparse block's passes
+    (scipy's products, the fused Numba pass) run on one thread whatever its
+    size, so sparse data is split once it has more than
+    :data:`SMALL_SPARSE_VALUES` stored values, or, for a sparse dask array
+    (nnz unknown without reading it), by its rows alone. The Bookmarks-shaped
+    train split (61,405 rows, 1.3 million stored values, 208 labels, from
+    Zarr with ``backend="auto"``), 40 APG iterations, two runs each on 2
+    cores: 149-170 ms per iteration in 2 blocks against 238-278 in one, the
+    same objective to 10 digits.
     """
     import os
 
     nv = _n_values(X)
-    if nv is None or nv <= SMALL_BLAS_VALUES:
-        return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, X.shape[0] // 1024))
+    per_core = max(1, min(cores, X.shape[0] // 1024))
+    if _is_sparse(X):
+        return 1 if nv is not None and nv <= SMALL_SPARSE_VALUES else per_core
+    return 1 if nv is None or nv <= SMALL_BLAS_VALUES else per_core
+
+
+def _is_sparse(X) -> bool:
+    """Whether X is scipy or pydata sparse, or a dask array of sparse chunks."""
+    if sp.issparse(X):
+        return True
+    if is_dask(X):
+        return type(X._meta).__module__.startswith("sparse")
+    return type(X).__module__.startswith("sparse")
 
 
 def _group_bounds(n_items: int, n_groups: int) -> list[tuple[int, int]]:
