@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.kernels.blocks import is_sparse
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics, predict_from_scores
 
 __all__ = [
@@ -615,7 +616,7 @@ def _materialize(X, Y):
         X = X.compute()
     if hasattr(Y, "dask"):
         Y = Y.compute()
-    if sp.issparse(X) or type(X).__module__.startswith("sparse"):
+    if is_sparse(X):
         # CSR: fast row selection by index (COO/CSC or pydata-sparse chunks are converted).
         X = sp.csr_matrix(X.to_scipy_sparse() if hasattr(X, "to_scipy_sparse") else X)
     else:

@@ -36,7 +36,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import Block, concat_blocks, is_dask, make_block
+from dmlr.kernels.blocks import Block, concat_blocks, is_dask, is_sparse, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
 LOCAL_MAX_VALUES = 2 ** 22
@@ -379,7 +379,7 @@ def _n_values(X) -> int | None:
     if sp.issparse(X):
         return int(X.nnz)
     if is_dask(X):
-        return None if _is_sparse(X) else int(np.prod(X.shape))
+        return None if is_sparse(X) else int(np.prod(X.shape))
     if hasattr(X, "nnz"):
         return int(X.nnz)
     return int(np.prod(np.shape(X)))
@@ -420,18 +420,9 @@ def local_block_count(X) -> int:
     nv = _n_values(X)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     per_core = max(1, min(cores, X.shape[0] // 1024))
-    if _is_sparse(X):
+    if is_sparse(X):
         return 1 if nv is not None and nv <= SMALL_SPARSE_VALUES else per_core
     return 1 if nv is None or nv <= SMALL_BLAS_VALUES else per_core
-
-
-def _is_sparse(X) -> bool:
-    """Whether X is scipy or pydata sparse, or a dask array of sparse chunks."""
-    if sp.issparse(X):
-        return True
-    if is_dask(X):
-        return type(X._meta).__module__.startswith("sparse")
-    return type(X).__module__.startswith("sparse")
 
 
 def _group_bounds(n_items: int, n_groups: int) -> list[tuple[int, int]]:

@@ -104,6 +104,15 @@ def is_dask(a) -> bool:
     return hasattr(a, "dask") and hasattr(a, "chunks")
 
 
+def is_sparse(a) -> bool:
+    """Whether ``a`` is scipy or pydata sparse, or a dask array of sparse chunks."""
+    if sp.issparse(a):
+        return True
+    if is_dask(a):
+        a = a._meta
+    return type(a).__module__.startswith("sparse")
+
+
 def as_matrix(X):
     """Return a chunk as float64 dense ndarray or float64 scipy CSR.
 
