@@ -427,10 +427,10 @@ def section_in_process_sparse(work, iters):
         make_multilabel(bk, preset="bookmarks", seed=0)
     X, Y = dmlr.open_dataset(bk).arrays("train")
     backend = choose_backend(X)
-    chunks = make_chunkset(X, Y, fit_intercept=True)
-    if chunks.backend != "local":
+    if backend != "local":
         print(f"(skipping the in-process Bookmarks row: the auto backend chose {backend!r})")
         return
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend=backend)
     blocks = chunks.blocks
     W = np.random.default_rng(0).normal(size=(blocks[0].X.shape[1], Y.shape[1])) * 0.01
     Cs = [np.ones((b.n_rows, Y.shape[1])) for b in blocks]
