@@ -137,9 +137,9 @@ class LocalChunks(ChunkSet):
     With several blocks, a call runs them side by side on threads (the
     kernels release the GIL), each with single-threaded BLAS, as a local
     cluster's workers would, but with no data to ship. On
-    mediamill_discretized (30,970 x 121) two blocks on 2 cores took
-    24.0 ms per APG iteration against 32.7 ms for one block with two BLAS
-    threads (``benchmarks/rbrl_speed.py --sections 5``): the Numba pass
+    mediamill_discretized (30,970 x 121) two blocks on this 2-core machine
+    took 36.3 ms per APG iteration against 51.8 ms for one block with two
+    BLAS threads (``benchmarks/rbrl_speed.py --sections 5``): the Numba pass
     over the scores is single-threaded, and it runs on both cores this way.
     """
 
