@@ -252,7 +252,6 @@ def test_errors(data, grid, kwargs, message):
         grid_search_cv(RBRL(max_iter=5), X, Y, grid, **{"client": "local", **kwargs})
 
 
-@pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
 def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
     # the unit is the parallel grain: blocks on threads inside it would oversubscribe the
     # cores the other units run on, so each unit's fits ask for one block
@@ -278,6 +277,7 @@ def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
     assert asked and set(asked) == {1}
 
 
+@pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
 def test_no_client_runs_in_process_without_starting_a_cluster(data):
     from distributed import default_client
 
@@ -287,9 +287,7 @@ def test_no_client_runs_in_process_without_starting_a_cluster(data):
     except ValueError:
         pass
     X, Y = data
-    # cold starts (path_param=None): under the paper step a warm start may stop at its first
-    # test, which grid_search_cv warns about; this test is about where the units run
-    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False, path_param=None)
+    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False)
     assert r.backend == "local"
     with pytest.raises(ValueError):
         default_client()
