@@ -103,6 +103,14 @@ def median_ms_per_iteration(model) -> float:
     return 1000 * float(np.median(np.diff(model.objective_seconds_)))
 
 
+def synthetic_store(work: Path, preset: str) -> Path:
+    """The seed-0 synthetic set of ``preset`` (``make_multilabel``) in ``work``, made on first use."""
+    path = work / f"{preset}_synthetic.zarr"
+    if not path.exists():
+        make_multilabel(path, preset=preset, seed=0)
+    return path
+
+
 # -- functions run on the workers, on their block -------------------------------------------
 def worker_floor_ms(block, points, two_point=True):
     """Products alone: (X_b @ [W|G] + X_b.T @ C, X_b @ W + X_b.T @ C, the latter's median), C: m x l.
@@ -328,10 +336,8 @@ def section_cluster(client, work, iters):
         sets.append(("mediamill_discretized", *ds.arrays("train")))
     except FileNotFoundError as e:
         print(f"(skipping mediamill_discretized: {e})")
-    bk = work / "bookmarks_synthetic.zarr"
-    if not bk.exists():
-        make_multilabel(bk, preset="bookmarks", seed=0)
-    sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(bk).arrays("train")))
+    sets.append(("bookmarks-shaped synthetic",
+                 *dmlr.open_dataset(synthetic_store(work, "bookmarks")).arrays("train")))
     for name, X, Y in sets:
         m = cluster_measure(X, Y, client, iters)
         floor, alone = m.floor, m.alone
@@ -342,7 +348,6 @@ def section_cluster(client, work, iters):
               f"| {m.model.fit_seconds_:.1f} s ({m.model.n_iter_} it) "
               f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
               flush=True)
-    return bk
 
 
 def section_scaling(bk, iters):
@@ -364,10 +369,7 @@ def section_scaling(bk, iters):
 
 
 def section_kernel(client, work, iters):
-    path = work / "mediamill_synthetic.zarr"
-    if not path.exists():
-        make_multilabel(path, preset="mediamill", seed=0)
-    X, Y = dmlr.open_dataset(path).arrays(None)
+    X, Y = dmlr.open_dataset(synthetic_store(work, "mediamill")).arrays(None)
     X, Y = X[:10000].compute(), Y[:10000].compute()
     base = client.run(rss_bytes)
     client.run(reset_peak)
@@ -422,10 +424,7 @@ def section_in_process_sparse(work, iters):
 
     from dmlr.distributed.chunks import choose_backend, make_chunkset
 
-    bk = work / "bookmarks_synthetic.zarr"
-    if not bk.exists():
-        make_multilabel(bk, preset="bookmarks", seed=0)
-    X, Y = dmlr.open_dataset(bk).arrays("train")
+    X, Y = dmlr.open_dataset(synthetic_store(work, "bookmarks")).arrays("train")
     backend = choose_backend(X)
     if backend != "local":
         print(f"(skipping the in-process Bookmarks row: the auto backend chose {backend!r})")
@@ -468,16 +467,13 @@ def main(argv=None):
 
     from dmlr.distributed import local_cluster
 
-    bk = work / "bookmarks_synthetic.zarr"
     with local_cluster(2, 1) as cluster, Client(cluster) as client:
         if "2" in sections:
-            bk = section_cluster(client, work, args.iters)
+            section_cluster(client, work, args.iters)
         if "4" in sections:
             section_kernel(client, work, max(20, args.iters // 2))
     if "3" in sections:
-        if not bk.exists():
-            make_multilabel(bk, preset="bookmarks", seed=0)
-        section_scaling(bk, args.iters)
+        section_scaling(synthetic_store(work, "bookmarks"), args.iters)
 
 
 if __name__ == "__main__":
