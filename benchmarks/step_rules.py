@@ -10,7 +10,10 @@ lower, i.e. better).
 Sets (lambda1=1, lambda2=0.01, lambda3=0.1, the reference demo's values):
 emotions (the reference's split) linear and RBF kernel; scene, yeast,
 image_subset600 RBF kernel (gamma = 1/m); enron, yahoo_arts, yahoo_recreation,
-mediamill_discretized linear; yeast_raw: yeast without standardization.
+yahoo_business, yahoo_education (the paper-style 5,000-document versions that
+``paper_tables.py`` fits, see its ``paper_style_yahoo``), mediamill_discretized and
+bookmarks_synthetic (dmlr's seed-0 Bookmarks-shaped set, as ``rbrl_speed.py``) linear;
+yeast_raw: yeast without standardization.
 Training part: the official train split where one exists, else a seeded 60%
 of the rows; kernel sets standardized. In-process backend.
 
@@ -29,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from paper_tables import PAPER_STYLE_YAHOO, load_all, paper_style_yahoo
+from rbrl_speed import synthetic_store
+
 import dmlr
 from dmlr.datasets import anchors_dir, staged_store
 from dmlr.models import RBRL
@@ -36,7 +42,8 @@ from dmlr.models import RBRL
 RULES = [("backtracking", None), ("spectral", None), ("spectral", False)]
 SETS = {  # name -> kernel (None: linear)
     "emotions_ref": None, "emotions_ref_kernel": "rbf", "scene": "rbf", "yeast": "rbf", "image_subset600": "rbf",
-    "yeast_raw": "rbf", "enron": None, "yahoo_arts": None, "yahoo_recreation": None, "mediamill_discretized": None,
+    "yeast_raw": "rbf", "enron": None, "yahoo_arts": None, "yahoo_recreation": None,
+    "yahoo_business": None, "yahoo_education": None, "mediamill_discretized": None, "bookmarks_synthetic": None,
 }
 
 
@@ -61,12 +68,16 @@ def _training_rows(name: str, workdir: Path, seed: int):
 
         m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
         return m["X_train"], (m["Y_train"] > 0).astype(np.int8)
-    ds = dmlr.open_dataset(staged_store(name, workdir))
-    if "train" in ds.splits:
-        X, Y = ds.arrays("train")
-        return X.compute(), Y.compute()
-    X, Y = ds.arrays(None)
-    X, Y = X.compute(), Y.compute()
+    if name in PAPER_STYLE_YAHOO:
+        X, Y = paper_style_yahoo(*load_all(name, workdir))
+    else:
+        store = synthetic_store(workdir, "bookmarks") if name == "bookmarks_synthetic" else staged_store(name, workdir)
+        ds = dmlr.open_dataset(store)
+        if "train" in ds.splits:
+            X, Y = ds.arrays("train")
+            return X.compute(), Y.compute()
+        X, Y = ds.arrays(None)
+        X, Y = X.compute(), Y.compute()
     idx = np.sort(np.random.default_rng(seed).permutation(X.shape[0])[: int(0.6 * X.shape[0])])
     return X[idx], Y[idx]
 
