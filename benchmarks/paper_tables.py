@@ -33,7 +33,9 @@ upper edge, 1e2, to lambda1 and lambda2 (64 points), for sets where CV
 chose the coarse grid's edge (enron, yahoo_arts); ``--grid coarse1`` adds 1 to lambda1 and
 lambda2 (64 points): on yahoo_business the coarse grid's gap between 0.1 and 10 was what
 kept Hal and Sa below the paper's (repeat 0's test part: lambda = (1, 1, 0.1) gives Hal
-0.0254 and Sa 0.555 where the chosen (10, 10, 1) gives 0.0273 and 0.521).
+0.0254 and Sa 0.555 where the chosen (10, 10, 1) gives 0.0273 and 0.521); on yeast
+(repeats 0-1) it took Hal under ``--select per-metric`` from 0.194 to 0.188 (paper 0.187
++- 0.004): Hal's best points there have lambda1 = 1.
 The coarse grids cost accuracy: on emotions (10 repeats) the coarse grid gave
 Sa 0.300 +- 0.019 against the paper's 0.334 +- 0.032, the full ``--grid paper``
 0.324 +- 0.019 (Hal, Ral, Cov and Ap within 0.001 of the paper's means, F1e
