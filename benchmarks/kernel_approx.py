@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import dmlr
-from dmlr.datasets import anchors_dir, data_dir, make_multilabel
+from dmlr.datasets import anchors_dir, data_dir, synthetic_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RBRL
 
@@ -100,10 +100,7 @@ def mediamill_row(work: Path):
 
     from dmlr.distributed import local_cluster
 
-    store = work / "mediamill_synthetic.zarr"
-    if not store.exists():
-        make_multilabel(store, preset="mediamill", seed=0)
-    ds = dmlr.open_dataset(store)
+    ds = dmlr.open_dataset(synthetic_store("mediamill", work))
     X, Y = ds.arrays("train")
     Xte, Yte = ds.arrays("test")
     n = ds.n_samples

@@ -121,14 +121,11 @@ FIG1_SETS = ("corel5k", "mediamill_discretized")
 # -- data -----------------------------------------------------------------------------
 def prepare(name: str, workdir: Path) -> Path:
     """The Zarr store of ``name`` (converted / generated once into ``workdir``)."""
-    from dmlr.datasets import make_multilabel, staged_store
+    from dmlr.datasets import staged_store, synthetic_store
 
     workdir.mkdir(parents=True, exist_ok=True)
     if name == "bookmarks_synthetic":
-        dst = workdir / "bookmarks_synthetic.zarr"
-        if not dst.exists():
-            make_multilabel(dst, preset="bookmarks", seed=0)
-        return dst
+        return synthetic_store("bookmarks", workdir)
     return staged_store(name, workdir)
 
 

@@ -63,7 +63,7 @@ from typing import NamedTuple
 import numpy as np
 
 import dmlr
-from dmlr.datasets import anchors_dir, make_multilabel, staged_store
+from dmlr.datasets import anchors_dir, staged_store, synthetic_store
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.models import RBRL
 from dmlr.objectives import rbrl as objective
@@ -101,14 +101,6 @@ def median_ms_per_iteration(model) -> float:
     compares like with like. Both ratios are printed.
     """
     return 1000 * float(np.median(np.diff(model.objective_seconds_)))
-
-
-def synthetic_store(work: Path, preset: str) -> Path:
-    """The seed-0 synthetic set of ``preset`` (``make_multilabel``) in ``work``, made on first use."""
-    path = work / f"{preset}_synthetic.zarr"
-    if not path.exists():
-        make_multilabel(path, preset=preset, seed=0)
-    return path
 
 
 # -- functions run on the workers, on their block -------------------------------------------
@@ -337,7 +329,7 @@ def section_cluster(client, work, iters):
     except FileNotFoundError as e:
         print(f"(skipping mediamill_discretized: {e})")
     sets.append(("bookmarks-shaped synthetic",
-                 *dmlr.open_dataset(synthetic_store(work, "bookmarks")).arrays("train")))
+                 *dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")))
     for name, X, Y in sets:
         m = cluster_measure(X, Y, client, iters)
         floor, alone = m.floor, m.alone
@@ -369,7 +361,7 @@ def section_scaling(bk, iters):
 
 
 def section_kernel(client, work, iters):
-    X, Y = dmlr.open_dataset(synthetic_store(work, "mediamill")).arrays(None)
+    X, Y = dmlr.open_dataset(synthetic_store("mediamill", work)).arrays(None)
     X, Y = X[:10000].compute(), Y[:10000].compute()
     base = client.run(rss_bytes)
     client.run(reset_peak)
@@ -424,7 +416,7 @@ def section_in_process_sparse(work, iters):
 
     from dmlr.distributed.chunks import choose_backend, make_chunkset
 
-    X, Y = dmlr.open_dataset(synthetic_store(work, "bookmarks")).arrays("train")
+    X, Y = dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")
     backend = choose_backend(X)
     if backend != "local":
         print(f"(skipping the in-process Bookmarks row: the auto backend chose {backend!r})")
@@ -473,7 +465,7 @@ def main(argv=None):
         if "4" in sections:
             section_kernel(client, work, max(20, args.iters // 2))
     if "3" in sections:
-        section_scaling(synthetic_store(work, "bookmarks"), args.iters)
+        section_scaling(synthetic_store("bookmarks", work), args.iters)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ emotions (the reference's split) linear and RBF kernel; scene, yeast,
 image_subset600 RBF kernel (gamma = 1/m); enron, yahoo_arts, yahoo_recreation,
 yahoo_business, yahoo_education (the paper-style 5,000-document versions that
 ``paper_tables.py`` fits, see its ``paper_style_yahoo``), mediamill_discretized and
-bookmarks_synthetic (dmlr's seed-0 Bookmarks-shaped set, as ``rbrl_speed.py``) linear;
+bookmarks_synthetic (dmlr's seed-0 Bookmarks-shaped set, ``synthetic_store``) linear;
 yeast_raw: yeast without standardization.
 Training part: the official train split where one exists, else a seeded 60%
 of the rows; kernel sets standardized. In-process backend.
@@ -33,10 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from paper_tables import PAPER_STYLE_YAHOO, load_all, paper_style_yahoo
-from rbrl_speed import synthetic_store
 
 import dmlr
-from dmlr.datasets import anchors_dir, staged_store
+from dmlr.datasets import anchors_dir, staged_store, synthetic_store
 from dmlr.models import RBRL
 
 RULES = [("backtracking", None), ("spectral", None), ("spectral", False)]
@@ -71,7 +70,7 @@ def _training_rows(name: str, workdir: Path, seed: int):
     if name in PAPER_STYLE_YAHOO:
         X, Y = paper_style_yahoo(*load_all(name, workdir))
     else:
-        store = synthetic_store(workdir, "bookmarks") if name == "bookmarks_synthetic" else staged_store(name, workdir)
+        store = synthetic_store("bookmarks", workdir) if name == "bookmarks_synthetic" else staged_store(name, workdir)
         ds = dmlr.open_dataset(store)
         if "train" in ds.splits:
             X, Y = ds.arrays("train")

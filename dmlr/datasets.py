@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dmlr.data.synthetic import PRESETS, make_multilabel
 
-__all__ = ["PRESETS", "STAGED", "anchors_dir", "data_dir", "make_multilabel", "staged_store"]
+__all__ = ["PRESETS", "STAGED", "anchors_dir", "data_dir", "make_multilabel", "staged_store", "synthetic_store"]
 
 _SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -78,4 +78,27 @@ def staged_store(name: str, workdir) -> Path:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # mediamill's dropped truncated line is recorded in the store
             convert(paths[0] if len(paths) == 1 else paths, dst, **STAGED[name][2])
+    return dst
+
+
+def synthetic_store(preset: str, workdir) -> Path:
+    """Generate dmlr's seed-0 synthetic set of ``preset`` into ``workdir/<preset>_synthetic.zarr`` once.
+
+    The synthetic counterpart of :func:`staged_store`, for benchmarks that share one
+    generated set per work folder. Only seed 0: the path names the preset, not the seed.
+
+    Parameters
+    ----------
+    preset : {"mediamill", "bookmarks"}
+        A key of :data:`PRESETS`.
+    workdir : path-like
+
+    Returns
+    -------
+    Path
+        The store's path.
+    """
+    dst = Path(workdir) / f"{preset}_synthetic.zarr"
+    if not dst.exists():
+        make_multilabel(dst, preset=preset, seed=0)
     return dst
