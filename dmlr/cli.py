@@ -110,7 +110,10 @@ def cmd_demo(args) -> int:
     from dmlr.datasets import make_multilabel
 
     out = Path(args.dir)
-    data = out / "mediamill_synthetic.zarr"
+    # The seed is in the path: a store made with another seed is another data set, and
+    # reusing it under a new --seed would silently train on the wrong data.
+    name = f"mediamill_synthetic_seed{args.seed}"
+    data = out / f"{name}.zarr"
     t0 = time.perf_counter()
     if not data.exists():
         print(f"generating a Mediamill-shaped synthetic set (43,907 x 120, 101 labels) into {data} ...")
@@ -127,7 +130,7 @@ def cmd_demo(args) -> int:
     metrics = dmlr.evaluate(model, ds, split="test")
     print(f"test metrics on {len(ds.splits['test'])} rows:")
     _print_metrics(metrics)
-    path = model.save(out / "rbrl_mediamill_synthetic.npz")
+    path = model.save(out / f"rbrl_{name}.npz")
     print(f"model saved to {path} (reload with dmlr.load); total {time.perf_counter() - t0:.1f} s")
     return 0
 
@@ -197,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="synthetic Mediamill-shaped set -> local cluster -> RBRL -> metrics")
     d.add_argument("--dir", default="dmlr-demo")
     d.add_argument("--max-iter", dest="max_iter", type=int, default=300)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic set (each seed gets its own store in --dir)")
     d.add_argument("--scheduler")
     d.add_argument("--verbose", type=int, default=50)
     d.set_defaults(func=cmd_demo)
