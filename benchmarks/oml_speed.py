@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import dmlr
-from dmlr.datasets import make_multilabel, staged_store
+from dmlr.datasets import staged_store, synthetic_store
 from dmlr.distributed.stream import ChunkStream
 from dmlr.models.oml import KNN, OML, oml_train_stream
 
@@ -33,7 +33,7 @@ def load_mediamill(workdir: Path):
     try:
         path, name = staged_store("mediamill_discretized", workdir), "mediamill_discretized"
     except FileNotFoundError:
-        path = make_multilabel(workdir / "mediamill_syn.zarr", preset="mediamill", seed=0)
+        path = synthetic_store("mediamill", workdir)
         name = "mediamill synthetic"
     ds = dmlr.open_dataset(path)
     (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")

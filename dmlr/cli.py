@@ -107,17 +107,13 @@ def cmd_report(args) -> int:
 def cmd_demo(args) -> int:
     """Generate a Mediamill-shaped set, fit linear RBRL on a local cluster, evaluate, save."""
     import dmlr
-    from dmlr.datasets import make_multilabel
+    from dmlr.datasets import synthetic_store
 
     out = Path(args.dir)
-    # The seed is in the path: a store made with another seed is another data set, and
-    # reusing it under a new --seed would silently train on the wrong data.
-    name = f"mediamill_synthetic_seed{args.seed}"
-    data = out / f"{name}.zarr"
     t0 = time.perf_counter()
-    if not data.exists():
-        print(f"generating a Mediamill-shaped synthetic set (43,907 x 120, 101 labels) into {data} ...")
-        make_multilabel(data, preset="mediamill", seed=args.seed)
+    print(f"Mediamill-shaped synthetic set (43,907 x 120, 101 labels), seed {args.seed}, in {out} "
+          "(generated on first use) ...")
+    data = synthetic_store("mediamill", out, seed=args.seed)
     ds = dmlr.open_dataset(data)
     print(ds)
     client = dmlr.get_client(args.scheduler) if args.scheduler else dmlr.get_client()
@@ -130,7 +126,7 @@ def cmd_demo(args) -> int:
     metrics = dmlr.evaluate(model, ds, split="test")
     print(f"test metrics on {len(ds.splits['test'])} rows:")
     _print_metrics(metrics)
-    path = model.save(out / f"rbrl_{name}.npz")
+    path = model.save(out / f"rbrl_{data.stem}.npz")
     print(f"model saved to {path} (reload with dmlr.load); total {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -81,24 +81,28 @@ def staged_store(name: str, workdir) -> Path:
     return dst
 
 
-def synthetic_store(preset: str, workdir) -> Path:
-    """Generate dmlr's seed-0 synthetic set of ``preset`` into ``workdir/<preset>_synthetic.zarr`` once.
+def synthetic_store(preset: str, workdir, seed: int = 0) -> Path:
+    """Generate dmlr's synthetic set of ``preset`` into ``workdir/<preset>_synthetic_seed<seed>.zarr`` once.
 
-    The synthetic counterpart of :func:`staged_store`, for benchmarks that share one
-    generated set per work folder. Only seed 0: the path names the preset, not the seed.
+    The synthetic counterpart of :func:`staged_store`, for the demo and the
+    benchmarks that share one generated set per work folder. The seed is in
+    the path, so a store made with one seed is never reused for another (the
+    store is written under a temporary name and renamed when complete, so an
+    interrupted generation leaves nothing to reuse either).
 
     Parameters
     ----------
     preset : {"mediamill", "bookmarks"}
         A key of :data:`PRESETS`.
     workdir : path-like
+    seed : int
 
     Returns
     -------
     Path
         The store's path.
     """
-    dst = Path(workdir) / f"{preset}_synthetic.zarr"
+    dst = Path(workdir) / f"{preset}_synthetic_seed{seed}.zarr"
     if not dst.exists():
-        make_multilabel(dst, preset=preset, seed=0)
+        make_multilabel(dst, preset=preset, seed=seed)
     return dst

@@ -142,7 +142,7 @@ def test_synthetic_store_generates_the_seed0_preset_once(tmp_path, monkeypatch):
     first = datasets.synthetic_store("bookmarks", tmp_path)
     Y = dmlr.open_dataset(first).Y.compute()
     again = datasets.synthetic_store("bookmarks", tmp_path)
-    assert first == again == tmp_path / "bookmarks_synthetic.zarr"
+    assert first == again == tmp_path / "bookmarks_synthetic_seed0.zarr"
     assert calls == [("bookmarks", 0)]           # the second call reuses the store
     np.testing.assert_array_equal(dmlr.open_dataset(again).Y.compute(), Y)
     assert dmlr.open_dataset(first).is_sparse
