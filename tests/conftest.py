@@ -48,3 +48,24 @@ def client2(cluster2):
     """The session's 2-worker client, made current for the test."""
     with cluster2.as_current():
         yield cluster2
+
+
+@pytest.fixture
+def small_presets(monkeypatch):
+    """``dmlr.datasets.synthetic_store`` generating its presets at a test's size.
+
+    Returns the list of (preset, seed) that it generated, one entry per
+    ``make_multilabel`` call (sparse for "bookmarks", as the real preset).
+    """
+    import dmlr.datasets as datasets
+
+    calls = []
+    make = datasets.make_multilabel
+
+    def small(path, *, preset, seed):
+        calls.append((preset, seed))
+        return make(path, n_samples=300, n_features=30, n_labels=5, sparse=preset == "bookmarks", density=0.1,
+                    seed=seed)
+
+    monkeypatch.setattr(datasets, "make_multilabel", small)
+    return calls

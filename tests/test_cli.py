@@ -49,23 +49,15 @@ def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
     assert 0.0 <= json.loads(capsys.readouterr().out)["hamming_loss"] <= 1.0
 
 
-def test_demo_keeps_one_store_per_seed(tmp_path, monkeypatch, client2, capsys):
+def test_demo_keeps_one_store_per_seed(tmp_path, small_presets, client2, capsys):
     import numpy as np
 
     import dmlr
-    import dmlr.datasets as datasets
 
-    calls = []
-
-    def small_mediamill(path, *, preset, seed):   # the demo's set at a test's size
-        calls.append(seed)
-        return make_multilabel(path, n_samples=300, n_features=12, n_labels=4, seed=seed)
-
-    monkeypatch.setattr(datasets, "make_multilabel", small_mediamill)
     for seed in (1, 2, 1):
         assert main(["demo", "--dir", str(tmp_path), "--seed", str(seed), "--max-iter", "3", "--verbose", "0"]) == 0
     capsys.readouterr()
-    assert calls == [1, 2]                          # the second --seed 1 reuses its own store
+    assert small_presets == [("mediamill", 1), ("mediamill", 2)]   # the second --seed 1 reuses its own store
     Y1, Y2 = (dmlr.open_dataset(tmp_path / f"mediamill_synthetic_seed{s}.zarr").Y.compute() for s in (1, 2))
     assert not np.array_equal(Y1, Y2)
     assert {p.name for p in tmp_path.glob("*.npz")} == {"rbrl_mediamill_synthetic_seed1.npz",

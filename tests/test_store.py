@@ -128,21 +128,13 @@ def test_presets_have_the_real_sets_shapes(tmp_path):
     assert abs(float(b.Y.sum(axis=1).mean().compute()) - 2.028) < 0.05
 
 
-def test_synthetic_store_generates_the_seed0_preset_once(tmp_path, monkeypatch):
-    import dmlr.datasets as datasets
+def test_synthetic_store_generates_the_seed0_preset_once(tmp_path, small_presets):
+    from dmlr.datasets import synthetic_store
 
-    calls = []
-
-    def small_preset(path, *, preset, seed):   # the preset's kind at a test's size
-        calls.append((preset, seed))
-        return make_multilabel(path, n_samples=200, n_features=30, n_labels=5, sparse=preset == "bookmarks",
-                               density=0.1, seed=seed)
-
-    monkeypatch.setattr(datasets, "make_multilabel", small_preset)
-    first = datasets.synthetic_store("bookmarks", tmp_path)
+    first = synthetic_store("bookmarks", tmp_path)
     Y = dmlr.open_dataset(first).Y.compute()
-    again = datasets.synthetic_store("bookmarks", tmp_path)
+    again = synthetic_store("bookmarks", tmp_path)
     assert first == again == tmp_path / "bookmarks_synthetic_seed0.zarr"
-    assert calls == [("bookmarks", 0)]           # the second call reuses the store
+    assert small_presets == [("bookmarks", 0)]           # the second call reuses the store
     np.testing.assert_array_equal(dmlr.open_dataset(again).Y.compute(), Y)
     assert dmlr.open_dataset(first).is_sparse
