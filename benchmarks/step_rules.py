@@ -21,7 +21,14 @@ Writes a convergence plot (objective - best vs iteration and vs seconds, each
 rule, emotions linear and kernel) to ``--png`` when matplotlib is installed
 (``pip install dmlr[plot]``).
 
+Each fit's objective history is saved to ``--histories`` (one ``.npz`` per set,
+rule and ``--max-iter``) as soon as the fit ends, and a rerun with the same
+arguments reads it instead of fitting again: a run cut short (the paper step on
+the Bookmarks shape takes about an hour) loses only the fit it was in. Delete the folder after changing the solver or the
+objective: the saved fits are not checked against the code.
+
 Usage: python benchmarks/step_rules.py [--sets a,b] [--png benchmarks/out/convergence.png]
+       [--max-iter 5000] [--histories benchmarks/out/step_rules]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -87,12 +95,36 @@ def first_within(history, target, rel=1e-6):
     return int(hit[0]) if hit.size else None
 
 
+def fit_or_load(path: Path, X, Y, **params):
+    """The figures this table needs of ``RBRL(**params).fit(X, Y)``, saved at ``path`` (or read from it).
+
+    Returns
+    -------
+    SimpleNamespace with objective_history_, objective_seconds_ (float64 (n_iter,)),
+    n_iter_ (int) and lipschitz_ (float).
+    """
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            return SimpleNamespace(**{k: f[k] for k in f.files})
+    m = RBRL(**params).fit(X, Y)
+    figures = dict(objective_history_=np.asarray(m.objective_history_), objective_seconds_=np.asarray(
+        m.objective_seconds_), n_iter_=np.int64(m.n_iter_), lipschitz_=np.float64(m.lipschitz_))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part.npz")
+    np.savez(tmp, **figures)
+    tmp.replace(path)   # a run killed while writing leaves no truncated history behind
+    return SimpleNamespace(**figures)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--png", default=str(Path(__file__).parent / "out" / "convergence.png"))
     ap.add_argument("--max-iter", type=int, default=5000)
+    ap.add_argument("--histories", default=str(Path(__file__).parent / "out" / "step_rules"),
+                    help="folder of the saved fits (reused by a rerun with the same --max-iter)")
     args = ap.parse_args(argv)
+    saved = Path(args.histories)
     work = Path(tempfile.mkdtemp(prefix="dmlr-steps-"))
     RBRL(max_iter=3).fit(np.eye(4), np.eye(4, 2, dtype=np.int8))  # compile the kernels before timing
     head = ("data set", "model", "n x d", "rule", "iters to paper opt", "s to paper opt", "iters at stop",
@@ -108,10 +140,14 @@ def main(argv=None):
             print(f"| {name} | skipped: {e} |")
             continue
         common = dict(kernel=kernel, lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=args.max_iter, backend="local")
-        paper = RBRL(step="paper", **common).fit(X, Y)
+        def fit(step, restart):
+            path = saved / f"{name}_{step}_restart-{restart}_max-iter-{args.max_iter}.npz"
+            return fit_or_load(path, X, Y, step=step, restart=restart, **common)
+
+        paper = fit("paper", None)
         target = paper.objective_history_[-1]
         kind = "linear" if kernel is None else "RBF kernel"
-        runs = [("paper", None, paper)] + [(s, r, RBRL(step=s, restart=r, **common).fit(X, Y)) for s, r in RULES]
+        runs = [("paper", None, paper)] + [(s, r, fit(s, r)) for s, r in RULES]
         for step, restart, m in runs:
             k = first_within(m.objective_history_, target)
             label = step + ("" if restart is None else f" (restart={restart})")
