@@ -66,6 +66,7 @@ import dmlr
 from dmlr.datasets import anchors_dir, staged_store, synthetic_store
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.models import RBRL
+from dmlr.models.rbrl import _extrapolated_oracle
 from dmlr.objectives import rbrl as objective
 
 REFERENCE_SECONDS = {"linear": 82.92, "rbf": 224.36}  # RESULTS.md, Octave 7.3
@@ -241,10 +242,15 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
     sizes = client.gather([client.submit(block_bytes, f, pure=False) for f in chunks.futures])
     loaded = client.run(rss_bytes)
     client.run(reset_peak)
-    chunks.map_reduce(objective.block_extrapolated_value_and_grad, points[0], points[1], 0.5, None, 0, 0.01)
-    for key in range(1, 4):  # iterations' memory: the chunk, what the block keeps, the pass's temporaries
-        chunks.map_reduce(objective.block_extrapolated_value_and_grad, points[key % 2], None, 0.5, key - 1, key,
-                          0.01)
+    # iterations' memory: the chunk, what the block keeps, the pass's temporaries, through the
+    # fit's own oracle (the first call's exchange included)
+    oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad,
+                                  (0.01, chunks.private_arguments), lambda values, grad, W, G: (values, grad))
+    W_prev = points[1]
+    for k in range(4):
+        W = points[k % 2].copy()   # a new array each call, as apg's W; W_prev is the last one sent
+        oracle(W, W_prev, 0.5, W + 0.5 * (W - W_prev))
+        W_prev = W
     peaks = client.run(peak_bytes)
     # timings after the memory reading (the floor's products allocate what an iteration does not)
     floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])

@@ -26,18 +26,27 @@ def stacked(block, W, W_prev, m, lam2):
     return objective.block_value_and_grad(block, np.stack([W, W + m * (W - W_prev)]), 1, lam2)
 
 
+def block_and_points(sparse, seed, k):
+    """A block of :func:`problem` (with an intercept) and k random points for it."""
+    X, Y = problem(sparse)
+    rng = np.random.default_rng(seed)
+    return make_block(X, Y, fit_intercept=True), [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3
+                                                   for _ in range(k)]
+
+
+def assert_matches_stacked(out, block, W, W_prev, m, lam2):
+    values, grad = stacked(block, W, W_prev, m, lam2)
+    np.testing.assert_allclose(out[0], values, rtol=1e-12)
+    np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse):
-    X, Y = problem(sparse)
-    block = make_block(X, Y, fit_intercept=True)
-    rng = np.random.default_rng(1)
-    Ws = [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3 for _ in range(4)]
+    block, Ws = block_and_points(sparse, 1, 4)
     lam2 = 0.7
 
     def check(out, W, W_prev, m):
-        values, grad = stacked(block, W, W_prev, m, lam2)
-        np.testing.assert_allclose(out[0], values, rtol=1e-12)
-        np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+        assert_matches_stacked(out, block, W, W_prev, m, lam2)
 
     # first call: nothing held, W_prev sent
     check(objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.4, None, "k1", lam2), Ws[1], Ws[0], 0.4)
@@ -45,8 +54,13 @@ def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse
     assert (block.state["extrapolation"][2] is None) == sparse
     # next call: W_prev found on the block under its key, not sent
     check(objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.7, "k1", "k2", lam2), Ws[2], Ws[1], 0.7)
-    # a key the block does not hold and no W_prev: it asks for W_prev instead of guessing
-    assert objective.block_extrapolated_value_and_grad(block, Ws[3], None, 0.7, "k1", "k3", lam2) is None
+    # a key the block does not hold and no W_prev: it asks for W_prev (a sparse block: for [W | G]) instead of guessing
+    assert objective.block_extrapolated_value_and_grad(block, Ws[3], None, 0.7, "k1", "k3", lam2) == (
+        objective.SEND_POINT_PAIR if sparse else None)
+    if sparse:   # sent that pair
+        pair = np.concatenate([Ws[3], Ws[3] + 0.7 * (Ws[3] - Ws[2])], axis=1)
+        check(objective.block_extrapolated_value_and_grad(block, Ws[3], pair, 0.7, None, "k3", lam2), Ws[3], Ws[2],
+              0.7)
     # zero momentum (a restart): G = W
     check(objective.block_extrapolated_value_and_grad(block, Ws[3], Ws[2], 0.0, None, "k3", lam2), Ws[3], Ws[2], 0.0)
 
@@ -99,14 +113,30 @@ def test_small_product_tiles_give_the_whole_block_answer():
     Ws = [rng.standard_normal((401, 50)) * 0.05 for _ in range(3)]
     objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.3, None, 1, 0.5)
     out = objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.6, 1, 2, 0.5)
-    expected = stacked(block, Ws[2], Ws[1], 0.6, 0.5)
-    np.testing.assert_allclose(out[0], expected[0], rtol=1e-12)
-    np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
+    assert_matches_stacked(out, block, Ws[2], Ws[1], 0.6, 0.5)
 
 
-def test_held_and_recomputed_scores_give_the_same_bits():
-    # what a resumed run or a rebuilt block computes (S(W_prev) = X W_prev) is what the held scores were
-    X, Y = problem(False)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_scratch_w_becomes_the_sparse_blocks_gradient(sparse):
+    block, Ws = block_and_points(sparse, 5, 3)
+    calls = [(Ws[1], Ws[0], 0.4, None, "k1"), (Ws[2], None, 0.7, "k1", "k2")]
+    for (W, W_prev, m, prev_key, key), W_prev_value in zip(calls, Ws):
+        scratch = W.copy()
+        values, grad = objective.block_extrapolated_value_and_grad(block, scratch, W_prev, m, prev_key, key, 0.7,
+                                                                   W_is_scratch=True)
+        assert_matches_stacked((values, grad), block, W, W_prev_value, m, 0.7)
+        # a sparse block has copied W into its held [W | G] and returns the gradient in W's buffer;
+        # a dense block keeps W itself, so it must leave it alone
+        assert (grad is scratch) == sparse
+        if not sparse:
+            np.testing.assert_array_equal(scratch, W)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_held_and_recomputed_scores_give_the_same_bits(sparse):
+    # what a resumed run or a rebuilt block computes (S(W_prev) = X W_prev; a sparse block: X [W | G] with
+    # apg's G, sent) is what the held scores (the held pair) gave
+    X, Y = problem(sparse)
     rng = np.random.default_rng(2)
     W0, W1, W2 = (rng.standard_normal((X.shape[1], Y.shape[1])) for _ in range(3))
     held = make_block(X, Y, fit_intercept=False)
@@ -115,23 +145,36 @@ def test_held_and_recomputed_scores_give_the_same_bits():
     fresh = make_block(X, Y, fit_intercept=False)
     b = objective.block_extrapolated_value_and_grad(fresh, W2, W1, 0.6, None, "b", 0.3)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    if sparse:
+        fresh = make_block(X, Y, fit_intercept=False)
+        G2 = W2 + 0.6 * (W2 - W1)                             # as apg forms it
+        c = objective.block_extrapolated_value_and_grad(fresh, W2, np.concatenate([W2, G2], axis=1), 0.6, None, "b",
+                                                        0.3)
+        assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("where", ["local", "cluster"])
-def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, request):
-    X, Y = problem(False, n=900)
+def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, request):
+    X, Y = problem(sparse, n=900)
     client = request.getfixturevalue("client2") if where == "cluster" else None
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client,
                            n_blocks=3)
+    # worker processes get their own copy of W (a sparse block reuses it for the gradient), blocks here do not
+    assert chunks.private_arguments == (where == "cluster")
     try:
-        oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad, (0.2,),
+        oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad,
+                                      (0.2, chunks.private_arguments),
                                       lambda v, g, W, G: objective.add_ridge(v, g, (W, G), 1, 0.5))
         rng = np.random.default_rng(3)
         W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
+        sent = [W.copy() for W in (W0, W1, W2)]
         oracle(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
         chunks.apply_block(1, lambda b: b.state.clear())      # block 1 rebuilt: holds nothing
         points = np.stack([W2, W2 + 0.8 * (W2 - W1)])
         values, grad = oracle(W2, W1, 0.8, points[1])
+        for W, copy in zip((W0, W1, W2), sent):               # the caller's points are never written
+            np.testing.assert_array_equal(W, copy)
         ref_values, ref_grad = objective.add_ridge(
             *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5)
         np.testing.assert_allclose(values, ref_values, rtol=1e-12)

@@ -103,12 +103,19 @@ def extrapolation_case(m, d, l, p_rel, seed, sparse):
 
 @pytest.mark.parametrize("l,p_rel", [(6, 0.3), (90, 0.6)])
 def test_sparse_extrapolated_pass_matches_double_loop(l, p_rel):
-    from dmlr.kernels.ranking import sparse_extrapolated_pass
+    from dmlr.kernels.ranking import advance_point_pair, sparse_extrapolated_pass
 
     # 150 rows: more than two tiles, the last one partial
     X, Y, W, W_prev, mom = extrapolation_case(150, 13, l, p_rel, l, sparse=True)
+    WG = np.full((13, 2 * l), np.nan)
+    WG[:, :l] = W_prev
+    W_sent = W.copy()
+    advance_point_pair(WG, W, mom)
+    np.testing.assert_array_equal(W, W_sent)            # the sent W is read only
+    np.testing.assert_array_equal(WG[:, :l], W)
+    np.testing.assert_allclose(WG[:, l:], W + mom * (W - W_prev), rtol=1e-15, atol=1e-15)
     grad = np.ones((13, l))                             # accumulated into, not overwritten
-    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W_prev, mom, 0.7, RANK_MARGIN, grad)
+    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, 0.7, RANK_MARGIN, grad)
     Xd = X.toarray()
     for k, P in enumerate([W, W + mom * (W - W_prev)]):
         b, r, C = brute_force_rbrl(Xd @ P, Y, 0.7)

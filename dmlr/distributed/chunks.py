@@ -127,6 +127,16 @@ class ChunkSet:
         """Context for the solver's own work between map-reduce calls."""
         return contextlib.nullcontext()
 
+    @property
+    def private_arguments(self) -> bool:
+        """Whether each block call gets its own copy of the array arguments.
+
+        Then a block function may reuse an argument's buffer (see
+        ``W_is_scratch`` in :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`);
+        otherwise the arrays are the caller's.
+        """
+        return False
+
     def close(self) -> None:
         """Release the blocks."""
 
@@ -257,6 +267,7 @@ class ClusterChunks(ChunkSet):
         self._actors = None
         self._direct = True
         self._colocated = None
+        self._private = None
 
     def solver_context(self):
         """Single-threaded BLAS in this process while workers on this machine compute.
@@ -276,6 +287,15 @@ class ClusterChunks(ChunkSet):
         from threadpoolctl import threadpool_limits
 
         return threadpool_limits(limits=1, user_api="blas")
+
+    @property
+    def private_arguments(self) -> bool:
+        """True unless a worker lives in this process: an actor call to another process
+        deserializes its arguments, one copy per call, whereas an in-process worker
+        (``inproc://``, ``LocalCluster(processes=False)``) is handed the caller's arrays."""
+        if self._private is None:
+            self._private = not any(a.startswith("inproc://") for a in self.client.scheduler_info()["workers"])
+        return self._private
 
     def _workers_on_this_machine(self) -> bool:
         """Whether any worker runs on this process's host (asked once per set)."""

@@ -11,8 +11,9 @@ def warm_up() -> bool:
     """
     import scipy.sparse as sp
 
-    from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, extrapolated_ridge_share,
-                                      rank_lipschitz_row_stats, rbrl_score_losses, sparse_extrapolated_pass)
+    from dmlr.kernels.ranking import (RANK_MARGIN, advance_point_pair, dense_extrapolated_losses,
+                                      extrapolated_ridge_share, rank_lipschitz_row_stats, rbrl_score_losses,
+                                      sparse_extrapolated_pass)
 
     Y = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.int8)
     S = np.zeros((3, 4))
@@ -23,6 +24,7 @@ def warm_up() -> bool:
     dense_extrapolated_losses(S_W, S_prev, 0.5, Y, 1.0, RANK_MARGIN, C)
     extrapolated_ridge_share(S_W, S_prev, S_W, S_prev, 0.5, 1.0, C)
     X = sp.csr_matrix(np.eye(3))
-    W = np.zeros((3, 2))
-    sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W, 0.5, 1.0, RANK_MARGIN, np.zeros((3, 2)))
+    WG = np.zeros((3, 4))
+    advance_point_pair(WG, np.zeros((3, 2)), 0.5)
+    sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, 1.0, RANK_MARGIN, np.zeros((3, 2)))
     return True

@@ -304,48 +304,68 @@ def rank_lipschitz_row_stats(Y, row_sq_norms, A, B):
 SCORE_TILE_ROWS = 64
 
 
+@njit(cache=True, nogil=True)
+def advance_point_pair(WG, W_new, momentum):
+    """Move the held pair [W | G] to the next APG point, in place.
+
+    G <- W_new + momentum (W_new - W), then W <- W_new. No fastmath: G is
+    then bit for bit apg's own ``W_new + momentum * (W_new - W)``, so a block
+    that holds the pair and one that is sent apg's G compute the same numbers.
+
+    Parameters
+    ----------
+    WG : float64 (d, 2l)
+        W in columns :l, G in columns l:; overwritten.
+    W_new : float64 (d, l)
+    momentum : float
+    """
+    d, l = W_new.shape
+    for j in range(d):
+        for k in range(l):
+            w = W_new[j, k]
+            WG[j, l + k] = w + momentum * (w - WG[j, k])
+            WG[j, k] = w
+
+
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def sparse_extrapolated_pass(indptr, indices, data, Y, W, W_prev, momentum, lambda2, margin, grad):
-    """One pass over a CSR block: losses at W and at G = W + momentum (W - W_prev), grad += X^T dL/dS(G).
+def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad):
+    """One pass over a CSR block: losses at W and at G, grad += X^T dL/dS(G).
 
     The sparse block's steady-state APG call, fused: for a tile of
-    :data:`SCORE_TILE_ROWS` rows, the scores at W and at G in one sweep over
-    each row's stored values, :func:`rbrl_score_losses` on the tile, then
-    grad += x_i c_i^T (:func:`dmlr.kernels.rows.add_row_outer`).
-    G is never formed: its entries are made as the sweep reads them, from the
-    W entry it has just loaded and the W_prev entry (apg's expression, so the
-    scores at G are those of X G). That reads two d x l matrices per stored
-    value, as scoring a formed G did, at the same speed (best of 40 on a
-    30,700-row Bookmarks-shaped block, interleaved: 69.6-79.0 ms with G
-    formed, 75.1-79.3 without; run-to-run noise), and saves the block a d x l
-    matrix. Nothing of size (m, l) is formed, so the call's memory beyond the
-    block is W, W_prev and grad whatever its rows; the products visit the
-    stored values in the order of scipy's CSR products.
+    :data:`SCORE_TILE_ROWS` rows, the scores at both points, X_tile [W | G],
+    in one sweep over each row's stored values,
+    :func:`rbrl_score_losses` on the tile, then grad += x_i c_i^T
+    (:func:`dmlr.kernels.rows.add_row_outer`). Nothing of size (m, l) is
+    formed, so the call's memory beyond the block is [W | G] and grad
+    whatever its rows; the products visit the stored values in the order of
+    scipy's CSR products.
 
-    With two workers side by side the pass slows down and the product floor
-    does not. The pass touches W, W_prev and grad, about 11 MB on the
-    Bookmarks shape, at random rows. The floor touches 3.6 MB per product.
-    Measured with two plain processes on the two 30,700-row halves of the
-    Bookmarks-shaped train split, 6 rounds of 15 calls each:
-    - floor ``X @ W`` + ``X.T @ C``: 79 ms median;
-    - this pass: 121 ms median, against 105 ms with one process alone.
-    Sweeping X twice per tile, once for each matrix, halves the working set,
-    but it is slower:
-    - 164 ms median with 256-row tiles, S(G) by linearity;
-    - 144 ms median with 1,024-row tiles.
-    So the single sweep stays.
-    Putting W, W_prev and grad on 2 MB pages helps less than the noise
-    between runs: 92 ms against 105 ms alone, and 128 ms against 132 ms side
-    by side (8 rounds). The block would then have to copy the W it is sent
-    into a held buffer, and that copy does not fit the 2x memory budget.
+    Why W and G side by side in one (d, 2l) array (see
+    :func:`advance_point_pair`): a stored value reads one contiguous row of
+    2l floats instead of a row of W and a row of W_prev, 11 MB apart.
+    The two workers of a 2-core machine contend for the shared cache and
+    memory, and that contention is where this pass loses to the product
+    floor (``X @ W`` + ``X.T @ C``). Two plain processes on the two
+    30,700-row halves of the Bookmarks-shaped train split, median of 15 calls,
+    4 rounds (one-off timing): 108-124 ms side by side, against 124-140 ms
+    for the earlier kernel that read W and W_prev and formed G on the fly;
+    the floor took 83-86 ms. Alone, 91-107 ms against 92-117 ms. In the
+    fit on the 2-worker local cluster (``benchmarks/rbrl_speed.py
+    --sections 2``, 6 runs each, alternating with the earlier kernel): the
+    median iteration over the median one-product floor was 1.70-2.32x
+    (median 1.92x) against 1.80-3.22x (median 2.21x).
+    Rejected, measured the same way: sweeping X twice per tile, once per
+    matrix, halves the working set but is slower (144-164 ms side by side);
+    2 MB pages for the matrices gain less than the run-to-run noise.
 
     Parameters
     ----------
     indptr, indices, data
         The block's CSR arrays (m rows; sorted or unsorted indices).
     Y : int8 (m, l)
-    W, W_prev : float64 (d, l)
-    momentum, lambda2, margin : float
+    WG : float64 (d, 2l)
+        [W | G], G = W + momentum (W - W_prev).
+    lambda2, margin : float
     grad : float64 (d, l)
         Accumulates the data gradient at G.
 
@@ -368,10 +388,9 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, W, W_prev, momentum, lamb
             for p in range(indptr[i], indptr[i + 1]):
                 j = indices[p]
                 v = data[p]
-                for k in range(l):
-                    w = W[j, k]
-                    s[k] += v * w
-                    s[l + k] += v * (w + momentum * (w - W_prev[j, k]))
+                wg = WG[j]
+                for k in range(2 * l):
+                    s[k] += v * wg[k]
         tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[:b - a])
         br += tb
         rank += tr

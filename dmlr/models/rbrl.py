@@ -336,7 +336,8 @@ class RBRL(BaseModel):
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             return self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
                                extrapolated_oracle=_extrapolated_oracle(
-                                   chunks, objective.block_extrapolated_value_and_grad, (lam2,),
+                                   chunks, objective.block_extrapolated_value_and_grad,
+                                   (lam2, chunks.private_arguments),
                                    lambda values, grad, W, G: objective.add_ridge(values, grad, (W, G), 1, lam1)))
         finally:
             chunks.close()
@@ -528,7 +529,10 @@ def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
     Each call names its W with a fresh key; when the next call's W_prev is
     the W this oracle sent last (the same array: apg hands it back), only its
     key travels. A block that does not hold it (new, or rebuilt after a lost
-    worker) answers None and is sent W_prev.
+    worker) answers None and is sent W_prev, or, a sparse block,
+    ``SEND_POINT_PAIR`` and is sent [W | G] (see
+    :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`). So the
+    first call asks the blocks before it sends either.
     """
     run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
     calls = itertools.count()
@@ -537,11 +541,14 @@ def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
     def extrapolated_oracle(W, W_prev, momentum, G):
         key = (run, next(calls))
         held = last["W"] is W_prev
-        parts = chunks.map_blocks(block_fn, W, None if held else W_prev, momentum, last["key"] if held else None,
-                                  key, *block_args)
+        parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key, *block_args)
+        pair = None
         for i, part in enumerate(parts):
             if part is None:
                 parts[i] = chunks.apply_block(i, block_fn, W, W_prev, momentum, None, key, *block_args)
+            elif isinstance(part, str) and part == objective.SEND_POINT_PAIR:
+                pair = np.concatenate([W, G], axis=1) if pair is None else pair
+                parts[i] = chunks.apply_block(i, block_fn, W, pair, momentum, None, key, *block_args)
         last.update(W=W, key=key)
         values, grad = tree_reduce(parts, add_results)
         return finish(values, grad, W, G)

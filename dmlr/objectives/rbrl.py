@@ -16,8 +16,9 @@ import numpy as np
 
 from dmlr.kernels.blocks import Block, product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
-from dmlr.kernels.ranking import (RANK_MARGIN, dense_extrapolated_losses, extrapolated_ridge_share,
-                                  rank_lipschitz_row_stats, rbrl_score_losses, sparse_extrapolated_pass)
+from dmlr.kernels.ranking import (RANK_MARGIN, advance_point_pair, dense_extrapolated_losses,
+                                  extrapolated_ridge_share, rank_lipschitz_row_stats, rbrl_score_losses,
+                                  sparse_extrapolated_pass)
 
 
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
@@ -81,7 +82,7 @@ def fused_pass(X, Y: np.ndarray, W: np.ndarray, k: int, l: int, grad_point: int,
 
 
 def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momentum: float, prev_key,
-                                      key, lambda2: float):
+                                      key, lambda2: float, W_is_scratch: bool = False):
     """Data part of f at W and at G = W + momentum (W - W_prev), and its gradient at G.
 
     The APG's speculative call (:func:`dmlr.solvers.apg.apg`,
@@ -90,15 +91,17 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     * the client sends W only: the block keeps the last W it was sent (under
       ``key``) and finds W_prev there when ``prev_key`` names it, which halves
       what each iteration ships (3.6 MB a block on the Bookmarks shape);
-    * G is never formed: the scores at G come from those at W and W_prev by
-      linearity, S(G) = S(W) + momentum (S(W) - S(W_prev));
-    * a dense block whose scores take no more room than its X also keeps
-      S(W) = X W, so an iteration multiplies X by one matrix instead of two.
-      Sparse blocks (Bookmarks: S would be several times the chunk) compute
-      X W and X W_prev in one fused pass
+    * a dense block never forms G: the scores at G come from those at W and
+      W_prev by linearity, S(G) = S(W) + momentum (S(W) - S(W_prev)); and
+      when its scores take no more room than its X it also keeps
+      S(W) = X W, so an iteration multiplies X by one matrix instead of two;
+    * a sparse block (Bookmarks: S would be several times the chunk) keeps
+      [W | G] instead of W, moves it to the new W in place, and computes
+      both points' scores in one fused pass
       (:func:`dmlr.kernels.ranking.sparse_extrapolated_pass`) that forms
-      nothing of size (m, l), so the call's memory beyond the block is W,
-      W_prev and the gradient.
+      nothing of size (m, l), so the call's memory beyond the block is
+      [W | G], the W it was sent and the gradient, which is that W's
+      buffer when ``W_is_scratch``.
 
     The arithmetic does not depend on what the block holds: a block without
     the saved scores computes S(W_prev) = X W_prev tile by tile exactly as the
@@ -109,25 +112,36 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
     ----------
     block : Block
     W : float64 (d, l)
-        The new proximal point (kept on the block; not modified).
-    W_prev : float64 (d, l) or None
-        The previous point; None when the client expects the block to hold it.
+        The new proximal point (kept on the block; not modified unless
+        ``W_is_scratch``).
+    W_prev : float64 (d, l) or (d, 2l) or None
+        The previous point; None when the client expects the block to hold
+        it; or, sent to a sparse block that asked for it, the pair [W | G].
     momentum : float
     prev_key, key : hashable
         Names of W_prev (or None) and of W.
     lambda2 : float
+    W_is_scratch : bool
+        W is this call's own copy (as on a Dask worker, which deserializes
+        its arguments per call): a sparse block may overwrite it with the
+        gradient it returns, which saves the worker a d x l matrix per call.
+        Never with blocks that share the caller's array (in-process).
 
     Returns
     -------
-    (values float64 (2,), grad float64 (d, l)) or None
-        None when ``W_prev`` is None and the block does not hold ``prev_key``
-        (a new or rebuilt block): the caller sends W_prev.
+    (values float64 (2,), grad float64 (d, l)) or None or str
+        When ``W_prev`` is None and the block does not hold ``prev_key`` (a
+        new or rebuilt block): None, and the caller sends W_prev, or for a
+        sparse block :data:`SEND_POINT_PAIR`, and the caller sends the pair
+        (d, 2l) [W | G] as ``W_prev``.
     """
-    return extrapolated_pass(block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2)
+    return extrapolated_pass(block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2,
+                             W_is_scratch=W_is_scratch)
 
 
 def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, momentum: float, prev_key, key,
-                      lambda2: float, ridge_rows: slice | None = None, lambda1: float = 0.0):
+                      lambda2: float, ridge_rows: slice | None = None, lambda1: float = 0.0,
+                      W_is_scratch: bool = False):
     """:func:`block_extrapolated_value_and_grad` on explicit arrays, shared with the kernel model.
 
     ``X`` (m, p) dense or CSR; ``state`` is the block's dict where W (and
@@ -137,6 +151,10 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     X^T (lambda1 G_B), P_B the rows ``ridge_rows`` of the point (see
     :mod:`dmlr.objectives.kernel_rbrl`).
     """
+    if hasattr(X, "indptr"):
+        if ridge_rows is not None:
+            raise ValueError("the ridge rows of the kernel model need a dense X (its kernel rows)")
+        return _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch)
     saved = state.get("extrapolation")
     S_prev = None
     if saved is not None and prev_key is not None and saved[0] == prev_key:
@@ -146,13 +164,6 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     state.pop("extrapolation", None)
     m, l = Y.shape
     grad = np.zeros((X.shape[1], l))
-    if hasattr(X, "indptr"):
-        if ridge_rows is not None:
-            raise ValueError("the ridge rows of the kernel model need a dense X (its kernel rows)")
-        br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, W, W_prev, float(momentum),
-                                            float(lambda2), RANK_MARGIN, grad)
-        state["extrapolation"] = (key, W, None)
-        return br + lambda2 * rank, grad
     keep_scores = m * l <= X.size
     S_keep = [] if keep_scores else None    # S(W) tile by tile, kept as computed (no copy)
     values = np.zeros(2)
@@ -193,6 +204,54 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     state["extrapolation"] = (key, W, S_keep)
     state["score_scratch"] = (spare, C_buf, *prev_buf)
     return values, grad
+
+
+#: What a sparse block answers, instead of None, when it does not hold the point its call
+#: names: "send me the pair [W | G]" (see :func:`_sparse_extrapolated_pass`).
+SEND_POINT_PAIR = "send [W | G]"
+
+
+def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch):
+    """:func:`extrapolated_pass` on a CSR block: the block holds [W | G] (d, 2l), not W.
+
+    See :func:`dmlr.kernels.ranking.sparse_extrapolated_pass` for why W and
+    G sit side by side. The held pair is moved to the new W in place
+    (:func:`dmlr.kernels.ranking.advance_point_pair`), so a steady-state
+    call allocates nothing of size d x l beyond the gradient, and not even
+    that when W is scratch: W has been copied into the pair, and its buffer
+    is zeroed and returned as the gradient.
+
+    A block that does not hold the named point answers :data:`SEND_POINT_PAIR`
+    and is then sent the pair itself as ``W_prev``, (d, 2l) [W | G] with G
+    formed as apg forms it, which it keeps (a copy, unless scratch). Sent a
+    (d, l) W_prev instead, it forms the pair, which costs a d x 2l matrix
+    beside the two it was sent: 3.6 MB more at the peak on the Bookmarks
+    shape, where the budget leaves about as much.
+    """
+    saved = state.get("extrapolation")
+    d, l = W.shape
+    scratch = W_is_scratch and W.flags.writeable and W.flags.c_contiguous and W.dtype == np.float64
+    if saved is not None and prev_key is not None and saved[0] == prev_key:
+        WG = saved[1]
+        advance_point_pair(WG, W, float(momentum))
+    elif W_prev is None:
+        return SEND_POINT_PAIR
+    elif W_prev.shape == (d, 2 * l):
+        pair_scratch = W_is_scratch and W_prev.flags.writeable and W_prev.flags.c_contiguous
+        WG = W_prev if pair_scratch and W_prev.dtype == np.float64 else np.array(W_prev, dtype=np.float64)
+    else:
+        WG = np.empty((d, 2 * l))
+        WG[:, :l] = W_prev
+        advance_point_pair(WG, W, float(momentum))
+    state.pop("extrapolation", None)
+    if scratch:
+        grad = W
+        grad.fill(0.0)
+    else:
+        grad = np.zeros((d, l))
+    br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, float(lambda2), RANK_MARGIN, grad)
+    state["extrapolation"] = (key, WG, None)
+    return br + lambda2 * rank, grad
 
 
 def block_lipschitz_stats(block: Block):
