@@ -230,21 +230,19 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     """
     saved = state.get("extrapolation")
     d, l = W.shape
-    scratch = W_is_scratch and W.flags.writeable and W.flags.c_contiguous and W.dtype == np.float64
     if saved is not None and prev_key is not None and saved[0] == prev_key:
         WG = saved[1]
         advance_point_pair(WG, W, float(momentum))
     elif W_prev is None:
         return SEND_POINT_PAIR
     elif W_prev.shape == (d, 2 * l):
-        pair_scratch = W_is_scratch and W_prev.flags.writeable and W_prev.flags.c_contiguous
-        WG = W_prev if pair_scratch and W_prev.dtype == np.float64 else np.array(W_prev, dtype=np.float64)
+        WG = W_prev if _reusable(W_prev, W_is_scratch) else np.array(W_prev, dtype=np.float64)
     else:
         WG = np.empty((d, 2 * l))
         WG[:, :l] = W_prev
         advance_point_pair(WG, W, float(momentum))
     state.pop("extrapolation", None)
-    if scratch:
+    if _reusable(W, W_is_scratch):
         grad = W
         grad.fill(0.0)
     else:
@@ -252,6 +250,11 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, float(lambda2), RANK_MARGIN, grad)
     state["extrapolation"] = (key, WG, None)
     return br + lambda2 * rank, grad
+
+
+def _reusable(a: np.ndarray, scratch: bool) -> bool:
+    """Whether a call may keep or overwrite its argument ``a`` as a float64 work array."""
+    return scratch and a.dtype == np.float64 and a.flags.writeable and a.flags.c_contiguous
 
 
 def block_lipschitz_stats(block: Block):
