@@ -153,14 +153,27 @@ def test_held_and_recomputed_scores_give_the_same_bits(sparse):
         assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
 
 
+@pytest.fixture
+def inproc_client():
+    """A 2-worker cluster whose workers live in this process (``inproc://``): they are handed the caller's
+    arrays, not copies."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        yield client
+
+
 @pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.parametrize("where", ["local", "cluster"])
+@pytest.mark.parametrize("where", ["local", "cluster", "inproc"])
 def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, request):
     X, Y = problem(sparse, n=900)
-    client = request.getfixturevalue("client2") if where == "cluster" else None
+    client = {"local": None, "cluster": "client2", "inproc": "inproc_client"}[where]
+    client = client and request.getfixturevalue(client)
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client,
                            n_blocks=3)
-    # worker processes get their own copy of W (a sparse block reuses it for the gradient), blocks here do not
+    # worker processes get their own copy of W (a sparse block reuses it for the gradient), blocks in this
+    # process do not: were they told otherwise, a sparse block would write its gradient into the caller's W2
     assert chunks.private_arguments == (where == "cluster")
     try:
         oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad,
