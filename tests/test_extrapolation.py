@@ -192,14 +192,18 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, req
             *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5)
         np.testing.assert_allclose(values, ref_values, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10 * np.abs(ref_grad).max())
+        # a sparse block keeps [W | G] only as its own copy (a worker process); blocks in this process
+        # read the one pair the oracle sends each call, and hold nothing
+        held = [chunks.apply_block(i, lambda b: "extrapolation" in b.state) for i in range(chunks.n_blocks)]
+        assert held == [not sparse or where == "cluster"] * chunks.n_blocks
     finally:
         chunks.close()
 
 
-@pytest.mark.parametrize("kernel", [None, "rbf"])
+@pytest.mark.parametrize(("kernel", "sparse"), [(None, False), ("rbf", False), (None, True)])
 @pytest.mark.parametrize("step", ["paper", "spectral"])
-def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, monkeypatch):
-    X, Y = problem(False, seed=4, n=400 if kernel else 700)
+def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, sparse, monkeypatch):
+    X, Y = problem(sparse, seed=4, n=400 if kernel else 700)
     params = dict(lambda1=0.5, lambda2=0.3, lambda3=0.1, kernel=kernel, step=step, max_iter=300, tol=1e-9,
                   n_blocks=2, backend="local")
     fast = RBRL(**params).fit(X, Y)

@@ -532,21 +532,32 @@ def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
     worker) answers None and is sent W_prev, or, a sparse block,
     ``SEND_POINT_PAIR`` and is sent [W | G] (see
     :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`). So the
-    first call asks the blocks before it sends either.
+    first call asks the blocks before it sends either. Blocks in this
+    process (``not chunks.private_arguments``) that asked for the pair are
+    sent one pair per call, which they read and do not keep: two threads
+    reading one pair share the cache that two held copies would contend for.
     """
     run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
     calls = itertools.count()
     last = {"W": None, "key": None}
+    share_pair = not chunks.private_arguments
+    wants_pair = set()              # blocks that asked for [W | G]
 
     def extrapolated_oracle(W, W_prev, momentum, G):
         key = (run, next(calls))
         held = last["W"] is W_prev
-        parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key, *block_args)
         pair = None
+        if share_pair and len(wants_pair) == chunks.n_blocks:
+            pair = np.concatenate([W, G], axis=1)
+            parts = chunks.map_blocks(block_fn, W, pair, momentum, None, key, *block_args)
+        else:
+            parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key,
+                                      *block_args)
         for i, part in enumerate(parts):
             if part is None:
                 parts[i] = chunks.apply_block(i, block_fn, W, W_prev, momentum, None, key, *block_args)
             elif isinstance(part, str) and part == objective.SEND_POINT_PAIR:
+                wants_pair.add(i)
                 pair = np.concatenate([W, G], axis=1) if pair is None else pair
                 parts[i] = chunks.apply_block(i, block_fn, W, pair, momentum, None, key, *block_args)
         last.update(W=W, key=key)

@@ -116,7 +116,8 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
         ``W_is_scratch``).
     W_prev : float64 (d, l) or (d, 2l) or None
         The previous point; None when the client expects the block to hold
-        it; or, sent to a sparse block that asked for it, the pair [W | G].
+        it; or, sent to a sparse block that asked for it, the pair [W | G]
+        (kept on the block when ``W_is_scratch``, else read for this call only).
     momentum : float
     prev_key, key : hashable
         Names of W_prev (or None) and of W.
@@ -223,20 +224,33 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
 
     A block that does not hold the named point answers :data:`SEND_POINT_PAIR`
     and is then sent the pair itself as ``W_prev``, (d, 2l) [W | G] with G
-    formed as apg forms it, which it keeps (a copy, unless scratch). Sent a
-    (d, l) W_prev instead, it forms the pair, which costs a d x 2l matrix
-    beside the two it was sent: 3.6 MB more at the peak on the Bookmarks
-    shape, where the budget leaves about as much.
+    formed as apg forms it. A worker's own copy (``W_is_scratch``) is kept.
+    The caller's array (blocks in the caller's process) is read for this call
+    only, and the caller sends the pair on every call: that is how
+    :func:`dmlr.models.rbrl._extrapolated_oracle` serves in-process blocks,
+    one pair per call for all of them. Blocks that each held their own pair
+    would have two threads contend for twice the cache. Two threads on the
+    halves of the Bookmarks-shaped train split took 106 ms per pass reading
+    one shared pair, against 130 ms with a copy each (median of 6 rounds of
+    10 calls, one-off timing). Sent a (d, l) W_prev instead, the block forms
+    the pair and keeps it, which costs a d x 2l matrix beside the two it was
+    sent: 3.6 MB more at the peak on the Bookmarks shape, where the budget
+    leaves about as much.
     """
     saved = state.get("extrapolation")
     d, l = W.shape
+    keep = True
     if saved is not None and prev_key is not None and saved[0] == prev_key:
         WG = saved[1]
         advance_point_pair(WG, W, float(momentum))
     elif W_prev is None:
         return SEND_POINT_PAIR
     elif W_prev.shape == (d, 2 * l):
-        WG = W_prev if _reusable(W_prev, W_is_scratch) else np.array(W_prev, dtype=np.float64)
+        keep = W_is_scratch
+        if _reusable(W_prev, W_is_scratch):
+            WG = W_prev
+        else:
+            WG = np.array(W_prev, dtype=np.float64) if keep else np.ascontiguousarray(W_prev, dtype=np.float64)
     else:
         WG = np.empty((d, 2 * l))
         WG[:, :l] = W_prev
@@ -248,7 +262,8 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     else:
         grad = np.zeros((d, l))
     br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, float(lambda2), RANK_MARGIN, grad)
-    state["extrapolation"] = (key, WG, None)
+    if keep:
+        state["extrapolation"] = (key, WG, None)
     return br + lambda2 * rank, grad
 
 
