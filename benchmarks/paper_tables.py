@@ -207,6 +207,18 @@ def split_repeat(name, X, Y, repeat):
     return Xtr, Xte, Ytr, Yte, kernel
 
 
+def final_test_scores(Xtr, Xte, Ytr, Yte, kernel, params):
+    """The six test metrics (METRICS order) of the final fit at ``params`` on a whole training part.
+
+    The arguments are :func:`split_repeat`'s results and the point. The final fit
+    solves tighter than cross-validation (``max_iter=5000``, ``tol=1e-6``).
+    """
+    model = RBRL(kernel=kernel, step="spectral", max_iter=5000, tol=1e-6, backend="local", **params).fit(Xtr, Ytr)
+    S = model.decision_function(Xte)
+    m = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=[k for _, k, _ in METRICS])
+    return [m[k] for _, k, _ in METRICS]
+
+
 def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
     """One split's search and test scores under both selections (one cross-validation serves both).
 
@@ -227,11 +239,7 @@ def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
     def scores_at(params):
         key = tuple(sorted(params.items()))
         if key not in test_scores:
-            final = RBRL(kernel=kernel, step="spectral", max_iter=5000, tol=1e-6, backend="local",
-                         **params).fit(Xtr, Ytr)
-            S = final.decision_function(Xte)
-            m = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=[k for _, k, _ in METRICS])
-            test_scores[key] = [m[k] for _, k, _ in METRICS]
+            test_scores[key] = final_test_scores(Xtr, Xte, Ytr, Yte, kernel, params)
         return test_scores[key]
 
     # per metric: each metric scored at the point that is best for it on the validation folds

@@ -27,22 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models import RBRL
-from paper_tables import METRICS, PAPER_STYLE_YAHOO, PAPER_TABLE3, load_all, paper_style_yahoo, split_repeat
+from paper_tables import (METRICS, PAPER_STYLE_YAHOO, PAPER_TABLE3, final_test_scores, load_all, paper_style_yahoo,
+                          split_repeat)
 
 
 def sample_scores(X, Y, name, point, splits):
     """Mean test scores (METRICS order) over the first ``splits`` splits of one sample, at ``point``."""
-    lam1, lam2, lam3 = point
-    per_split = []
-    for r in range(splits):
-        Xtr, Xte, Ytr, Yte, _ = split_repeat(name, X, Y, r)
-        model = RBRL(lambda1=lam1, lambda2=lam2, lambda3=lam3, step="spectral", max_iter=5000, tol=1e-6,
-                     backend="local").fit(Xtr, Ytr)
-        S = model.decision_function(Xte)
-        m = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=[k for _, k, _ in METRICS])
-        per_split.append([m[k] for _, k, _ in METRICS])
+    params = dict(zip(("lambda1", "lambda2", "lambda3"), point))
+    per_split = [final_test_scores(*split_repeat(name, X, Y, r), params) for r in range(splits)]
     return np.mean(per_split, axis=0)
 
 
