@@ -52,47 +52,63 @@ _FASTMATH = {"reassoc", "nsz", "contract"}
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def pairwise_direct(s, neg, pos_order, n_pos, weight, margin, coef_out, want_coef):
-    """The direct O(|P| l) pairwise evaluation of one row (see the module docstring).
+def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef):
+    """The direct O(|P| l) pairwise evaluation of one row, unweighted (see the module docstring).
+
+    The row's scores are first copied with the relevant labels' set to
+    -inf, so each relevant label's pass over all l labels is
+    h = max(margin - s_p + masked_j, 0) with no mask to multiply by; the
+    caller applies the weight 1 / (|P| |N|) to the returned sum and to
+    ``coef_out``. Against multiplying by a 0/1 mask and the weight inside
+    the pass, the stacked two-point losses (:func:`rbrl_score_losses`) of
+    a 15,485-row mediamill block (101 labels, 3.3 relevant per row) took
+    4.7-5.1 ms against 6.6-7.0 ms (one-off timings, one thread, median of
+    31 calls). The same code with the zeroing of ``coef_out`` and the
+    branch on ``want_coef`` moved in here, outside the loop over relevant
+    labels, took 6.7-7.1 ms again: keep this shape.
 
     Parameters
     ----------
     s : float64 (l,)
         Scores of the row.
-    neg : float64 (l,)
-        1.0 on the irrelevant labels, 0.0 on the relevant ones.
+    y : int8 (l,)
+        0/1 labels of the row.
     pos_order : int64 (>= n_pos,)
         Indices of the relevant labels (any order).
     n_pos : int
-    weight : float
-        1 / (|P| |N|).
     margin : float
+    masked : float64 (>= l,)
+        Scratch.
     coef_out : float64 (l,)
-        d f_r(row) / d s is added to it when ``want_coef`` (the caller zeroes it).
+        When ``want_coef``, the derivative of the returned sum with respect
+        to s is added to it (the caller zeroes it).
     want_coef : bool
 
     Returns
     -------
     float
-        The row's f_r (eq. 16).
+        1/2 sum over relevant p and irrelevant q of max(0, margin - s_p + s_q)^2,
+        the row's f_r (eq. 16) times |P| |N|.
     """
     l = s.shape[0]
+    for j in range(l):
+        masked[j] = s[j] if y[j] == 0 else -np.inf
     loss = 0.0
     for a in range(n_pos):
         shift = margin - s[pos_order[a]]
         if want_coef:
             tot = 0.0
-            for j in range(l):   # branch-free, vectorized: masked by neg, not skipped
-                h = max(shift + s[j], 0.0) * neg[j]
+            for j in range(l):   # branch-free, vectorized: relevant j give max(-inf, 0) = 0
+                h = max(shift + masked[j], 0.0)
                 loss += h * h
                 tot += h
-                coef_out[j] += weight * h
-            coef_out[pos_order[a]] -= weight * tot
+                coef_out[j] += h
+            coef_out[pos_order[a]] -= tot
         else:
             for j in range(l):
-                h = max(shift + s[j], 0.0) * neg[j]
+                h = max(shift + masked[j], 0.0)
                 loss += h * h
-    return 0.5 * weight * loss
+    return 0.5 * loss
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -135,10 +151,11 @@ def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, po
         return 0.0
     weight = 1.0 / (n_pos * n_neg)
     if n_pos <= DIRECT_MAX_POS:
-        neg = prefix2          # scratch: 1.0 on the irrelevant labels
-        for j in range(l):
-            neg[j] = 1.0 - (y[j] != 0)
-        return pairwise_direct(s, neg, pos_order, n_pos, weight, margin, coef_out, want_coef)
+        loss = pairwise_direct(s, y, pos_order, n_pos, margin, prefix2, coef_out, want_coef)
+        if want_coef:
+            for j in range(l):
+                coef_out[j] *= weight
+        return weight * loss
     # Sort the relevant scores with their label indices in place (argsort: the
     # rows here have more than DIRECT_MAX_POS relevant labels).
     order = np.argsort(pos_scores[:n_pos], kind="mergesort")
@@ -223,18 +240,18 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
     cnt_diff = np.empty(l + 1)
     sum_diff = np.empty(l + 1)
     coef = np.empty(l)
-    neg = np.empty(l)
+    masked = np.empty(l)
     sign = np.empty(l)
     for i in range(m):
         y = Y[i]
-        # the row's label masks and relevant labels, once for all points
+        # the row's signs and relevant labels, once for all points; two loops, so that the
+        # first vectorizes and the second gathers without a branch
+        for j in range(l):
+            sign[j] = 2.0 * (y[j] != 0) - 1.0
         n_pos = 0
         for j in range(l):
-            neg[j] = 1.0 - (y[j] != 0)
-            sign[j] = 1.0 - 2.0 * neg[j]
-            if y[j] != 0:
-                pos_order[n_pos] = j
-                n_pos += 1
+            pos_order[n_pos] = j
+            n_pos += y[j] != 0
         pairs = n_pos > 0 and n_pos < l
         for p in range(n_points):
             s = S[i, p * l:(p + 1) * l]
@@ -254,17 +271,19 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
             if lambda2 == 0.0 or not pairs:
                 continue
             if n_pos <= DIRECT_MAX_POS:
+                weight = 1.0 / (n_pos * (l - n_pos))
                 if want:
                     for j in range(l):
                         coef[j] = 0.0
-                rank[p] += pairwise_direct(s, neg, pos_order, n_pos, 1.0 / (n_pos * (l - n_pos)), margin,
-                                           coef, want)
+                rank[p] += weight * pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef, want)
+                scale = lambda2 * weight
             else:
                 rank[p] += pairwise_squared_hinge_row(s, y, margin, coef, want, pos_scores, pos_order2,
                                                       prefix1, prefix2, cnt_diff, sum_diff)
+                scale = lambda2
             if want:
                 for j in range(l):
-                    C[i, j] += lambda2 * coef[j]
+                    C[i, j] += scale * coef[j]
     return br, rank
 
 
