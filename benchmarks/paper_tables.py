@@ -53,7 +53,12 @@ one paper std, F1e above it (0.640 and 0.644 against 0.628 +- 0.007).
 The coarse grids cost accuracy: on emotions (10 repeats) the coarse grid gave
 Sa 0.300 +- 0.019 against the paper's 0.334 +- 0.032, the full ``--grid paper``
 0.324 +- 0.019 (Hal, Ral, Cov and Ap within 0.001 of the paper's means, F1e
-0.005 above), every cell within one paper std.
+0.005 above), every cell within one paper std. On yahoo_arts the grid is
+not what keeps Sa below the paper's band under mean selection: the full
+``--grid paper`` (3 repeats, 822-943 s each on the 2-worker cluster) gave
+Sa 0.332 +- 0.004 under mean selection, as coarse1's 10 repeats (0.333 +-
+0.007; paper 0.348 +- 0.007), and 0.349 +- 0.009 under ``--select
+per-metric``, where all six cells are within one paper std.
 Table 6's BRL fixes lambda2 = 0.
 
 Selection: the paper says only that the hyper-parameters are chosen by
