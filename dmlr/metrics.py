@@ -63,6 +63,52 @@ ndcg_at_k           mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}     rows with |Y+
 ``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
 1 when the label at position r of the top-k is relevant.
 
+Propensity-scored metrics
+-------------------------
+``psprecision_at_k`` and ``psndcg_at_k`` (k = 1, 3, 5, names in
+:data:`PS_METRIC_NAMES`) are the propensity-scored precision and nDCG of
+Jain, Prabhu & Varma (2016), "Extreme multi-label loss functions for
+recommendation, tagging, ranking & other missing label applications", KDD,
+as the Extreme Classification Repository computes them (pyxclib,
+``xclib/evaluation/xc_metrics.py``: ``compute_inv_propesity``,
+``psprecision``, ``psndcg``). A relevant label l at rank r gains its
+inverse propensity ``w_l = 1 / p_l`` instead of 1, with (Jain et al.,
+Sec. 5)::
+
+    p_l = 1 / (1 + C (N_l + B)^(-A)),   C = (ln N - 1) (B + 1)^A,
+
+``N_l`` the number of *training* rows with label l, ``N`` the number of
+training rows (natural logarithm, as pyxclib), A = 0.55 and B = 1.5 by
+default (:func:`propensities_from_counts`, :func:`label_propensities`).
+Following pyxclib, each metric is normalized by its best achievable value
+on the same rows: the ratio of the sum over rows of the model's score to
+the sum over rows of the score of the ideal ranking, which puts the row's
+relevant labels in decreasing order of ``w_l``::
+
+    psprecision_at_k = sum_i sum_{r <= k'} w_(r) rel_r
+                       / sum_i sum_{r <= min(k', |Y+_i|)} w*_(i, r)
+    psndcg_at_k      = sum_i PSDCG_i@k / IDCG_i@k
+                       / sum_i PSDCG*_i@k / IDCG_i@k,
+
+where ``w_(r)`` is the weight of the label at position r of the top-k,
+``w*_(i, 1) >= w*_(i, 2) >= ...`` are the weights of row i's relevant
+labels, ``PSDCG_i@k = sum_{r <= k'} w_(r) rel_r / log2(r + 1)``,
+``PSDCG*_i@k`` the same for the ideal ranking and ``IDCG_i@k`` the
+unit-gain ideal DCG of ``ndcg_at_k``. The normalization is over the whole
+data set (a ratio of sums), not per row, and it is what makes the value
+lie in [0, 1] (the unnormalized ``(1/k) sum w_(r) rel_r`` of Jain et al.'s
+eq. 6 has no fixed upper bound). Rows without a relevant label add 0 to
+both sums; a metric is ``nan`` when no row has a relevant label. The
+top-k is the same as for ``precision_at_k`` (ties broken by the lower
+label index; pyxclib leaves the order of ties to ``argpartition``).
+
+The propensities must come from the training labels, so they are never
+estimated from the evaluated ``Y``: that would weight a label by its
+frequency in the very rows being scored and give different weights to the
+same label on different evaluation sets. :func:`multilabel_metrics`
+computes the propensity-scored metrics only when it is given
+``propensities`` and raises if one is requested without them.
+
 Relation to scikit-learn and to the RBRL reference (MATLAB ``measures/*.m``):
 
 - ``hamming_loss``, ``subset_accuracy`` (``accuracy_score``), ``accuracy``
@@ -101,14 +147,19 @@ import math
 import dask
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = [
+    "LOSS_METRICS",
     "METRIC_NAMES",
+    "PS_METRIC_NAMES",
     "chunk_statistics",
     "combine",
     "finalize",
+    "label_propensities",
     "multilabel_metrics",
     "predict_from_scores",
+    "propensities_from_counts",
 ]
 
 #: Cut-offs of ``precision_at_k`` and ``ndcg_at_k``.
@@ -122,12 +173,25 @@ METRIC_NAMES = (
     "precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_1", "ndcg_at_3", "ndcg_at_5",
 )
 
+#: Propensity-scored metrics; they need the training labels' propensities.
+PS_METRIC_NAMES = (
+    "psprecision_at_1", "psprecision_at_3", "psprecision_at_5",
+    "psndcg_at_1", "psndcg_at_3", "psndcg_at_5",
+)
+
+#: Metrics for which lower is better; every other metric is higher-better.
+LOSS_METRICS = ("hamming_loss", "ranking_loss", "one_error", "coverage")
+
+#: Default propensity parameters A and B of Jain et al. (2016), as pyxclib's.
+PROPENSITY_A = 0.55
+PROPENSITY_B = 1.5
+
 
 # ----------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------
 
-def multilabel_metrics(Y, S, P, *, metrics=None) -> dict[str, float]:
+def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str, float]:
     """Evaluate multi-label predictions chunk by chunk.
 
     Parameters
@@ -139,7 +203,15 @@ def multilabel_metrics(Y, S, P, *, metrics=None) -> dict[str, float]:
     P : ndarray or dask.array.Array of shape (n, l)
         Predicted labels, 0/1.
     metrics : str or iterable of str, optional
-        Names from :data:`METRIC_NAMES`; all of them by default.
+        Names from :data:`METRIC_NAMES` and, with ``propensities``,
+        :data:`PS_METRIC_NAMES`; by default all of :data:`METRIC_NAMES`,
+        followed by all of :data:`PS_METRIC_NAMES` when ``propensities``
+        is given.
+    propensities : array-like of shape (l,), optional
+        Propensity ``p_l`` in (0, 1] of every label, estimated from the
+        *training* labels (:func:`label_propensities` or
+        :func:`propensities_from_counts`). Needed by the propensity-scored
+        metrics and used by nothing else.
 
     Returns
     -------
@@ -150,15 +222,21 @@ def multilabel_metrics(Y, S, P, *, metrics=None) -> dict[str, float]:
     Raises
     ------
     ValueError
-        On an unknown metric name, inputs that are not 2-D or differ in
-        shape, Dask inputs with different row chunks, more than one column
+        On an unknown metric name, a propensity-scored metric requested
+        without ``propensities``, propensities that are not l values in
+        (0, 1], inputs that are not 2-D or differ in shape, Dask inputs with different row chunks, more than one column
         chunk or unknown chunk sizes, Y or P not 0/1, or S not finite (for
         Dask inputs the last two are raised while computing).
     """
-    names = _metric_names(metrics)
+    names = _metric_names(metrics, with_propensities=propensities is not None)
     blocks, lazy = _row_blocks(Y, S, P)
     with_auc = "auc_macro" in names
-    calls = [(chunk_statistics, block) for block in blocks]
+    extra = ()
+    if propensities is not None:
+        weights = _inverse_propensities(propensities, np.shape(Y)[1])
+        if any(name in PS_METRIC_NAMES for name in names):
+            extra = (dask.delayed(weights),) if lazy else (weights,)
+    calls = [(chunk_statistics, (*block, *extra)) for block in blocks]
     if with_auc:
         calls += [(_positive_scores, block[:2]) for block in blocks]
     results = _evaluate(calls, lazy)
@@ -194,7 +272,92 @@ def predict_from_scores(S, threshold: float = 0.0):
     return _predict_block(S, threshold)
 
 
-def chunk_statistics(Y, S, P) -> dict:
+def propensities_from_counts(label_counts, n_train: int, *, A: float = PROPENSITY_A,
+                             B: float = PROPENSITY_B) -> np.ndarray:
+    """Propensities of Jain et al. (2016) from the training label counts.
+
+    ``p_l = 1 / (1 + C (N_l + B)^(-A))`` with ``C = (ln N - 1) (B + 1)^A``
+    (Jain, Prabhu & Varma, KDD 2016, Sec. 5; pyxclib's
+    ``compute_inv_propesity`` returns ``1 / p_l``). A frequent label has a
+    propensity near 1, a rare one a small propensity and hence a large
+    weight ``1 / p_l`` in the propensity-scored metrics.
+
+    Parameters
+    ----------
+    label_counts : array-like of shape (l,)
+        ``N_l``, the number of training rows with label l (non-negative
+        integers, at most ``n_train``).
+    n_train : int
+        ``N``, the number of training rows; at least 3, so that
+        ``ln N > 1`` and every propensity lies in (0, 1].
+    A, B : float
+        The model's parameters, both positive; the Extreme Classification
+        Repository uses A = 0.55, B = 1.5 except for Wikipedia (0.5, 0.4)
+        and Amazon (0.6, 2.6) data sets.
+
+    Returns
+    -------
+    ndarray of float64, shape (l,)
+
+    Raises
+    ------
+    ValueError
+        On counts that are not a 1-D array of integers in [0, n_train], or
+        ``n_train``, A or B out of range.
+    """
+    counts = np.asarray(label_counts)
+    if counts.ndim != 1 or counts.size == 0:
+        raise ValueError(f"label_counts must be a 1-D array of l >= 1 counts, got shape {counts.shape}")
+    if isinstance(n_train, (bool, np.bool_)) or not isinstance(n_train, (int, np.integer)) or n_train < 3:
+        raise ValueError(f"n_train must be an integer >= 3 (C = (ln N - 1)(B + 1)^A must be "
+                         f"positive), got {n_train!r}")
+    if not (np.issubdtype(counts.dtype, np.number) and np.all(np.isfinite(counts))
+            and np.all(counts == np.round(counts)) and np.all((counts >= 0) & (counts <= n_train))):
+        raise ValueError(f"label_counts must be integers in [0, n_train={n_train}]")
+    for name, value in (("A", A), ("B", B)):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
+                and value > 0) or isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    C = (math.log(n_train) - 1.0) * (B + 1.0) ** A
+    return 1.0 / (1.0 + C * (counts.astype(np.float64) + B) ** -A)
+
+
+def label_propensities(Y, *, A: float = PROPENSITY_A, B: float = PROPENSITY_B) -> np.ndarray:
+    """Propensities of every label, counted from training labels chunk by chunk.
+
+    Parameters
+    ----------
+    Y : ndarray, scipy.sparse matrix or dask.array.Array of shape (N, l)
+        The *training* labels, 0/1. A Dask array is reduced chunk by chunk
+        (per-chunk label counts added in one ``dask.compute``); its chunks
+        may be NumPy or scipy.sparse blocks.
+    A, B : float
+        See :func:`propensities_from_counts`.
+
+    Returns
+    -------
+    ndarray of float64, shape (l,)
+        :func:`propensities_from_counts` of the label counts and ``N``.
+
+    Raises
+    ------
+    ValueError
+        If Y is not 2-D, holds a value other than 0/1, or has fewer than 3
+        rows.
+    """
+    if isinstance(Y, da.Array):
+        _check_2d(Y, "Y")
+        blocks = Y.rechunk({1: -1}).to_delayed().ravel()
+        stats = combine(_evaluate([(_label_counts, (block,)) for block in blocks], lazy=True))
+    else:
+        if not sp.issparse(Y):
+            Y = np.asarray(Y)
+        _check_2d(Y, "Y")
+        stats = _label_counts(Y)
+    return propensities_from_counts(stats["label_counts"], int(stats["n_rows"]), A=A, B=B)
+
+
+def chunk_statistics(Y, S, P, inverse_propensities=None) -> dict:
     """Additive sums of one row chunk, from which :func:`finalize` derives the metrics.
 
     Parameters
@@ -202,6 +365,9 @@ def chunk_statistics(Y, S, P) -> dict:
     Y, S, P : ndarray of shape (m, l)
         True labels (0/1), scores (finite) and predicted labels (0/1) of
         the same rows.
+    inverse_propensities : ndarray of float64, shape (l,), optional
+        ``1 / p_l`` of every label; with it, the sums of the
+        propensity-scored metrics are added.
 
     Returns
     -------
@@ -217,7 +383,8 @@ def chunk_statistics(Y, S, P) -> dict:
     Y = _as_binary(Y, "Y")
     P = _as_binary(P, "P")
     S = _as_scores(S)
-    return combine([{**_classification_statistics(Y[rows], P[rows]), **_ranking_statistics(Y[rows], S[rows])}
+    return combine([{**_classification_statistics(Y[rows], P[rows]),
+                     **_ranking_statistics(Y[rows], S[rows], inverse_propensities)}
                     for rows in _row_slices(Y.shape)])
 
 
@@ -254,7 +421,8 @@ def finalize(stats) -> dict[str, float]:
     -------
     dict of str to float
         Every metric of :data:`METRIC_NAMES` (``auc_macro`` only when the
-        pair counts are present); ``nan`` where nothing is averaged over.
+        pair counts are present) and of :data:`PS_METRIC_NAMES` when their
+        sums are present; ``nan`` where nothing is averaged over.
     """
     n_labels = len(stats["tp"])
     n = int(stats["n_rows"])
@@ -280,6 +448,9 @@ def finalize(stats) -> dict[str, float]:
     for k in TOP_K:
         values[f"precision_at_{k}"] = _ratio(stats[f"hits_at_{k}"], n * min(k, n_labels))
         values[f"ndcg_at_{k}"] = _ratio(stats[f"ndcg_at_{k}_sum"], positive)
+        for name in (f"psprecision_at_{k}", f"psndcg_at_{k}"):
+            if f"{name}_gain" in stats:
+                values[name] = _ratio(stats[f"{name}_gain"], stats[f"{name}_ideal"])
     if "auc_twice_correct" in stats:
         values["auc_macro"] = _macro_auc(stats, n)
     return values
@@ -289,14 +460,18 @@ def finalize(stats) -> dict[str, float]:
 # Input handling
 # ----------------------------------------------------------------------------
 
-def _metric_names(metrics) -> tuple[str, ...]:
-    """Validate the requested metric names (all by default)."""
+def _metric_names(metrics, *, with_propensities: bool = False) -> tuple[str, ...]:
+    """Validate the requested metric names (by default all those the inputs allow)."""
     if metrics is None:
-        return METRIC_NAMES
+        return METRIC_NAMES + PS_METRIC_NAMES if with_propensities else METRIC_NAMES
     names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    unknown = [name for name in names if name not in METRIC_NAMES]
+    unknown = [name for name in names if name not in METRIC_NAMES + PS_METRIC_NAMES]
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRIC_NAMES)}")
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRIC_NAMES + PS_METRIC_NAMES)}")
+    needing = [name for name in names if name in PS_METRIC_NAMES]
+    if needing and not with_propensities:
+        raise ValueError(f"{needing} need the label propensities of the training set; pass "
+                         f"propensities=dmlr.metrics.label_propensities(Y_train)")
     return names
 
 
@@ -359,6 +534,30 @@ def _as_scores(array) -> np.ndarray:
     return array
 
 
+def _label_counts(Y) -> dict:
+    """Rows and per-label positives of one 0/1 block (NumPy or scipy.sparse), or raise."""
+    if sp.issparse(Y):
+        Y = sp.csr_array(Y)
+        if not np.all((Y.data == 0) | (Y.data == 1)):
+            raise ValueError("Y must hold only 0 and 1")
+        counts = np.bincount(Y.indices[Y.data != 0], minlength=Y.shape[1])
+    else:
+        counts = _as_binary(Y, "Y").sum(axis=0, dtype=np.int64)
+    return {"n_rows": np.int64(Y.shape[0]), "label_counts": counts.astype(np.int64)}
+
+
+def _inverse_propensities(propensities, n_labels: int) -> np.ndarray:
+    """Validate l propensities in (0, 1] and return their inverses ``w_l = 1 / p_l``."""
+    if propensities is None:
+        raise ValueError("the propensity-scored metrics need propensities")
+    p = np.asarray(propensities, dtype=np.float64)
+    if p.shape != (n_labels,):
+        raise ValueError(f"propensities must have shape ({n_labels},), one per label, got {p.shape}")
+    if not np.all((p > 0) & (p <= 1)):  # also false for NaN
+        raise ValueError("propensities must lie in (0, 1]; pass p_l, not the inverse propensities 1/p_l")
+    return 1.0 / p
+
+
 def _row_slices(shape):
     """Slices cutting ``shape[0]`` rows into blocks of about :data:`BLOCK_ENTRIES` entries (at least one)."""
     n_rows, n_labels = shape
@@ -414,9 +613,9 @@ def _safe_divide(numerator, denominator) -> np.ndarray:
                      where=denominator > 0)
 
 
-def _ranking_statistics(Y: np.ndarray, S: np.ndarray) -> dict:
+def _ranking_statistics(Y: np.ndarray, S: np.ndarray, inverse_propensities=None) -> dict:
     """Sums for the metrics of the row-wise ranking of the labels by S."""
-    y_sorted, n_ge, n_gt, rel_ge, rel_gt = _ranked_positions(Y, S)
+    y_sorted, n_ge, n_gt, rel_ge, rel_gt, top_labels = _ranked_positions(Y, S)
     n_labels = Y.shape[1]
     n_pos = y_sorted.sum(axis=1, dtype=np.int64)
     ranked = (n_pos > 0) & (n_pos < n_labels)
@@ -435,6 +634,8 @@ def _ranking_statistics(Y: np.ndarray, S: np.ndarray) -> dict:
         "coverage_depth_sum": (depth[n_pos > 0] - 1).sum(),
     }
     stats.update(_top_k_statistics(y_sorted, n_pos))
+    if inverse_propensities is not None:
+        stats.update(_propensity_statistics(Y, y_sorted, n_pos, top_labels, inverse_propensities))
     return stats
 
 
@@ -445,12 +646,14 @@ def _ranked_positions(Y: np.ndarray, S: np.ndarray):
     position p of a row, with score s, the returned (m, l) arrays give:
     whether it is relevant, ``n_ge`` = #{k : S_k >= s}, ``n_gt`` =
     #{k : S_k > s}, and ``rel_ge``, ``rel_gt`` the same counts restricted
-    to relevant labels.
+    to relevant labels. Last, the (m, min(max(TOP_K), l)) label indices of
+    the first positions.
     """
     m, n_labels = S.shape
     order = np.argsort(-S, axis=1, kind="stable")
     y_sorted = np.take_along_axis(Y, order, axis=1)
     s_sorted = np.take_along_axis(S, order, axis=1)
+    top_labels = order[:, :max(TOP_K)].copy()
     del order
     group_end = np.ones((m, n_labels), dtype=bool)
     group_end[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
@@ -466,14 +669,19 @@ def _ranked_positions(Y: np.ndarray, S: np.ndarray):
     n_ge = last_tied + 1
     rel_ge = np.take_along_axis(relevant_before, n_ge, axis=1)
     rel_gt = np.take_along_axis(relevant_before, first_tied, axis=1)
-    return y_sorted, n_ge, first_tied, rel_ge, rel_gt
+    return y_sorted, n_ge, first_tied, rel_ge, rel_gt, top_labels
+
+
+def _discounts(n_positions: int):
+    """``1 / log2(r + 1)`` for r = 1..n_positions, and their running sums (the unit-gain IDCG)."""
+    discount = 1.0 / np.log2(np.arange(2, n_positions + 2))
+    return discount, np.cumsum(discount)
 
 
 def _top_k_statistics(y_sorted: np.ndarray, n_pos: np.ndarray) -> dict:
     """Hits and nDCG sums of the top-k positions, for every k in :data:`TOP_K`."""
     n_labels = y_sorted.shape[1]
-    discount = 1.0 / np.log2(np.arange(2, n_labels + 2))
-    ideal = np.cumsum(discount)
+    discount, ideal = _discounts(n_labels)
     has_positive = n_pos > 0
     stats = {}
     for k in TOP_K:
@@ -482,6 +690,34 @@ def _top_k_statistics(y_sorted: np.ndarray, n_pos: np.ndarray) -> dict:
         best = ideal[np.minimum(n_pos[has_positive], top.shape[1]) - 1]
         stats[f"hits_at_{k}"] = np.int64(np.count_nonzero(top))
         stats[f"ndcg_at_{k}_sum"] = (dcg[has_positive] / best).sum()
+    return stats
+
+
+def _propensity_statistics(Y, y_sorted, n_pos, top_labels, weights) -> dict:
+    """Gain and ideal-gain sums of the propensity-scored metrics, for every k in :data:`TOP_K`.
+
+    ``weights`` are the inverse propensities ``w_l``; ``top_labels`` the
+    label indices of the first sorted positions (see :func:`_ranked_positions`).
+    The ideal ranking of a row puts its relevant labels in decreasing order
+    of ``w_l``; only its first ``min(max(TOP_K), l)`` weights are needed.
+    """
+    n_labels = Y.shape[1]
+    depth = top_labels.shape[1]
+    gained = np.where(y_sorted[:, :depth], weights[top_labels], 0.0)
+    relevant = np.where(Y, weights, 0.0)  # weights > 0, so a row's relevant labels come first
+    if depth < n_labels:
+        relevant = np.partition(relevant, n_labels - depth, axis=1)[:, n_labels - depth:]
+    best = -np.sort(-relevant, axis=1)
+    discount, unit_ideal = _discounts(depth)
+    has_positive = n_pos > 0
+    stats = {}
+    for k in TOP_K:
+        cut = min(k, n_labels)
+        norm = unit_ideal[np.minimum(n_pos[has_positive], cut) - 1]
+        stats[f"psprecision_at_{k}_gain"] = gained[:, :cut].sum()
+        stats[f"psprecision_at_{k}_ideal"] = best[:, :cut].sum()
+        stats[f"psndcg_at_{k}_gain"] = (gained[has_positive, :cut] @ discount[:cut] / norm).sum()
+        stats[f"psndcg_at_{k}_ideal"] = (best[has_positive, :cut] @ discount[:cut] / norm).sum()
     return stats
 
 

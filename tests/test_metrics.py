@@ -385,3 +385,144 @@ def test_metric_names_are_all_computed():
     got = multilabel_metrics(Y, S, P)
     assert tuple(got) == METRIC_NAMES
     assert all(0.0 <= value <= 1.0 for value in got.values())
+
+
+# ----------------------------------------------------------------------------
+# propensity-scored precision and nDCG
+# ----------------------------------------------------------------------------
+
+PS_NAMES = ("psprecision_at_1", "psprecision_at_3", "psprecision_at_5",
+            "psndcg_at_1", "psndcg_at_3", "psndcg_at_5")
+
+
+def test_propensities_hand_worked():
+    # Jain et al. (2016): p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A
+    counts, n_train = np.array([0, 1, 10, 100]), 100
+    C = (math.log(100) - 1) * 2.5 ** 0.55
+    expected = [1 / (1 + C * (n_l + 1.5) ** -0.55) for n_l in (0, 1, 10, 100)]
+    np.testing.assert_allclose(metrics.propensities_from_counts(counts, n_train), expected, rtol=1e-14)
+    # label 2, written out: C = (4.60517 - 1) * 1.65526 = 5.96750; 11.5^-0.55 = 0.260985
+    assert metrics.propensities_from_counts(counts, n_train)[2] == pytest.approx(1 / (1 + 5.96750 * 0.260985),
+                                                                                 rel=1e-5)
+    C = (math.log(100) - 1) * 4 ** 0.5  # A = 0.5, B = 3: (N_l + 3)^-0.5 = 1/2 for N_l = 1
+    assert metrics.propensities_from_counts(counts, n_train, A=0.5, B=3)[1] == pytest.approx(1 / (1 + C / 2))
+
+
+def test_label_propensities_numpy_scipy_dask_agree():
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(11)
+    Y = (rng.random((70, 9)) < np.linspace(0.0, 0.6, 9)).astype(np.int8)  # label 0 never occurs
+    counts = Y.sum(axis=0)
+    expected = metrics.propensities_from_counts(counts, 70, A=0.6, B=2.6)
+    for array in (Y, Y.astype(bool), sp.csr_matrix(Y), da.from_array(Y, chunks=(ROW_CHUNKS, 4)),
+                  da.from_array(sp.csr_matrix(Y), chunks=(20, -1), asarray=False)):
+        np.testing.assert_allclose(metrics.label_propensities(array, A=0.6, B=2.6), expected, rtol=1e-15)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        metrics.label_propensities(da.from_array(2 * Y, chunks=(10, -1)))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        metrics.label_propensities(sp.csr_matrix(2 * Y))
+
+
+def test_propensity_validation():
+    with pytest.raises(ValueError, match="n_train"):
+        metrics.propensities_from_counts([0, 1], 2)  # ln 2 < 1 would give propensities above 1
+    with pytest.raises(ValueError, match=r"\[0, n_train"):
+        metrics.propensities_from_counts([0, 11], 10)
+    with pytest.raises(ValueError, match=r"\[0, n_train"):
+        metrics.propensities_from_counts([0.5, 1], 10)
+    with pytest.raises(ValueError, match="A must be"):
+        metrics.propensities_from_counts([0, 1], 10, A=0)
+    with pytest.raises(ValueError, match="B must be"):
+        metrics.propensities_from_counts([0, 1], 10, B=-1)
+    Y, S, P = _random_problem(12, n=20, l=4)
+    with pytest.raises(ValueError, match="need the label propensities"):
+        multilabel_metrics(Y, S, P, metrics=["precision_at_1", "psndcg_at_3"])
+    with pytest.raises(ValueError, match="shape \\(4,\\)"):
+        multilabel_metrics(Y, S, P, propensities=np.ones(3))
+    with pytest.raises(ValueError, match="not the inverse"):
+        multilabel_metrics(Y, S, P, propensities=[1.0, 2.0, 4.0, 0.5])
+    with pytest.raises(ValueError, match="not the inverse"):
+        multilabel_metrics(Y, S, P, metrics="f1_micro", propensities=[1.0, np.nan, 1.0, 1.0])
+
+
+def test_ps_metrics_hand_worked():
+    # propensities p = (1, 1/2, 1/4, 1/5): weights w = 1/p = (1, 2, 4, 5)
+    propensities = np.array([1.0, 0.5, 0.25, 0.2])
+    Y = np.array([[1, 0, 1, 0],
+                  [0, 1, 1, 1],
+                  [0, 0, 0, 0]])
+    S = np.array([[0.9, 0.8, 0.1, 0.2],    # ranking 0, 1, 3, 2: relevant at ranks 1 (w 1) and 4 (w 4)
+                  [0.3, 0.1, 0.2, 0.4],    # ranking 3, 0, 2, 1: relevant at ranks 1 (w 5), 3 (w 4), 4 (w 2)
+                  [0.1, 0.2, 0.3, 0.4]])   # no relevant label: adds 0 to every sum
+    got = multilabel_metrics(Y, S, Y, metrics=PS_NAMES, propensities=propensities)
+    # ideal rankings by weight: row 0 (4, 1), row 1 (5, 4, 2)
+    # PSP@1: gains 1 + 5 = 6, ideal 4 + 5 = 9
+    assert got["psprecision_at_1"] == pytest.approx(6 / 9)
+    # PSP@3: gains row 0: 1, row 1: 5 + 4 = 9 -> 10; ideal (4 + 1) + (5 + 4 + 2) = 16
+    assert got["psprecision_at_3"] == pytest.approx(10 / 16)
+    # PSP@5 (k' = 4 labels): gains (1 + 4) + (5 + 4 + 2) = 16 = ideal
+    assert got["psprecision_at_5"] == pytest.approx(1.0)
+    L3, L5 = math.log2(3), math.log2(5)
+    n0 = 1 + 1 / L3            # unit-gain IDCG of row 0 (2 relevant labels), at k >= 2
+    n1 = 1 + 1 / L3 + 1 / 2    # row 1 (3 relevant labels), at k >= 3
+    ideal = (4 + 1 / L3) / n0 + (5 + 4 / L3 + 2 / 2) / n1
+    # PSnDCG@1: unit IDCG@1 = 1; (1 + 5) / (4 + 5)
+    assert got["psndcg_at_1"] == pytest.approx(6 / 9)
+    # PSnDCG@3: row 0 gains 1 at rank 1; row 1 gains 5 at rank 1, 4 at rank 3 (4 / log2 4 = 2)
+    assert got["psndcg_at_3"] == pytest.approx((1 / n0 + (5 + 2) / n1) / ideal)
+    # PSnDCG@5: row 0 adds 4 at rank 4, row 1 adds 2 at rank 4
+    assert got["psndcg_at_5"] == pytest.approx(((1 + 4 / L5) / n0 + (7 + 2 / L5) / n1) / ideal)
+
+
+def _dense_ps_reference(Y, S, propensities, k):
+    """PSP@k and PSnDCG@k row by row, as pyxclib's psprecision / psndcg (ties by label index)."""
+    w = 1.0 / propensities
+    gain_p = ideal_p = gain_n = ideal_n = 0.0
+    for y, s in zip(Y, S):
+        order = sorted(range(len(y)), key=lambda j: (-s[j], j))[:k]
+        best = sorted((w[j] for j in range(len(y)) if y[j]), reverse=True)[:k]
+        gains = [w[j] * y[j] for j in order]
+        gain_p += sum(gains)
+        ideal_p += sum(best)
+        if best:
+            unit = sum(1 / math.log2(r + 2) for r in range(len(best)))
+            gain_n += sum(g / math.log2(r + 2) for r, g in enumerate(gains)) / unit
+            ideal_n += sum(g / math.log2(r + 2) for r, g in enumerate(best)) / unit
+    return gain_p / ideal_p, gain_n / ideal_n
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_ps_metrics_match_dense_reference(ties):
+    Y, S, P = _random_problem(13, n=80, l=8, density=0.25, ties=ties, ranked=False)
+    propensities = metrics.propensities_from_counts(np.arange(8) * 7, 60)
+    got = multilabel_metrics(Y, S, P, propensities=propensities)
+    assert tuple(got) == METRIC_NAMES + PS_NAMES
+    for k in (1, 3, 5):
+        psp, psndcg = _dense_ps_reference(Y, S, propensities, k)
+        assert got[f"psprecision_at_{k}"] == pytest.approx(psp, rel=1e-12)
+        assert got[f"psndcg_at_{k}"] == pytest.approx(psndcg, rel=1e-12)
+        assert 0 < got[f"psprecision_at_{k}"] < 1
+
+
+def test_ps_metrics_with_unit_propensities_reduce_to_ndcg():
+    # w = 1: PSDCG = DCG and the ideal sum counts the rows with a relevant label
+    Y, S, P = _sparse_problem()
+    got = multilabel_metrics(Y, S, P, propensities=np.ones(Y.shape[1]))
+    for k in (1, 3, 5):
+        assert got[f"psndcg_at_{k}"] == pytest.approx(got[f"ndcg_at_{k}"], rel=1e-12)
+
+
+def test_ps_metrics_dask_chunks_equal_one_chunk(monkeypatch):
+    Y, S, P = _sparse_problem()
+    propensities = metrics.label_propensities(Y[::2])
+    whole = multilabel_metrics(Y, S, P, propensities=propensities)
+    _assert_same(multilabel_metrics(*_to_dask(Y, S, P), propensities=propensities), whole)
+    monkeypatch.setattr(metrics, "BLOCK_ENTRIES", 3 * Y.shape[1])  # blocks of 3 rows within a chunk
+    _assert_same(multilabel_metrics(Y, S, P, propensities=propensities), whole)
+
+
+def test_ps_metrics_nan_without_relevant_labels():
+    Y = np.zeros((2, 3), dtype=np.int8)
+    S = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
+    got = multilabel_metrics(Y, S, Y, metrics=PS_NAMES, propensities=[0.5, 0.5, 0.5])
+    assert all(math.isnan(value) for value in got.values())
