@@ -704,10 +704,17 @@ def _propensity_statistics(Y, y_sorted, n_pos, top_labels, weights) -> dict:
     n_labels = Y.shape[1]
     depth = top_labels.shape[1]
     gained = np.where(y_sorted[:, :depth], weights[top_labels], 0.0)
-    relevant = np.where(Y, weights, 0.0)  # weights > 0, so a row's relevant labels come first
-    if depth < n_labels:
-        relevant = np.partition(relevant, n_labels - depth, axis=1)[:, n_labels - depth:]
-    best = -np.sort(-relevant, axis=1)
+    # the best weights of each row, from its relevant entries only (Y is mostly 0 in XC data)
+    rows, labels = np.nonzero(Y)
+    relevant = weights[labels]
+    order = np.lexsort((-relevant, rows))
+    rows, relevant = rows[order], relevant[order]
+    row_start = np.zeros(len(n_pos) + 1, dtype=np.int64)
+    np.cumsum(n_pos, out=row_start[1:])
+    position = np.arange(len(rows)) - row_start[rows]
+    kept = position < depth
+    best = np.zeros(gained.shape)
+    best[rows[kept], position[kept]] = relevant[kept]
     discount, unit_ideal = _discounts(depth)
     has_positive = n_pos > 0
     stats = {}
