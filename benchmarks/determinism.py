@@ -1,6 +1,6 @@
 """Same data, same model: max |W - W_ref| for 1, 2, 4 workers and several chunk sizes.
 
-Fits linear RBRL (lambda1=1, lambda2=0.01, lambda3=0.1, tol=1e-6) on the RBRL
+Fits linear RBRL (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, tol=1e-6) on the RBRL
 reference's emotions training split stored in Zarr with different chunk rows,
 on local clusters of 1, 2 and 4 single-threaded worker processes and
 in-process, and prints the largest coefficient difference from the in-process
@@ -20,7 +20,7 @@ from dmlr.data.store import write_dataset
 from dmlr.datasets import anchors_dir
 from dmlr.models import RBRL
 
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=1999, tol=1e-6)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6)
 
 
 def main():

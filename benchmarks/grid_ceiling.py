@@ -74,7 +74,7 @@ def test_records(name: str, repeat: int, work: Path, client, max_iter: int = 500
     both_Y = np.vstack([np.asarray(Ytr), np.asarray(Yte)])
     n_tr = Xtr.shape[0]
     split = [(np.arange(n_tr), np.arange(n_tr, both_X.shape[0]))]
-    est = RBRL(kernel=kernel, step="spectral", max_iter=max_iter, tol=tol, backend="local")
+    est = RBRL(kernel=kernel, step_rule="spectral", max_iter=max_iter, tol=tol, backend="local")
     t = time.perf_counter()
     search = grid_search_cv(est, both_X, both_Y, PAPER_GRID, cv=split, client=client, refit=False)
     print(f"{name} repeat {repeat}: {len(search.results)} fits in {time.perf_counter() - t:.0f} s", flush=True)
@@ -120,7 +120,7 @@ def main(argv=None):
                 if paper:
                     mean, std = paper[[m for _, m, _ in METRICS].index(key)]
                     ptxt = f"{mean:.3f} +- {std:.3f}"
-                point = ", ".join(f"{best[k]:g}" for k in ("lambda1", "lambda2", "lambda3"))
+                point = ", ".join(f"{best[k]:g}" for k in ("alpha", "alpha_rank", "alpha_nuclear"))
                 print(f"| {short} | {ptxt} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {point} |",
                       flush=True)
 

@@ -1,7 +1,7 @@
 """Approximate kernel RBRL (Nystroem / random Fourier features) against the exact kernel model.
 
 For each small set, fits the exact RBF kernel RBRL (eq. 12; gamma = 1/d,
-lambda1=1, lambda2=0.01, lambda3=0.1, step="spectral", default max_iter/tol)
+alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, step_rule="spectral", default max_iter/tol)
 and the same settings with ``kernel_approximation="nystroem"``
 (n_components 64, 256, 1024 capped at n_train) and ``"fourier"`` (D 256,
 1024), i.e. the linear model (eq. 8) on D kernel features. Prints test
@@ -42,7 +42,7 @@ from dmlr.datasets import anchors_dir, data_dir, synthetic_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RBRL
 
-PARAMS = dict(kernel="rbf", gamma=None, lambda1=1.0, lambda2=0.01, lambda3=0.1, step="spectral")
+PARAMS = dict(kernel="rbf", gamma=None, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, step_rule="spectral")
 METRICS = ("average_precision", "ranking_loss", "hamming_loss", "f1_example")
 
 
@@ -150,7 +150,7 @@ def main(argv=None):
     print("|" + "---|" * len(head))
     for r in rows:
         print("| " + " | ".join(str(c) for c in r) + " |")
-    print(f"\nAll: RBF, gamma = 1/d, lambda1=1, lambda2=0.01, lambda3=0.1, step='spectral', max_iter=2000, "
+    print(f"\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, step='spectral', max_iter=2000, "
           f"tol=1e-6, fit_intercept=True (the approximate variants' bias is a feature; the exact kernel "
           f"model has none). fit s: whole fit incl. the feature map, in-process backend.")
     if not args.skip_mediamill:

@@ -10,7 +10,7 @@ work is spread as 49 (lambda1, lambda2) settings x 5 folds = 245 Dask
 tasks, each fitting the 7-value lambda3 path from 1e2 down to 1e-4 with warm
 starts, on a LocalCluster(n_workers=2, threads_per_worker=1).
 
-Solver inside CV (the defaults below): ``step="spectral"`` (Lanczos bound on
+Solver inside CV (the defaults below): ``step_rule="spectral"`` (Lanczos bound on
 the Hessian plus backtracking and adaptive restart: the fewest iterations in
 a probe on this set), ``tol=1e-4`` on the relative objective change and
 ``max_iter=500``. CV only has to rank grid points, not solve each to full
@@ -89,9 +89,9 @@ def main(argv=None):
     grid = dict(PAPER_GRID)
     if args.settings is not None:
         # Grid order is lambda1-major, so the first settings are the slowest (weakest ridge) corner.
-        pairs = [(a, b) for a in grid["lambda1"] for b in grid["lambda2"]][: args.settings]
-        grid = {"lambda1": sorted({a for a, _ in pairs}), "lambda2": sorted({b for _, b in pairs}),
-                "lambda3": grid["lambda3"]}
+        pairs = [(a, b) for a in grid["alpha"] for b in grid["alpha_rank"]][: args.settings]
+        grid = {"alpha": sorted({a for a, _ in pairs}), "alpha_rank": sorted({b for _, b in pairs}),
+                "alpha_nuclear": grid["alpha_nuclear"]}
     n_points = int(np.prod([len(v) for v in grid.values()]))
     print(f"yahoo_arts: training part {X_tr.shape[0]} x {X_tr.shape[1]}, {Y_tr.shape[1]} labels "
           f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step={args.step!r}, tol={args.tol:g}, "
@@ -104,7 +104,7 @@ def main(argv=None):
     from dmlr.distributed import local_cluster
 
     est = RBRL(step=args.step, tol=args.tol, max_iter=args.max_iter)
-    path_param = None if args.cold else "lambda3"
+    path_param = None if args.cold else "alpha_nuclear"
     config = {"tol": args.tol, "max_iter": args.max_iter, "step": args.step, "seed": args.seed,
               "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}
     state = load_checkpoint(args.checkpoint, config)
@@ -118,16 +118,16 @@ def main(argv=None):
             else:
                 # One lambda1 value (49 points) at a time, each saved when done: a killed run resumes
                 # where it stopped. Units are independent, so the records equal one whole-grid call's.
-                for value in grid["lambda1"]:
+                for value in grid["alpha"]:
                     if repr(value) in state["slices"]:
                         continue
-                    part = grid_search_cv(est, X_tr, Y_tr, {**grid, "lambda1": [value]}, cv=5, seed=args.seed,
+                    part = grid_search_cv(est, X_tr, Y_tr, {**grid, "alpha": [value]}, cv=5, seed=args.seed,
                                           client=client, path_param=path_param, refit=False, verbose=49)
                     state["slices"][repr(value)] = {"results": part.results, "seconds": part.seconds,
                                                     "n_warm_fits": part.n_warm_fits,
                                                     "n_warm_first_test_stops": part.n_warm_first_test_stops}
                     save_checkpoint(args.checkpoint, state)
-                    print(f"  lambda1={value:g} done in {part.seconds:.1f} s (saved to {args.checkpoint})",
+                    print(f"  alpha={value:g} done in {part.seconds:.1f} s (saved to {args.checkpoint})",
                           flush=True)
                 res = combine_slices(state, grid, est, X_tr, Y_tr)
         elapsed = time.perf_counter() - t
@@ -136,7 +136,7 @@ def main(argv=None):
     if args.checkpoint is None:
         print(f"elapsed: {elapsed:.1f} s total ({res.seconds:.1f} s CV + {res.refit_seconds:.1f} s refit)")
     else:
-        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['lambda1'])} lambda1 slices, "
+        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['alpha'])} lambda1 slices, "
               f"{state['runs']} process run(s); this run {elapsed:.1f} s) + {res.refit_seconds:.1f} s refit")
     print(f"fits: {res.n_fits} CV fits, {res.n_fits / res.seconds:.2f} fits/s "
           f"({2 * res.seconds / res.n_fits:.2f} worker-seconds per fit on 2 workers)")
@@ -177,7 +177,7 @@ def save_checkpoint(path, state) -> None:
 
 def combine_slices(state, grid, est, X, Y) -> GridSearchResult:
     """The whole-grid result from the lambda1 slices (grid order is lambda1-major), refit included."""
-    records = [rec for value in grid["lambda1"] for rec in state["slices"][repr(value)]["results"]]
+    records = [rec for value in grid["alpha"] for rec in state["slices"][repr(value)]["results"]]
     slices = state["slices"].values()
     best_index = max(range(len(records)), key=lambda i: (records[i]["mean_score"], -i))  # paper_mean: max
     best_params = dict(records[best_index]["params"])

@@ -124,12 +124,12 @@ PAPER_TABLE6_BRL = {
 }
 KERNEL_SETS = {"emotions", "scene", "yeast", "image_subset600"}
 
-COARSE_GRID = {"lambda1": [1e-3, 1e-1, 1e1], "lambda2": [1e-3, 1e-1, 1e1], "lambda3": [1e-3, 1e-2, 1e-1, 1.0]}
+COARSE_GRID = {"alpha": [1e-3, 1e-1, 1e1], "alpha_rank": [1e-3, 1e-1, 1e1], "alpha_nuclear": [1e-3, 1e-2, 1e-1, 1.0]}
 GRIDS = {"paper": PAPER_GRID, "coarse": COARSE_GRID,
-         "coarse100": {**COARSE_GRID, "lambda1": COARSE_GRID["lambda1"] + [1e2],
-                       "lambda2": COARSE_GRID["lambda2"] + [1e2]},
-         "coarse1": {**COARSE_GRID, "lambda1": sorted(COARSE_GRID["lambda1"] + [1.0]),
-                     "lambda2": sorted(COARSE_GRID["lambda2"] + [1.0])}}
+         "coarse100": {**COARSE_GRID, "alpha": COARSE_GRID["alpha"] + [1e2],
+                       "alpha_rank": COARSE_GRID["alpha_rank"] + [1e2]},
+         "coarse1": {**COARSE_GRID, "alpha": sorted(COARSE_GRID["alpha"] + [1.0]),
+                     "alpha_rank": sorted(COARSE_GRID["alpha_rank"] + [1.0])}}
 
 
 def load_all(name: str, workdir: Path):
@@ -218,7 +218,7 @@ def final_test_scores(Xtr, Xte, Ytr, Yte, kernel, params):
     The arguments are :func:`split_repeat`'s results and the point. The final fit
     solves tighter than cross-validation (``max_iter=5000``, ``tol=1e-6``).
     """
-    model = RBRL(kernel=kernel, step="spectral", max_iter=5000, tol=1e-6, backend="local", **params).fit(Xtr, Ytr)
+    model = RBRL(kernel=kernel, step_rule="spectral", max_iter=5000, tol=1e-6, backend="local", **params).fit(Xtr, Ytr)
     S = model.decision_function(Xte)
     m = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=[k for _, k, _ in METRICS])
     return [m[k] for _, k, _ in METRICS]
@@ -236,8 +236,8 @@ def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
     Xtr, Xte, Ytr, Yte, kernel = split_repeat(name, X, Y, repeat)
     grid = dict(grid)
     if brl:
-        grid["lambda2"] = [0.0]
-    est = RBRL(kernel=kernel, step="spectral", max_iter=cv_iter, tol=1e-5, backend="local")
+        grid["alpha_rank"] = [0.0]
+    est = RBRL(kernel=kernel, step_rule="spectral", max_iter=cv_iter, tol=1e-5, backend="local")
     search = grid_search_cv(est, Xtr, Ytr, grid, cv=5, seed=repeat, client=client, refit=False)
     test_scores = {}   # the test part's six metrics per chosen point, each point fitted once
 

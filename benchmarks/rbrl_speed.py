@@ -2,7 +2,7 @@
 
 Sections (each prints a table):
 
-1. Against the reference (emotions, the reference's split, ``step="paper"``):
+1. Against the reference (emotions, the reference's split, ``step_rule="paper"``):
    whole fit, linear and RBF kernel, same iterations and objective, next to
    the Octave reference's 82.9 s and 224.4 s (RESULTS.md).
 2. Linear RBRL on a 2-worker local cluster (processes, 1 thread each):
@@ -200,7 +200,7 @@ def section_reference():
           "| reference | speed-up |")
     print("|---|---|---|---|---|---|")
     for kernel, key in ((None, "linear"), ("rbf", "rbf")):
-        fits = [RBRL(kernel=kernel, gamma=1 / 72, step="paper", max_iter=1999).fit(Xtr, Ytr) for _ in range(3)]
+        fits = [RBRL(kernel=kernel, gamma=1 / 72, step_rule="paper", max_iter=1999).fit(Xtr, Ytr) for _ in range(3)]
         best = min(f.fit_seconds_ for f in fits)
         print(f"| {key} | {fits[0].n_iter_} ({REFERENCE_ITERS[key]}) | {fits[0].objective_history_[-1]:.10g} | "
               f"{best:.3f} s | {REFERENCE_SECONDS[key]} s | {REFERENCE_SECONDS[key] / best:.0f}x |", flush=True)
@@ -371,7 +371,7 @@ def section_kernel(client, work, iters):
     X, Y = X[:10000].compute(), Y[:10000].compute()
     base = client.run(rss_bytes)
     client.run(reset_peak)
-    model = RBRL(kernel="rbf", max_iter=iters, tol=0.0, backend="dask", step="spectral").fit(X, Y, client=client)
+    model = RBRL(kernel="rbf", max_iter=iters, tol=0.0, backend="dask", step_rule="spectral").fit(X, Y, client=client)
     peaks = client.run(peak_bytes)
     per_iter = ms_per_iteration(model)
     k_rows = 10000 * 10000 * 8 / len(peaks) / 2 ** 20

@@ -33,7 +33,7 @@ from paper_tables import (METRICS, PAPER_STYLE_YAHOO, PAPER_TABLE3, final_test_s
 
 def sample_scores(X, Y, name, point, splits):
     """Mean test scores (METRICS order) over the first ``splits`` splits of one sample, at ``point``."""
-    params = dict(zip(("lambda1", "lambda2", "lambda3"), point))
+    params = dict(zip(("alpha", "alpha_rank", "alpha_nuclear"), point))
     per_split = [final_test_scores(*split_repeat(name, X, Y, r), params) for r in range(splits)]
     return np.mean(per_split, axis=0)
 

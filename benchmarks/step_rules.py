@@ -1,13 +1,13 @@
 """Step rules of RBRL's APG: iterations and time to reach the paper-step optimum.
 
-For every data set: fit with ``step="paper"`` (the reference's iterates, stop at
+For every data set: fit with ``step_rule="paper"`` (the reference's iterates, stop at
 1e-6 relative change); its final objective is the target. Then each faster
 rule, with the same stopping rule: the first iteration (and its time) at
 which the objective is within 1e-6 relative of the target, the iterations at
 which it stopped, and its final objective relative to the target (negative:
 lower, i.e. better).
 
-Sets (lambda1=1, lambda2=0.01, lambda3=0.1, the reference demo's values):
+Sets (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, the reference demo's values):
 emotions (the reference's split) linear and RBF kernel; scene, yeast,
 image_subset600 RBF kernel (gamma = 1/m); enron, yahoo_arts, yahoo_recreation,
 yahoo_business, yahoo_education (the paper-style 5,000-document versions that
@@ -154,7 +154,7 @@ def main(argv=None):
         except FileNotFoundError as e:
             print(f"| {name} | skipped: {e} |")
             continue
-        common = dict(kernel=kernel, lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=args.max_iter, backend="local")
+        common = dict(kernel=kernel, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=args.max_iter, backend="local")
 
         def fit(step, restart):
             path = saved / f"{name}_{step}_restart-{restart}_max-iter-{args.max_iter}.npz"

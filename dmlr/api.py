@@ -6,13 +6,17 @@ import inspect
 import warnings
 from pathlib import Path
 
+from sklearn.base import BaseEstimator
+from sklearn.pipeline import Pipeline
+
+from dmlr.config import config_context
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import KNN, MMP, OMF, OML, RBRL, LinearMultiLabel, RankSVM
+from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel, "oml": OML, "knn": KNN,
-          "omf": OMF}
+MODELS = {"rbrl": RBRL, "kernel_rbrl": KernelRBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel,
+          "oml": OML, "knn": KNN, "omf": OMF}
 
 
 def _as_dataset(data):
@@ -43,8 +47,8 @@ def resolve_arrays(data, split: str | None, *, default_split: str):
 
 
 def make_model(model, **params) -> BaseModel:
-    """An estimator from a name in :data:`MODELS` or an estimator instance."""
-    if isinstance(model, BaseModel):
+    """An estimator from a name in :data:`MODELS` or an estimator instance (a Pipeline too)."""
+    if isinstance(model, BaseEstimator):
         return model.set_params(**params) if params else model
     try:
         cls = MODELS[str(model).lower()]
@@ -62,13 +66,16 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
     data : str, Path, Dataset or (X, Y)
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
-        A name in :data:`MODELS` (``"rbrl"``, ``"ranksvm"``, ``"mmp"``,
-        ``"linear"``, ``"oml"``, ``"knn"``, ``"omf"``) or an estimator instance.
+        A name in :data:`MODELS` (``"rbrl"``, ``"kernel_rbrl"``,
+        ``"ranksvm"``, ``"mmp"``, ``"linear"``, ``"oml"``, ``"knn"``,
+        ``"omf"``) or an estimator instance (a scikit-learn Pipeline ending
+        in one, too).
     split : str or None
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional
-        Dask client; by default the current one, the configured scheduler,
-        or a local cluster (only when the data are large enough to need one).
+        Dask client for this fit (as ``dmlr.config_context(client=...)``);
+        by default the current one, the configured scheduler, or a local
+        cluster (only when the data are large enough to need one).
     checkpoint : str or Path, optional
         Directory of a Zarr checkpoint: the solver's full state is written
         there (atomically) every ``checkpoint_every`` iterations, and the
@@ -86,7 +93,7 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
         unfinished checkpoint raises :class:`FileExistsError`. See
         :meth:`dmlr.models.RBRL.fit`.
     **params
-        Estimator parameters, e.g. ``lambda1=1.0``.
+        Estimator parameters, e.g. ``alpha=1.0``.
 
     Returns
     -------
@@ -95,11 +102,15 @@ def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpo
     """
     est = make_model(model, **params)
     X, Y = resolve_arrays(data, split, default_split="train")
-    if checkpoint is None and not resume:
-        return est.fit(X, Y, client=client)
-    if "checkpoint" not in inspect.signature(est.fit).parameters:
-        raise ValueError(f"{type(est).__name__} does not support checkpoints (checkpoint=, resume=)")
-    return est.fit(X, Y, client=client, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume)
+    with config_context(**({"client": client} if client is not None else {})):
+        if checkpoint is None and not resume:
+            return est.fit(X, Y)
+        # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
+        final, prefix = (est.steps[-1][1], est.steps[-1][0] + "__") if isinstance(est, Pipeline) else (est, "")
+        if "checkpoint" not in inspect.signature(final.fit).parameters:
+            raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
+        kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
+        return est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})
 
 
 def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
@@ -110,7 +121,7 @@ def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
 
     Parameters
     ----------
-    model : fitted estimator
+    model : fitted estimator or Pipeline
     data : str, Path, Dataset or (X, Y)
     split : str or None
         Named split to evaluate on (None or "all": every row).
@@ -126,7 +137,13 @@ def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
 
     X, Y = resolve_arrays(data, split, default_split="test")
     S = model.decision_function(X)
-    return multilabel_metrics(Y, S, model.labels_from_scores(S), metrics=metrics)
+    return multilabel_metrics(Y, S, label_rule(model)(S), metrics=metrics)
+
+
+def label_rule(model):
+    """The model's own rule from (n, n_labels) scores to 0/1 labels: ``labels_from_scores`` of
+    the estimator, or of a Pipeline's final estimator."""
+    return (model.steps[-1][1] if isinstance(model, Pipeline) else model).labels_from_scores
 
 
 def load(path) -> BaseModel:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 import time
@@ -44,12 +45,25 @@ def cmd_info(args) -> int:
 
 def _model_params(args) -> dict:
     params = {}
-    for name in ("lambda1", "lambda2", "lambda3", "kernel", "gamma", "step", "max_iter", "tol", "backend"):
+    for name in ("alpha", "alpha_rank", "alpha_nuclear", "kernel", "gamma", "step_rule", "max_iter", "tol"):
         value = getattr(args, name)
         if value is not None:
             params[name] = value
+    for item in args.param or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--param takes NAME=VALUE, got {item!r}")
+        try:
+            params[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            params[name] = text   # a bare word: a string value (e.g. --param solver=lbfgs)
     params["verbose"] = 0 if getattr(args, "quiet", False) else args.verbose
     return params
+
+
+def _model_name(args) -> str:
+    """``--kernel`` with the default linear RBRL means the kernel model."""
+    return "kernel_rbrl" if args.kernel is not None and args.model == "rbrl" else args.model
 
 
 def _client(args):
@@ -68,7 +82,10 @@ def cmd_fit(args) -> int:
     ckpt = {}
     if args.checkpoint:
         ckpt = {"checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume}
-    model = dmlr.fit(args.data, args.model, split=args.split, client=_client(args), **ckpt, **_model_params(args))
+    settings = {"backend": args.backend} if args.backend else {}
+    with dmlr.config_context(**settings):
+        model = dmlr.fit(args.data, _model_name(args), split=args.split, client=_client(args), **ckpt,
+                         **_model_params(args))
     if getattr(model, "resumed_from_iteration_", 0):
         print(f"resumed from the checkpoint at iteration {model.resumed_from_iteration_} in {args.checkpoint}")
     print(f"fitted {type(model).__name__}: {model.n_iter_} iterations, objective "
@@ -117,10 +134,10 @@ def cmd_demo(args) -> int:
     ds = dmlr.open_dataset(data)
     print(ds)
     client = dmlr.get_client(args.scheduler) if args.scheduler else dmlr.get_client()
-    print(f"fitting linear RBRL (lambda1=1, lambda2=0.01, lambda3=0.1, max_iter={args.max_iter}) "
+    print(f"fitting linear RBRL (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter={args.max_iter}) "
           f"on the {len(ds.splits['train'])} training rows ...")
-    model = dmlr.fit(ds, "rbrl", split="train", client=client, backend="dask", max_iter=args.max_iter,
-                     verbose=args.verbose)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(ds, "rbrl", split="train", client=client, max_iter=args.max_iter, verbose=args.verbose)
     print(f"  {model.n_iter_} iterations in {model.fit_seconds_:.2f} s, final objective "
           f"{model.objective_history_[-1]:.6g}")
     metrics = dmlr.evaluate(model, ds, split="test")
@@ -154,15 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--model", default="rbrl")
     f.add_argument("--out", required=True, help="model file to write (.npz)")
     f.add_argument("--split", default="train")
-    f.add_argument("--lambda1", type=float)
-    f.add_argument("--lambda2", type=float)
-    f.add_argument("--lambda3", type=float)
+    f.add_argument("--alpha", type=float, help="Frobenius (ridge) weight")
+    f.add_argument("--alpha-rank", dest="alpha_rank", type=float, help="RBRL: pairwise ranking weight")
+    f.add_argument("--alpha-nuclear", dest="alpha_nuclear", type=float, help="RBRL: nuclear-norm weight")
     f.add_argument("--max-iter", dest="max_iter", type=int)
     f.add_argument("--tol", type=float)
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
-    f.add_argument("--step", choices=["paper", "backtracking", "spectral"], help="APG step rule")
-    f.add_argument("--backend", choices=["auto", "local", "dask"])
+    f.add_argument("--step-rule", dest="step_rule", choices=["paper", "backtracking", "spectral"],
+                   help="RBRL: APG step rule")
+    f.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="any other model parameter (repeatable), e.g. --param n_updates=20000")
+    f.add_argument("--backend", choices=["auto", "local", "dask"],
+                   help="where the row blocks live (dmlr.config_context's backend)")
     f.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
     f.add_argument("--checkpoint", metavar="DIR",
                    help="write the solver state to this Zarr checkpoint every --checkpoint-every iterations "

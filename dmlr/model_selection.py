@@ -3,8 +3,8 @@
 :func:`grid_search_cv` evaluates every point of a parameter grid on K
 train/validation splits of the training set (:func:`kfold_indices`). The
 unit of work is one fold and one *regularization path*: all grid values of
-one parameter (``path_param``, by default ``lambda3``) for one setting of the
-others. A unit fits the path from the largest to the smallest value with
+one parameter (``path_param``: by default RBRL's ``alpha_nuclear``, for models
+with ``warm_start``) for one setting of the others. A unit fits the path from the largest to the smallest value with
 ``warm_start=True``, so each fit starts from the previous solution on the
 same fold, and evaluates every fit on the validation fold. Units run as
 independent Dask tasks on the data scattered once to the workers, or one
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.config import config_context
 from dmlr.kernels.blocks import is_sparse
-from dmlr.metrics import METRIC_NAMES, multilabel_metrics, predict_from_scores
+from dmlr.metrics import METRIC_NAMES, multilabel_metrics
 
 __all__ = [
     "GridSearchResult",
@@ -43,7 +44,7 @@ __all__ = [
 
 #: The search grid of the RBRL paper (Wu et al. 2020, Sec. 5.2): each of the
 #: three weights in {1e-4, 1e-3, ..., 1e2}.
-PAPER_GRID = {name: [10.0 ** k for k in range(-4, 3)] for name in ("lambda1", "lambda2", "lambda3")}
+PAPER_GRID = {name: [10.0 ** k for k in range(-4, 3)] for name in ("alpha", "alpha_rank", "alpha_nuclear")}
 
 #: The six metrics the RBRL paper reports (its Tables 3-8).
 PAPER_METRICS = ("hamming_loss", "subset_accuracy", "f1_example", "ranking_loss", "coverage",
@@ -282,7 +283,7 @@ def _ranking(records, greater_is_better: bool, key: str = "mean_score") -> list[
 # ----------------------------------------------------------------------------
 
 def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, seed: int | None = 0,
-                   client=None, refit: bool = True, path_param: str | None = "lambda3",
+                   client=None, refit: bool = True, path_param: str | None = "auto",
                    verbose: int = 0) -> GridSearchResult:
     """Exhaustive grid search with K-fold cross-validation and warm-started paths.
 
@@ -298,11 +299,10 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     Parameters
     ----------
     estimator : estimator
-        A dmlr estimator (``get_params``/``set_params``, ``fit(X, Y)``,
-        ``decision_function``, and ``warm_start``/``backend`` parameters,
-        as :class:`dmlr.models.RBRL`). It is cloned, never modified; its
-        other parameters (``max_iter``, ``tol``, ``step``, ...) are used
-        for every fit.
+        Any dmlr estimator. It is cloned, never modified; its other
+        parameters (``max_iter``, ``tol``, ``step_rule``, ...) are used for
+        every fit. Validation scores use the model's own label rule
+        (``labels_from_scores``), as :func:`dmlr.evaluate` does.
     X : ndarray, scipy.sparse matrix or dask array, shape (n, d)
         Training features. Dask arrays are computed first: every unit
         needs random rows of the whole set.
@@ -327,12 +327,13 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     refit : bool
         Fit a clone with the best parameters on all of X, Y (in this
         process's client context, with the estimator's own ``backend``).
-    path_param : str or None
+    path_param : str, "auto" or None
         Grid parameter whose values form the warm-started path of a unit,
         fitted from the largest value to the smallest (the most regularized
-        solution is the cheapest and a good start for the next). None, or
-        a parameter not in the grid: every grid point is its own unit and
-        starts from zero.
+        solution is the cheapest and a good start for the next); needs an
+        estimator with ``warm_start``. "auto": ``alpha_nuclear`` for the
+        RBRL models, None for the others. None, or a parameter not in the
+        grid: every grid point is its own unit and starts from zero.
     verbose : int
         Print a progress line every ``verbose`` completed units (0: quiet).
 
@@ -384,8 +385,12 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
                          f"valid parameters: {sorted(valid)}")
     if scoring != PAPER_MEAN and scoring not in METRIC_NAMES:
         raise ValueError(f"unknown scoring {scoring!r}; use {PAPER_MEAN!r} or one of {list(METRIC_NAMES)}")
+    if path_param == "auto":
+        path_param = "alpha_nuclear" if {"alpha_nuclear", "warm_start"} <= valid else None
     if path_param is not None and path_param not in valid:
         raise ValueError(f"path_param {path_param!r} is not a parameter of {type(estimator).__name__}")
+    if path_param is not None and "warm_start" not in valid:
+        raise ValueError(f"{type(estimator).__name__} has no warm_start: use path_param=None")
     X, Y = _materialize(X, Y)
     n = X.shape[0]
     splits = _check_cv(cv, n, seed)
@@ -419,7 +424,7 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     if warm and n_short >= WARM_STOP_WARN_FRACTION * len(warm):
         warnings.warn(f"{n_short} of {len(warm)} warm-started fits stopped at the solver's first stopping test "
                       f"(n_iter_ <= 2) and may be short of their optimum, scoring like the previous "
-                      f"{path!r} value; use step='spectral' or 'backtracking' (whose gradient_tol stops "
+                      f"{path!r} value; use step_rule='spectral' or 'backtracking' (whose gradient_tol stops "
                       f"them), a tighter tol or path_param=None", RuntimeWarning, stacklevel=2)
 
     greater = _greater_is_better(scoring)
@@ -436,7 +441,8 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
         t = time.perf_counter()
         best_estimator = type(estimator)(**{**base_params, **best_params})
         on_cluster = client is not None and not isinstance(client, str)
-        best_estimator.fit(X, Y, **({"client": client} if on_cluster else {}))
+        with config_context(**({"client": client} if on_cluster else {})):
+            best_estimator.fit(X, Y)
         refit_seconds = time.perf_counter() - t
     return GridSearchResult(results=records, best_params=best_params,
                             best_score=records[best_index]["mean_score"], best_index=best_index,
@@ -459,22 +465,22 @@ def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, 
 
     train_idx, val_idx = splits[fold]
     X_tr, Y_tr, X_val, Y_val = X[train_idx], Y[train_idx], X[val_idx], Y[val_idx]
-    # backend="local" and one block: the unit is already the parallel grain; a nested
-    # cluster (or a client call from inside a task) would only add overhead, and blocks on
-    # threads would oversubscribe the cores the other units run on.
-    one_block = {"n_blocks": 1} if "n_blocks" in cls._param_names() else {}
-    est = cls(**{**base_params, **setting, "warm_start": path is not None, "backend": "local", **one_block})
+    warm = {"warm_start": True} if path is not None else {}
+    est = cls(**{**base_params, **setting, **warm})
     out = []
-    # One BLAS thread: workers run one unit per core, and the same threading
-    # in-process keeps sums in the same order, hence identical scores.
-    with threadpool_limits(limits=1, user_api="blas"):
+    # In-process backend and one block: the unit is already the parallel grain; a nested
+    # cluster (or a client call from inside a task) would only add overhead, and blocks on
+    # threads would oversubscribe the cores the other units run on. One BLAS thread: workers
+    # run one unit per core, and the same threading in-process keeps sums in the same order,
+    # hence identical scores.
+    with config_context(backend="local", n_blocks=1, client=None), threadpool_limits(limits=1, user_api="blas"):
         for value in path_values:
             if path is not None:
                 est.set_params(**{path: value})
             t = time.perf_counter()
             est.fit(X_tr, Y_tr)
             S = est.decision_function(X_val)
-            values = multilabel_metrics(Y_val, S, predict_from_scores(S), metrics=metric_names)
+            values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=metric_names)
             out.append((values, int(getattr(est, "n_iter_", 0)), time.perf_counter() - t))
     return out
 

@@ -14,13 +14,13 @@ writes a PNG with four panels (top row: 1 and 4; bottom row: 2 and 3):
 2. **per-label F1** and 3. **per-label ROC AUC** on the chosen split, one
    bar per label, labels sorted by their number of relevant rows in that
    split (most frequent first), the macro average dashed. F1 uses the
-   predictions of :func:`dmlr.metrics.predict_from_scores`; a label with no
+   model's own labels (``model.labels_from_scores``, as :func:`dmlr.evaluate`); a label with no
    relevant and no predicted row has F1 0 (``zero_division=0``); a label
    without both relevant and irrelevant rows has no AUC (no bar). Their
    means are exactly ``f1_macro`` and ``auc_macro`` of :func:`dmlr.evaluate`;
 4. **score distributions**: histograms (as densities) of the decision
    scores of the relevant and of the irrelevant (instance, label) pairs,
-   with the prediction threshold 0.
+   with the model's score threshold where its label rule has one.
 
 The numbers come from :func:`report_statistics`, which reuses the
 map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact two-pass AUC):
@@ -173,12 +173,15 @@ def label_metrics(model, data, split: str | None = "test", *, bins: int = 50) ->
         :func:`report_statistics`' output plus ``split`` and ``label_names``
         (from the store, else None).
     """
-    from dmlr.api import _as_dataset, resolve_arrays
+    from dmlr.api import _as_dataset, label_rule, resolve_arrays
 
     model = _as_model(model)
     X, Y = resolve_arrays(data, split, default_split="test")
     S = model.decision_function(X)
-    out = report_statistics(Y, S, predict_from_scores(S), bins=bins)
+    out = report_statistics(Y, S, label_rule(model)(S), bins=bins)
+    final = label_rule(model).__self__
+    rule = getattr(final, "label_rule", "threshold")
+    out["threshold"] = float(final.threshold) if hasattr(final, "threshold") and rule == "threshold" else None
     ds = _as_dataset(data)
     out["split"] = split
     out["label_names"] = list(ds.label_names) if ds is not None and ds.label_names else None
@@ -322,7 +325,9 @@ def plot_score_distributions(stats, ax=None):
         total = int(counts.sum())
         if total:
             ax.stairs(counts / (total * np.diff(edges)), edges, color=color, lw=1.5, label=f"{key} ({total:,} pairs)")
-    ax.axvline(0.0, color="k", ls="--", lw=1, label="threshold 0")
+    if stats.get("threshold") is not None:
+        t = stats["threshold"]
+        ax.axvline(t, color="k", ls="--", lw=1, label=f"threshold {t:g}")
     ax.set_xlabel("decision score")
     ax.set_ylabel("density")
     where = f" ({stats['split']!r} split)" if stats.get("split") else ""

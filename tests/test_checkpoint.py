@@ -24,12 +24,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sklearn.pipeline import make_pipeline
 import pytest
 
 import dmlr
 from dmlr.cli import main as cli_main
 from dmlr.datasets import make_multilabel
 from dmlr.models import checkpoint as ckpt_mod
+from dmlr.kernel_approximation import KernelFeatures
+from dmlr.models import RBRL, KernelRBRL
 from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError
 from dmlr.solvers import apg
 from dmlr.solvers.apg import APGState
@@ -136,7 +139,15 @@ def test_apg_state_is_checked():
 # ---------------------------------------------------------------------------
 
 # tol=0: exactly max_iter iterations; n_blocks=2: the same sums in this process and on 2 workers
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=60, tol=0.0, n_blocks=2)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
+#: Execution settings of every fit here (the killed-client subprocess sets them too).
+SETTINGS = dict(n_blocks=2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _two_blocks():
+    with dmlr.config_context(**SETTINGS):
+        yield
 EVERY = 5
 
 
@@ -150,7 +161,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(store):
     """The uninterrupted in-process fit."""
-    return dmlr.fit(store, "rbrl", backend="local", **PARAMS)
+    with dmlr.config_context(backend="local"):
+        return dmlr.fit(store, "rbrl", **PARAMS)
 
 
 def _interrupt_at(monkeypatch, t: int):
@@ -177,17 +189,30 @@ def _assert_same_model(model, ref, attr="coef_"):
 VARIANTS = {
     "linear-paper": dict(),
     # gradient_tol "auto" = tol, restart and backtracking on; tol > 0: stops by the tests, not max_iter
-    "linear-spectral": dict(step="spectral", tol=1e-7, max_iter=400),
-    "linear-backtracking": dict(step="backtracking", tol=1e-6, max_iter=400),
-    "kernel-rbf": dict(kernel="rbf", gamma=0.05, step="spectral", max_iter=100),
-    "nystroem": dict(kernel="rbf", kernel_approximation="nystroem", n_components=40, random_state=3),
+    "linear-spectral": dict(step_rule="spectral", tol=1e-7, max_iter=400),
+    "linear-backtracking": dict(step_rule="backtracking", tol=1e-6, max_iter=400),
+    "kernel-rbf": dict(kernel="rbf", gamma=0.05, step_rule="spectral", max_iter=100),
+    "nystroem": dict(),
 }
+
+
+def _variant_model(variant):
+    """A fresh estimator of the variant: RBRL, KernelRBRL, or a Pipeline of Nystroem features and RBRL."""
+    params = {**PARAMS, **VARIANTS[variant]}
+    if variant == "kernel-rbf":
+        return KernelRBRL(**params)
+    if variant == "nystroem":
+        return make_pipeline(KernelFeatures("rbf", n_components=40, random_state=3), RBRL(**params))
+    return RBRL(**params)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_path, monkeypatch, variant):
     params = {**PARAMS, **VARIANTS[variant]}
-    ref = dmlr.fit(store, "rbrl", backend="local", **params)
+    with dmlr.config_context(backend="local"):
+        ref_pipe = ref = dmlr.fit(store, _variant_model(variant))
+    if variant == "nystroem":
+        ref = ref_pipe[-1]
     assert ref.n_iter_ > 20 and ref.resumed_from_iteration_ == 0
     if params.get("tol"):
         assert ref.converged_ and ref.n_restarts_ > 0
@@ -196,19 +221,22 @@ def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_
     ck = tmp_path / "ck"
     _interrupt_at(monkeypatch, 20)
     with pytest.raises(_Interrupted):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, **params)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, _variant_model(variant), checkpoint=ck, checkpoint_every=EVERY)
     monkeypatch.undo()
     assert Checkpoint(ck).states() == [20] and not Checkpoint(ck).info()["complete"]
 
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, resume=True, **params)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, _variant_model(variant), checkpoint=ck, checkpoint_every=EVERY, resume=True)
+    if variant == "nystroem":  # the features were rebuilt from random_state
+        assert np.array_equal(model[0].landmarks_, ref_pipe[0].landmarks_)
+        model = model[-1]
     assert model.resumed_from_iteration_ == 20
     attr = "dual_coef_" if variant == "kernel-rbf" else "coef_"
     assert np.array_equal(getattr(model, attr), getattr(ref, attr))  # in process: bit for bit
     assert model.objective_history_ == ref.objective_history_
     _assert_same_model(model, ref, attr)
     assert model.lipschitz_ == ref.lipschitz_
-    if variant == "nystroem":  # the features were rebuilt from random_state
-        assert np.array_equal(model.feature_landmarks_, ref.feature_landmarks_)
     if variant == "kernel-rbf":
         assert np.array_equal(model.support_, ref.support_) and model.gamma_ == ref.gamma_
     # the model file records where the fit came from
@@ -219,7 +247,10 @@ def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_
     info = Checkpoint(ck).info()
     assert info["complete"] and info["iteration"] == ref.n_iter_ and Checkpoint(ck).states() == [ref.n_iter_]
     monkeypatch.setattr("dmlr.models.rbrl.apg", None)  # calling the solver would fail
-    again = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, resume=True, **params)
+    with dmlr.config_context(backend="local"):
+        again = dmlr.fit(store, _variant_model(variant), checkpoint=ck, checkpoint_every=EVERY, resume=True)
+    if variant == "nystroem":
+        again = again[-1]
     assert again.resumed_from_iteration_ == ref.n_iter_
     assert np.array_equal(getattr(again, attr), getattr(ref, attr))
     assert again.objective_history_ == ref.objective_history_
@@ -227,39 +258,44 @@ def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_
 
 def test_resume_without_a_checkpoint_starts_from_scratch(store, reference, tmp_path):
     ck = tmp_path / "none-yet"
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, resume=True, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=ck, resume=True, **PARAMS)
     assert model.resumed_from_iteration_ == 0
     assert np.array_equal(model.coef_, reference.coef_)
     assert Checkpoint(ck).info()["complete"]
     # killed before its first checkpoint: an empty checkpoint, also a start from scratch
     ck2 = tmp_path / "empty"
     Checkpoint(ck2).create(json.loads(json.dumps(Checkpoint(ck).read_meta()["fingerprint"])))
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck2, resume=True, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=ck2, resume=True, **PARAMS)
     assert model.resumed_from_iteration_ == 0 and np.array_equal(model.coef_, reference.coef_)
     with pytest.raises(ValueError, match="needs a checkpoint"):
-        dmlr.fit(store, "rbrl", backend="local", resume=True, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", resume=True, **PARAMS)
     with pytest.raises(ValueError, match="checkpoint_every"):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=0, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=0, **PARAMS)
 
 
 def test_a_checkpoint_of_another_problem_is_refused(store, reference, tmp_path, monkeypatch):
     ck = tmp_path / "ck"
     _interrupt_at(monkeypatch, 15)
     with pytest.raises(_Interrupted):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
     monkeypatch.undo()
     X, Y = (a.compute() for a in dmlr.open_dataset(store).arrays("train"))
 
     def resume(data=store, **changed):
-        return dmlr.fit(data, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, resume=True,
-                        **{**PARAMS, **changed})
+        with dmlr.config_context(backend="local"):
+            return dmlr.fit(data, "rbrl", checkpoint=ck, checkpoint_every=EVERY, resume=True, **{**PARAMS, **changed})
 
-    with pytest.raises(CheckpointMismatchError, match=r"lambda2=0\.02 here, 0\.01 in the checkpoint"):
-        resume(lambda2=0.02)
-    with pytest.raises(CheckpointMismatchError, match="lambda1=.*lambda3="):
-        resume(lambda1=2.0, lambda3=0.2)
-    with pytest.raises(ValueError, match="step='spectral' here"):  # a ValueError, as the issue asks
-        resume(step="spectral")
+    with pytest.raises(CheckpointMismatchError, match=r"alpha_rank=0\.02 here, 0\.01 in the checkpoint"):
+        resume(alpha_rank=0.02)
+    with pytest.raises(CheckpointMismatchError, match="alpha=.*alpha_nuclear="):
+        resume(alpha=2.0, alpha_nuclear=0.2)
+    with pytest.raises(ValueError, match="step_rule='spectral' here"):  # a ValueError, as the issue asks
+        resume(step_rule="spectral")
     with pytest.raises(CheckpointMismatchError, match="fit_intercept"):
         resume(fit_intercept=False)
     with pytest.raises(CheckpointMismatchError, match="training rows"):
@@ -282,7 +318,8 @@ def test_a_checkpoint_of_another_problem_is_refused(store, reference, tmp_path, 
     # none of this touched the checkpoint; the same problem (as arrays, in other blocks, with a larger
     # max_iter cap reached later) resumes
     assert Checkpoint(ck).states() == [15]
-    model = resume(data=(X, Y), n_blocks=3)
+    with dmlr.config_context(n_blocks=3):
+        model = resume(data=(X, Y))
     assert model.resumed_from_iteration_ == 15
     _assert_same_model(model, reference)
 
@@ -300,7 +337,8 @@ def test_a_crash_during_a_checkpoint_write_leaves_the_previous_one(store, refere
 
     monkeypatch.setattr(ckpt_mod, "_write_array", write_then_crash)
     with pytest.raises(_Interrupted):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
     monkeypatch.undo()
     # the half-written state is there, under its temporary name, and ignored
     partial = [p.name for p in ck.iterdir() if p.name.startswith(".partial-")]
@@ -310,7 +348,8 @@ def test_a_crash_during_a_checkpoint_write_leaves_the_previous_one(store, refere
     state = Checkpoint(ck).load()
     assert state.n_iter == 10 and state.objective_history == reference.objective_history_[:10]
 
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, resume=True, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, resume=True, **PARAMS)
     assert model.resumed_from_iteration_ == 10
     assert np.array_equal(model.coef_, reference.coef_)
     assert model.objective_history_ == reference.objective_history_
@@ -321,26 +360,31 @@ def test_checkpoint_paths_that_are_not_ours_are_left_alone(store, reference, tmp
     # the data store by mistake: refused, not overwritten
     for resume in (False, True):
         with pytest.raises(ValueError, match="not a dmlr checkpoint"):
-            dmlr.fit(store, "rbrl", backend="local", checkpoint=store, resume=resume, **PARAMS)
+            with dmlr.config_context(backend="local"):
+                dmlr.fit(store, "rbrl", checkpoint=store, resume=resume, **PARAMS)
     assert dmlr.open_dataset(store).n_samples == 1200
     # an unfinished checkpoint is not overwritten by a fit that does not resume it
     ck = tmp_path / "ck"
     _interrupt_at(monkeypatch, 10)
     with pytest.raises(_Interrupted):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
     monkeypatch.undo()
     with pytest.raises(FileExistsError, match="unfinished fit .*iteration 10"):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, **PARAMS)
     assert Checkpoint(ck).states() == [10]
     # a complete one is replaced by a new fit (of another problem, here)
-    dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, resume=True, **PARAMS)
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, **{**PARAMS, "lambda1": 0.5})
+    with dmlr.config_context(backend="local"):
+        dmlr.fit(store, "rbrl", checkpoint=ck, resume=True, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=ck, **{**PARAMS, "alpha": 0.5})
     assert model.resumed_from_iteration_ == 0
-    assert Checkpoint(ck).read_meta()["fingerprint"]["params"]["lambda1"] == 0.5
+    assert Checkpoint(ck).read_meta()["fingerprint"]["params"]["alpha"] == 0.5
     # a complete checkpoint that stopped at max_iter cannot stand for a fit with another max_iter
     with pytest.raises(ValueError, match="finished fit"):
-        dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, resume=True, **{**PARAMS, "lambda1": 0.5,
-                                                                               "max_iter": 80})
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, "rbrl", checkpoint=ck, resume=True, **{**PARAMS, "alpha": 0.5, "max_iter": 80})
 
 
 def test_checkpoint_writes_overlap_the_next_iterations(store, reference, tmp_path, monkeypatch):
@@ -359,7 +403,8 @@ def test_checkpoint_writes_overlap_the_next_iterations(store, reference, tmp_pat
         save(self, state)
 
     monkeypatch.setattr(Checkpoint, "save_state", slow_save)
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=tmp_path / "ck", checkpoint_every=EVERY, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=tmp_path / "ck", checkpoint_every=EVERY, **PARAMS)
     assert [t for t, _, _ in seen] == list(range(EVERY, PARAMS["max_iter"], EVERY))
     # the solver went on while each state was being written (up to the next checkpoint, where it waits)
     assert all(after > before for _, before, after in seen), seen
@@ -402,9 +447,9 @@ def test_background_writer_runs_one_write_at_a_time_and_reraises():
 
 def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
     ck, out = tmp_path / "ck", tmp_path / "m.npz"
-    params = {k: v for k, v in PARAMS.items() if k != "n_blocks"}  # the CLI has no --n-blocks
-    reference = dmlr.fit(store, "rbrl", backend="local", **params)
-    args = ["fit", str(store), "--out", str(out), "--lambda1", "1", "--lambda2", "0.01", "--lambda3", "0.1",
+    with dmlr.config_context(backend="local"):
+        reference = dmlr.fit(store, "rbrl", **PARAMS)
+    args = ["fit", str(store), "--out", str(out), "--alpha", "1", "--alpha-rank", "0.01", "--alpha-nuclear", "0.1",
             "--max-iter", "60", "--tol", "0", "--backend", "local", "--quiet", "--checkpoint", str(ck),
             "--checkpoint-every", "4"]
     _interrupt_at(monkeypatch, 24)
@@ -466,8 +511,9 @@ def main():
 
 
 def fit(cfg, client):
-    return dmlr.fit(cfg["store"], "rbrl", client=client, backend=cfg["backend"], checkpoint=cfg["checkpoint"],
-                    checkpoint_every=cfg["every"], resume=cfg["resume"], **cfg["params"])
+    with dmlr.config_context(backend=cfg["backend"], **cfg["settings"]):
+        return dmlr.fit(cfg["store"], "rbrl", client=client, checkpoint=cfg["checkpoint"],
+                        checkpoint_every=cfg["every"], resume=cfg["resume"], **cfg["params"])
 
 
 if __name__ == "__main__":  # worker processes are spawned: they import this file
@@ -480,7 +526,8 @@ SLEEP = 0.05     # seconds per APG step of the killed client: 100 iterations tak
 
 @pytest.fixture(scope="module")
 def kill_reference(store):
-    return dmlr.fit(store, "rbrl", backend="local", **KILL_PARAMS)
+    with dmlr.config_context(backend="local"):
+        return dmlr.fit(store, "rbrl", **KILL_PARAMS)
 
 
 def _script(tmp_path, cfg, name) -> tuple[list, Path, Path]:
@@ -532,14 +579,14 @@ def _check_resumed(model, ref, t):
 def test_killed_client_in_process_fit_resumes_to_the_same_model(store, kill_reference, tmp_path):
     ck = tmp_path / "ck"
     cfg = dict(store=str(store), backend="local", checkpoint=str(ck), every=EVERY, resume=False, sleep=SLEEP,
-               params=KILL_PARAMS, out=str(tmp_path / "never.npz"), pids=None)
+               params=KILL_PARAMS, settings=SETTINGS, out=str(tmp_path / "never.npz"), pids=None)
     t = _fit_and_kill(tmp_path, cfg)
     saved = Checkpoint(ck).load()
     assert saved.n_iter == t
     np.testing.assert_allclose(saved.objective_history, kill_reference.objective_history_[:t], rtol=1e-12, atol=0)
 
-    model = dmlr.fit(store, "rbrl", backend="local", checkpoint=ck, checkpoint_every=EVERY, resume=True,
-                     **KILL_PARAMS)
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, "rbrl", checkpoint=ck, checkpoint_every=EVERY, resume=True, **KILL_PARAMS)
     _check_resumed(model, kill_reference, t)
     assert model.objective_history_[:t] == saved.objective_history  # the first part is the checkpoint's
     assert model.objective_seconds_[t - 1] == saved.seconds[-1]
@@ -549,7 +596,7 @@ def test_killed_client_in_process_fit_resumes_to_the_same_model(store, kill_refe
 def test_killed_client_with_its_own_dask_cluster_resumes_to_the_same_model(store, kill_reference, tmp_path):
     ck, pids = tmp_path / "ck", tmp_path / "pids.json"
     cfg = dict(store=str(store), backend="dask", checkpoint=str(ck), every=EVERY, resume=False, sleep=SLEEP,
-               params=KILL_PARAMS, out=str(tmp_path / "model.npz"), pids=str(pids))
+               params=KILL_PARAMS, settings=SETTINGS, out=str(tmp_path / "model.npz"), pids=str(pids))
     workers = []
     try:
         t = _fit_and_kill(tmp_path, cfg)

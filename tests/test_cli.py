@@ -20,7 +20,7 @@ def test_info_fit_evaluate(store, tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["n_samples"] == 600 and info["n_labels"] == 5 and set(info["splits"]) == {"train", "test"}
     model = tmp_path / "m.npz"
-    assert main(["fit", str(store), "--out", str(model), "--lambda1", "0.5", "--max-iter", "50"]) == 0
+    assert main(["fit", str(store), "--out", str(model), "--alpha", "0.5", "--max-iter", "50"]) == 0
     assert "model saved to" in capsys.readouterr().out and model.exists()
     assert main(["evaluate", str(model), str(store), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
@@ -39,10 +39,10 @@ def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
     from dmlr.models.base import load_model
 
     out = tmp_path / "k.npz"
-    assert main(["fit", str(store), "--out", str(out), "--kernel", "rbf", "--gamma", "0.05", "--step", "spectral",
+    assert main(["fit", str(store), "--out", str(out), "--kernel", "rbf", "--gamma", "0.05", "--step-rule", "spectral",
                  "--max-iter", "30"]) == 0
     model = load_model(out)
-    assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.step == "spectral"
+    assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.step_rule == "spectral"
     assert model.dual_coef_.shape[1] == 5
     capsys.readouterr()
     assert main(["evaluate", str(out), str(store), "--json"]) == 0

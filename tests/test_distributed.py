@@ -8,9 +8,9 @@ import pytest
 import dmlr
 from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import _group_bounds, choose_backend, tree_reduce
-from dmlr.models import RBRL
+from dmlr.models import RBRL, KernelRBRL
 
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=150, tol=1e-6)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=150, tol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def small_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_model(small_store):
     X, Y = dmlr.open_dataset(small_store).arrays("train")
-    return RBRL(backend="local", **PARAMS).fit(X.compute(), Y.compute())
+    with dmlr.config_context(backend="local"):
+        return RBRL(**PARAMS).fit(X.compute(), Y.compute())
 
 
 def test_tree_reduce_order_depends_only_on_count():
@@ -42,7 +43,8 @@ def test_auto_backend_keeps_small_data_local():
 
 
 def test_two_process_workers_give_the_local_model(small_store, local_model, client2):
-    model = dmlr.fit(small_store, "rbrl", backend="dask", client=client2, **PARAMS)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(small_store, "rbrl", client=client2, **PARAMS)
     assert model.backend_ == "dask"
     assert model.n_iter_ == local_model.n_iter_
     np.testing.assert_allclose(model.coef_, local_model.coef_, rtol=0, atol=1e-10)
@@ -55,10 +57,12 @@ def test_same_model_with_1_and_4_workers(small_store, local_model, n_workers):
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
-        model = dmlr.fit(small_store, "rbrl", backend="dask", client=client, **PARAMS)
+        with dmlr.config_context(backend="dask"):
+            model = dmlr.fit(small_store, "rbrl", client=client, **PARAMS)
         # 2 dask chunks on up to 4 workers: workers without data must not break the fit
         ds = dmlr.open_dataset(small_store, chunk_rows=512)
-        few = RBRL(backend="dask", **PARAMS).fit(*ds.arrays("train"), client=client)
+        with dmlr.config_context(backend="dask", client=client):
+            few = RBRL(**PARAMS).fit(*ds.arrays("train"))
     assert model.n_iter_ == local_model.n_iter_
     np.testing.assert_allclose(model.coef_, local_model.coef_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(few.coef_, local_model.coef_, rtol=0, atol=1e-10)
@@ -68,13 +72,16 @@ def test_same_model_with_1_and_4_workers(small_store, local_model, n_workers):
 def test_same_model_with_other_chunks_and_blocks(small_store, local_model, chunk_rows, n_blocks):
     ds = dmlr.open_dataset(small_store, chunk_rows=chunk_rows)
     X, Y = ds.arrays("train")
-    model = RBRL(backend="local", n_blocks=n_blocks, **PARAMS).fit(X, Y)
-    ref = RBRL(backend="local", **PARAMS).fit(*dmlr.open_dataset(small_store).arrays("train"))
+    with dmlr.config_context(backend="local", n_blocks=n_blocks):
+        model = RBRL(**PARAMS).fit(X, Y)
+    with dmlr.config_context(backend="local"):
+        ref = RBRL(**PARAMS).fit(*dmlr.open_dataset(small_store).arrays("train"))
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=0, atol=1e-10)
 
 
 def test_zarr_fit_evaluate_save_load_on_cluster(small_store, client2, tmp_path):
-    model = dmlr.fit(small_store, "rbrl", backend="dask", **PARAMS)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(small_store, "rbrl", **PARAMS)
     metrics = dmlr.evaluate(model, small_store)
     assert set(metrics) == set(dmlr.metrics.METRIC_NAMES)
     # learnable signal: far better than predicting by label frequency alone
@@ -109,8 +116,10 @@ def test_get_client_prefers_current_then_configured_address(cluster2, monkeypatc
 def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_path):
     path = make_multilabel(tmp_path / "sp.zarr", n_samples=1500, n_features=300, n_labels=9, sparse=True,
                            density=0.03, chunk_rows=256, seed=2)
-    local = dmlr.fit(path, "rbrl", backend="local", **PARAMS)
-    remote = dmlr.fit(path, "rbrl", backend="dask", client=client2, **PARAMS)
+    with dmlr.config_context(backend="local"):
+        local = dmlr.fit(path, "rbrl", **PARAMS)
+    with dmlr.config_context(backend="dask"):
+        remote = dmlr.fit(path, "rbrl", client=client2, **PARAMS)
     assert remote.backend_ == "dask" and local.backend_ == "local"
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-10)
     m_local, m_remote = dmlr.evaluate(local, path), dmlr.evaluate(remote, path)
@@ -121,9 +130,11 @@ def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_
 @pytest.mark.parametrize("step", ["paper", "spectral"])
 def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, step):
     X, Y = dmlr.open_dataset(small_store).arrays("train")
-    params = dict(kernel="rbf", max_iter=60, tol=1e-6, step=step)
-    local = RBRL(backend="local", **params).fit(X.compute(), Y.compute())
-    remote = RBRL(backend="dask", **params).fit(X, Y, client=client2)
+    params = dict(max_iter=60, tol=1e-6, step_rule=step)
+    with dmlr.config_context(backend="local"):
+        local = KernelRBRL("rbf", **params).fit(X.compute(), Y.compute())
+    with dmlr.config_context(backend="dask", client=client2):
+        remote = KernelRBRL("rbf", **params).fit(X, Y)
     assert remote.backend_ == "dask" and remote.n_iter_ == local.n_iter_
     np.testing.assert_allclose(remote.dual_coef_, local.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(remote.objective_history_, local.objective_history_, rtol=1e-11)

@@ -6,7 +6,8 @@ import scipy.sparse as sp
 
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.blocks import make_block
-from dmlr.models import RBRL
+import dmlr
+from dmlr.models import RBRL, KernelRBRL
 from dmlr.models.rbrl import _extrapolated_oracle
 from dmlr.objectives import rbrl as objective
 
@@ -204,11 +205,15 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, req
 @pytest.mark.parametrize("step", ["paper", "spectral"])
 def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, sparse, monkeypatch):
     X, Y = problem(sparse, seed=4, n=400 if kernel else 700)
-    params = dict(lambda1=0.5, lambda2=0.3, lambda3=0.1, kernel=kernel, step=step, max_iter=300, tol=1e-9,
-                  n_blocks=2, backend="local")
-    fast = RBRL(**params).fit(X, Y)
-    monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)   # the stacked oracle only
-    plain = RBRL(**params).fit(X, Y)
+    params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=0.1, step_rule=step, max_iter=300, tol=1e-9)
+
+    def model():
+        return KernelRBRL(kernel, **params) if kernel else RBRL(**params)
+
+    with dmlr.config_context(n_blocks=2, backend="local"):
+        fast = model().fit(X, Y)
+        monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)   # the stacked oracle only
+        plain = model().fit(X, Y)
     assert fast.n_iter_ == plain.n_iter_
     np.testing.assert_allclose(fast.objective_history_, plain.objective_history_, rtol=1e-10)
     name = "dual_coef_" if kernel else "coef_"

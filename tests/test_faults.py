@@ -42,7 +42,7 @@ from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import ClusterChunks
 
 # tol=0: the fit runs exactly max_iter iterations
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=60, tol=0.0)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
 KILL_AT = 10          # the kill comes at about this iteration
 N_WORKERS = 3
 #: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
@@ -71,7 +71,8 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_model(store):
-    return dmlr.fit(store, "rbrl", backend="local", **PARAMS)
+    with dmlr.config_context(backend="local"):
+        return dmlr.fit(store, "rbrl", **PARAMS)
 
 
 @pytest.fixture
@@ -155,7 +156,8 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
         return map_blocks(self, fn, *args)
 
     monkeypatch.setattr(ClusterChunks, "map_blocks", counting_map_blocks)
-    model = dmlr.fit(store, "rbrl", backend="dask", client=client, **PARAMS)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
 
     # the victim's process is gone and it left the cluster
     workers = client.scheduler_info()["workers"]

@@ -1,5 +1,6 @@
 """Approximate kernel features (Nystroem, random Fourier) and RBRL on them."""
 
+import pickle
 import threading
 
 import dask
@@ -8,11 +9,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import dmlr
-from dmlr.errors import DmlrInputError
+from sklearn.pipeline import make_pipeline
+
+from dmlr.kernel_approximation import KernelFeatures
 from dmlr.kernels.approx import KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
-from dmlr.models import RBRL
+from dmlr.models import RBRL, KernelRBRL
 
 
 def _data(n=60, d=5, l=4, seed=0):
@@ -125,62 +127,50 @@ def test_errors():
     with pytest.raises(ValueError, match="RBF"):
         fourier_features(5, poly, 32, seed=0)
     with pytest.raises(ValueError, match="RBF"):
-        RBRL(kernel="poly", kernel_approximation="fourier").fit(X, Y)
-    with pytest.raises(ValueError, match="kernel_approximation"):
-        RBRL(kernel="rbf", kernel_approximation="svd").fit(X, Y)
+        KernelFeatures("poly", method="fourier").fit(X)
+    with pytest.raises(ValueError, match="method"):
+        KernelFeatures("rbf", method="svd").fit(X)
     with pytest.raises(ValueError, match="n_components"):
-        RBRL(kernel="rbf", kernel_approximation="nystroem", n_components=0).fit(X, Y)
+        KernelFeatures("rbf", n_components=0).fit(X)
     with pytest.raises(ValueError, match="exceeds"):
-        RBRL(kernel="rbf", kernel_approximation="nystroem", n_components=61).fit(X, Y)
+        KernelFeatures("rbf", n_components=61).fit(X)
     with pytest.raises(ValueError, match="random_state"):
-        RBRL(kernel="rbf", kernel_approximation="nystroem", random_state=-1).fit(X, Y)
+        KernelFeatures("rbf", random_state=-1).fit(X)
     fmap = nystroem_features(X, KernelSpec.resolve("rbf", None, 3, 1.0, 5), 10, seed=0)
     with pytest.raises(ValueError, match="features"):
         fmap.transform(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="features"):
+        KernelFeatures("rbf", n_components=10).fit(X).transform(np.zeros((2, 4)))
 
 
 @pytest.mark.parametrize("method", ["nystroem", "fourier"])
-def test_approximate_rbrl_round_trip_and_dask_input(method, tmp_path):
+def test_approximate_rbrl_pipeline_pickle_and_dask_input(method):
     X, Y = _data(n=90, d=5, l=3, seed=4)
     Xtest = np.random.default_rng(5).normal(size=(25, 5))
     D = 90 if method == "nystroem" else 128
-    params = dict(kernel="rbf", kernel_approximation=method, n_components=D, random_state=7, max_iter=150,
-                  tol=0, step="spectral")
-    model = RBRL(**params).fit(X, Y)
-    assert model.coef_.shape == (D + 1, 3) and model.n_features_in_ == 5
-    assert model.gamma_ == pytest.approx(1 / 5)
-    assert not hasattr(model, "dual_coef_")
+
+    def pipeline():
+        return make_pipeline(KernelFeatures("rbf", n_components=D, method=method, random_state=7),
+                             RBRL(max_iter=150, tol=0, step_rule="spectral"))
+
+    model = pipeline().fit(X, Y)
+    features, rbrl = model[0], model[-1]
+    assert rbrl.coef_.shape == (D + 1, 3) and features.n_features_in_ == 5 and rbrl.n_features_in_ == D
+    assert features.gamma_ == pytest.approx(1 / 5)
     S = model.decision_function(Xtest)
     assert S.shape == (25, 3)
     # the scores are the linear model on the features
-    fmap = model._feature_map()
-    np.testing.assert_allclose(S, np.hstack([fmap.transform(Xtest), np.ones((25, 1))]) @ model.coef_,
+    np.testing.assert_allclose(S, np.hstack([features.transform(Xtest), np.ones((25, 1))]) @ rbrl.coef_,
                                atol=1e-12)
-
-    path = model.save(tmp_path / "m.npz")
-    again = dmlr.load(path)
-    assert again.get_params() == model.get_params()
+    # estimators pickle (scikit-learn and Dask move them that way)
+    again = pickle.loads(pickle.dumps(model))
     np.testing.assert_array_equal(again.decision_function(Xtest), S)
     np.testing.assert_array_equal(again.predict(Xtest), model.predict(Xtest))
-    names = ("feature_landmarks_", "feature_projection_") if method == "nystroem" else \
-        ("feature_omega_", "feature_offset_")
-    import zipfile
-
-    with zipfile.ZipFile(path) as z:
-        assert sorted(z.namelist()) == sorted(["__dmlr__.npy", "coef_.npy"] + [n + ".npy" for n in names])
-
-    # a tampered feature array is caught on load
-    from tests.test_model_io import _npy, _rewrite
-
-    bad = getattr(model, names[1])
-    _rewrite(path, **{names[1] + ".npy": _npy(bad[:-1])})
-    with pytest.raises(DmlrInputError, match="shape"):
-        dmlr.load(path)
 
     # dask input (features computed lazily, chunk by chunk) gives the same model and scores
     Xd = da.from_array(X, chunks=(17, -1))
-    lazy = RBRL(**params).fit(Xd, Y)
-    np.testing.assert_allclose(lazy.coef_, model.coef_, rtol=1e-9, atol=1e-11)
+    lazy = pipeline().fit(Xd, Y)
+    np.testing.assert_allclose(lazy[-1].coef_, rbrl.coef_, rtol=1e-9, atol=1e-11)
     Sd = lazy.decision_function(da.from_array(Xtest, chunks=(10, -1)))
     assert isinstance(Sd, da.Array)
     np.testing.assert_allclose(Sd.compute(), S, rtol=1e-9, atol=1e-11)
@@ -190,18 +180,9 @@ def test_nystroem_rbrl_ranks_like_the_exact_kernel_model():
     """Not the same problem (W vs A regularized), but the same kernel: scores agree in ranking."""
     X, Y = _data(n=80, d=5, l=3, seed=2)
     Xtest = np.random.default_rng(3).normal(size=(40, 5))
-    exact = RBRL(kernel="rbf", max_iter=300, step="spectral").fit(X, Y)
-    approx = RBRL(kernel="rbf", kernel_approximation="nystroem", n_components=80, max_iter=300,
-                  step="spectral").fit(X, Y)
+    exact = KernelRBRL("rbf", max_iter=300, step_rule="spectral").fit(X, Y)
+    approx = make_pipeline(KernelFeatures("rbf", n_components=80),
+                           RBRL(max_iter=300, step_rule="spectral")).fit(X, Y)
     Se, Sa = exact.decision_function(Xtest), approx.decision_function(Xtest)
     for j in range(3):
         assert np.corrcoef(Se[:, j], Sa[:, j])[0, 1] > 0.9
-    # exact path unchanged: no feature arrays
-    assert exact._fitted_array_names() == ("dual_coef_", "support_")
-
-
-def test_an_approximation_without_a_kernel_is_an_error():
-    from dmlr.models import RBRL
-
-    with pytest.raises(ValueError, match="needs a kernel"):
-        RBRL(kernel_approximation="nystroem").fit(np.eye(4), np.eye(4, 2, dtype=np.int8))

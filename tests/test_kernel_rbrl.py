@@ -5,7 +5,8 @@ import pytest
 
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
-from dmlr.models import RBRL
+import dmlr
+from dmlr.models import RBRL, KernelRBRL
 from dmlr.objectives import kernel_rbrl
 from dmlr.objectives import rbrl as objective
 from tests.conftest import RBRL_REF, require
@@ -93,18 +94,20 @@ def test_step_rules_reach_the_same_optimum_in_fewer_iterations():
     X, Y = _problem(4, n=120, p=8, l=5)
     runs = {}
     for step in ("paper", "backtracking", "spectral"):
-        runs[step] = RBRL(lambda1=0.1, lambda2=0.5, lambda3=0.2, step=step, max_iter=20000, tol=1e-12).fit(X, Y)
+        runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, step_rule=step, max_iter=20000,
+                          tol=1e-12).fit(X, Y)
     best = min(r.objective_history_[-1] for r in runs.values())
     for step, r in runs.items():
         assert r.objective_history_[-1] == pytest.approx(best, rel=1e-8), step
-    for kern in (None, "rbf"):
-        paper = RBRL(kernel=kern, step="paper").fit(X, Y)
+    for kern, model in ((None, RBRL()), ("rbf", KernelRBRL("rbf"))):
+        paper = model.set_params(step_rule="paper").fit(X, Y)
         target = paper.objective_history_[-1] * (1 + 1e-6)
+        paper_n_iter = paper.n_iter_
         for step in ("backtracking", "spectral"):
-            fast = RBRL(kernel=kern, step=step).fit(X, Y)
+            fast = model.set_params(step_rule=step).fit(X, Y)
             first = int(np.argmax(np.array(fast.objective_history_) <= target)) + 1
             assert fast.objective_history_[-1] <= target, (kern, step)
-            assert first < paper.n_iter_, (kern, step, first, paper.n_iter_)
+            assert first < paper_n_iter, (kern, step, first, paper_n_iter)
 
 
 def test_kernel_model_save_load_and_dask_prediction(tmp_path):
@@ -113,7 +116,7 @@ def test_kernel_model_save_load_and_dask_prediction(tmp_path):
     from dmlr.models.base import load_model
 
     X, Y = _problem(5, n=50)
-    model = RBRL(kernel="rbf", max_iter=50).fit(X, Y)
+    model = KernelRBRL("rbf", max_iter=50).fit(X, Y)
     assert model.dual_coef_.shape == (50, 4) and model.support_.shape == (50, 5)
     path = model.save(tmp_path / "k.npz")
     again = load_model(path)
@@ -128,18 +131,20 @@ def test_kernel_model_save_load_and_dask_prediction(tmp_path):
 
 def test_kernel_memory_settings_give_the_same_model():
     X, Y = _problem(6, n=45)
-    keep = RBRL(kernel="poly", degree=2, max_iter=40, tol=0, n_blocks=3, backend="local").fit(X, Y)
-    again = RBRL(kernel="poly", degree=2, max_iter=40, tol=0, n_blocks=3, backend="local",
-                 kernel_memory="recompute").fit(X, Y)
-    np.testing.assert_array_equal(keep.dual_coef_, again.dual_coef_)
+    model = KernelRBRL("poly", degree=2, max_iter=40, tol=0)
+    with dmlr.config_context(n_blocks=3, backend="local"):
+        keep = model.fit(X, Y).dual_coef_.copy()
+        with dmlr.config_context(kernel_memory="recompute"):
+            again = model.fit(X, Y).dual_coef_
+    np.testing.assert_array_equal(keep, again)
 
 
 @pytest.mark.realdata
 def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
     Xtr, Ytr, Xte, _ = reference_emotions
     # the reference appends the constant feature before the kernel (it does not change RBF distances)
-    model = RBRL(kernel="rbf", gamma=1 / 72, lambda1=1, lambda2=0.01, lambda3=0.1, max_iter=1999,
-                 step="paper").fit(Xtr, Ytr)
+    model = KernelRBRL("rbf", gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999,
+                 step_rule="paper").fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "kernel_obj.txt"))
     assert model.n_iter_ == 1648 == len(ref_obj)
     np.testing.assert_allclose(model.objective_history_, ref_obj, rtol=1e-6)
@@ -158,7 +163,7 @@ def test_br_variant_equals_liblinear_squared_hinge_svm():
 
     X, Y = _problem(7, n=150, p=6, l=3)
     lam1 = 0.5
-    ours = RBRL(lambda1=lam1, lambda2=0.0, lambda3=0.0, step="spectral", tol=1e-13, max_iter=20000).fit(X, Y)
+    ours = RBRL(alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000).fit(X, Y)
     for j in range(Y.shape[1]):
         svm = LinearSVC(C=1 / (2 * lam1), loss="squared_hinge", dual=False, tol=1e-12, max_iter=100000,
                         intercept_scaling=1.0).fit(X, Y[:, j].astype(np.int64))

@@ -151,15 +151,18 @@ def test_warm_up_compiles_the_specializations_the_fits_use():
         from numba.core.registry import CPUDispatcher
         import dmlr.kernels.ranking as ranking
         from dmlr.kernels import warm_up
-        from dmlr.models import RBRL
+        import dmlr
+        from dmlr.models import RBRL, KernelRBRL
         warm_up()
         kernels = {n: f for n, f in vars(ranking).items() if isinstance(f, CPUDispatcher)}
         before = {n: set(f.signatures) for n, f in kernels.items()}
         rng = np.random.default_rng(0)
         X = rng.normal(size=(80, 5))
         Y = (rng.random((80, 4)) < 0.4).astype(np.int8)
-        for kernel, Xf in ((None, X), (None, sp.csr_matrix(np.where(X > 0.5, X, 0.0))), ("rbf", X)):
-            RBRL(kernel=kernel, max_iter=5, backend="local").fit(Xf, Y)
+        with dmlr.config_context(backend="local"):
+            for model, Xf in ((RBRL(max_iter=5), X), (RBRL(max_iter=5), sp.csr_matrix(np.where(X > 0.5, X, 0.0))),
+                              (KernelRBRL("rbf", max_iter=5), X)):
+                model.fit(Xf, Y)
         new = {n: [str(s) for s in set(f.signatures) - before[n]] for n, f in kernels.items()}
         print({n: s for n, s in new.items() if s})
     """)

@@ -91,3 +91,42 @@ def test_interrupted_save_keeps_the_old_file(fitted, tmp_path, monkeypatch):
         model.save(path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+
+
+def _with_meta(path, **changes):
+    meta = json.loads(np.load(path)["__dmlr__"].tobytes())
+    meta.update(changes)
+    _rewrite(path, **{"__dmlr__.npy": _npy(np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))})
+    return meta
+
+
+def test_files_before_the_renames_are_refused_naming_their_format_version(fitted, tmp_path):
+    model, _ = fitted
+    path = model.save(tmp_path / "v1.npz")
+    # what format version 1 wrote: the old parameter names, no target encoding
+    meta = json.loads(np.load(path)["__dmlr__"].tobytes())
+    old = {"lambda1": 1.0, "lambda2": 0.01, "lambda3": 0.1, "kernel": None, "step": "paper", "backend": "auto"}
+    attrs = {k: v for k, v in meta["attributes"].items() if k not in ("classes_", "target_type_", "label_dtype_")}
+    _with_meta(path, format_version=1, params=old, attributes=attrs)
+    with pytest.raises(DmlrInputError, match="format version 1 .*CHANGELOG.md.*reads format version 2"):
+        dmlr.load(path)
+    path = model.save(tmp_path / "v3.npz")
+    _with_meta(path, format_version=3)
+    with pytest.raises(DmlrInputError, match="unsupported model format version 3"):
+        dmlr.load(path)
+
+
+@pytest.mark.parametrize(("y", "kind"), [(["no", "yes", "no", "maybe"] * 10, "multiclass"),
+                                         ([3, 7, 7, 3] * 10, "binary")])
+def test_class_labels_survive_the_file(tmp_path, y, kind):
+    X = np.random.default_rng(1).normal(size=(40, 3))
+    model = RBRL(max_iter=30).fit(X, y)
+    again = dmlr.load(model.save(tmp_path / "c.npz"))
+    assert again.target_type_ == kind and again.classes_.dtype == model.classes_.dtype
+    np.testing.assert_array_equal(again.classes_, model.classes_)
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+    path = model.save(tmp_path / "bad.npz")
+    _with_meta(path, attributes={**json.loads(np.load(path)["__dmlr__"].tobytes())["attributes"],
+                                 "label_dtype_": "object"})
+    with pytest.raises(DmlrInputError, match="target encoding"):
+        dmlr.load(path)

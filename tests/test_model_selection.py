@@ -11,10 +11,10 @@ from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import (PAPER_GRID, PAPER_METRICS, grid_search_cv, kfold_indices, param_grid)
 from dmlr.models import RBRL
 
-GRID = {"lambda1": [0.01, 1.0], "lambda2": [0.01, 1.0], "lambda3": [0.01, 1.0]}
+GRID = {"alpha": [0.01, 1.0], "alpha_rank": [0.01, 1.0], "alpha_nuclear": [0.01, 1.0]}
 # Tight tolerance: path (warm) and cold fits then reach the same optimum to far
 # below the metrics' resolution, so their scores must agree.
-SOLVER = dict(step="spectral", tol=1e-10, max_iter=5000)
+SOLVER = dict(step_rule="spectral", tol=1e-10, max_iter=5000)
 
 
 def _synthetic(n=150, d=10, l=4, seed=0):
@@ -74,10 +74,10 @@ def test_kfold_rejects_bad_fold_counts(n, k):
 
 
 def test_param_grid_and_paper_grid():
-    points = param_grid({"lambda1": [1, 2]}, lambda3=[3, 4, 5])
-    assert points == [{"lambda1": a, "lambda3": b} for a in (1, 2) for b in (3, 4, 5)]
-    assert param_grid(lambda2=[0.5]) == [{"lambda2": 0.5}]
-    assert set(PAPER_GRID) == {"lambda1", "lambda2", "lambda3"}
+    points = param_grid({"alpha": [1, 2]}, alpha_nuclear=[3, 4, 5])
+    assert points == [{"alpha": a, "alpha_nuclear": b} for a in (1, 2) for b in (3, 4, 5)]
+    assert param_grid(alpha_rank=[0.5]) == [{"alpha_rank": 0.5}]
+    assert set(PAPER_GRID) == {"alpha", "alpha_rank", "alpha_nuclear"}
     for values in PAPER_GRID.values():
         assert np.allclose(values, [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2])
     assert len(param_grid(PAPER_GRID)) == 343
@@ -116,7 +116,7 @@ def test_cluster_equals_in_process(data, local_result, client2):
     assert _scores(remote) == _scores(local_result)  # exact: fixed aggregation order, same BLAS threading
     assert remote.best_params == local_result.best_params and remote.best_score == local_result.best_score
     # client=None picks up the current client (client2 is current in this test)
-    current = grid_search_cv(RBRL(**SOLVER), X, Y, {"lambda3": [0.01, 1.0]}, cv=3)
+    current = grid_search_cv(RBRL(**SOLVER), X, Y, {"alpha_nuclear": [0.01, 1.0]}, cv=3)
     assert current.backend == "dask"
 
 
@@ -168,24 +168,24 @@ def test_warm_path_matches_cold_fits(data, local_result):
 
 
 class _SpyRBRL(RBRL):
-    """Records, per fit, lambda3 and whether it started from a previous solution."""
+    """Records, per fit, alpha_nuclear and whether it started from a previous solution."""
 
     log: list = []
 
-    def fit(self, X, Y, *, client=None):
-        type(self).log.append((self.lambda3, self.warm_start, getattr(self, "coef_", None) is not None))
-        return super().fit(X, Y, client=client)
+    def fit(self, X, Y, **kwargs):
+        type(self).log.append((self.alpha_nuclear, self.warm_start, getattr(self, "coef_", None) is not None))
+        return super().fit(X, Y, **kwargs)
 
 
 @pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
 def test_path_runs_largest_first_with_warm_starts(data):
     X, Y = data
     _SpyRBRL.log = []
-    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"lambda3": [0.1, 10.0, 1.0]}, cv=2, client="local", refit=False)
+    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0, 1.0]}, cv=2, client="local", refit=False)
     # one unit per fold, each the path 10 -> 1 -> 0.1; only the first fit starts from zero
     assert _SpyRBRL.log == [(10.0, True, False), (1.0, True, True), (0.1, True, True)] * 2
     _SpyRBRL.log = []
-    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"lambda3": [0.1, 10.0]}, cv=2, client="local", refit=False,
+    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0]}, cv=2, client="local", refit=False,
                    path_param=None)
     assert all(not started_warm for _, _, started_warm in _SpyRBRL.log) and len(_SpyRBRL.log) == 4
 
@@ -195,16 +195,16 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     assert local_result.n_warm_fits == 12 and local_result.n_warm_first_test_stops == 0
     X, Y = data
     # loose tol, relative-objective-change test alone: it passes right after a warm start
-    grid = {"lambda3": [10.0, 1.0, 0.1, 0.01]}
+    grid = {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}
     with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
-        r = grid_search_cv(RBRL(tol=1e-3, step="spectral", gradient_tol=None), X, Y, grid, cv=3,
+        r = grid_search_cv(RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None), X, Y, grid, cv=3,
                            client="local", refit=False)
     assert r.n_warm_fits == 9 and 0 < r.n_warm_first_test_stops <= 9
     assert r.n_warm_first_test_stops == sum(it <= 2 for rec in r.results[1:] for it in rec["fold_n_iter"])
     # the gradient-mapping test (the default of the non-paper step rules) keeps them going
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        g = grid_search_cv(RBRL(tol=1e-3, step="spectral"), X, Y, grid, cv=3, client="local", refit=False)
+        g = grid_search_cv(RBRL(tol=1e-3, step_rule="spectral"), X, Y, grid, cv=3, client="local", refit=False)
     assert g.n_warm_first_test_stops == 0
 
 
@@ -216,7 +216,7 @@ def test_refit_has_best_params(data, local_result):
     assert best.n_features_in_ == X.shape[1] and best.converged_
     cold = RBRL(**SOLVER, **local_result.best_params).fit(X, Y)
     np.testing.assert_allclose(best.coef_, cold.coef_, rtol=0, atol=1e-12)
-    assert grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0]}, cv=2, client="local",
+    assert grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0]}, cv=2, client="local",
                           refit=False).best_estimator is None
 
 
@@ -224,7 +224,7 @@ def test_loss_scoring_is_minimized_and_dask_input(data):
     import dask.array as da
 
     X, Y = data
-    grid = {"lambda1": [0.01, 100.0], "lambda3": [0.01, 10.0]}
+    grid = {"alpha": [0.01, 100.0], "alpha_nuclear": [0.01, 10.0]}
     r = grid_search_cv(RBRL(tol=1e-6), X, Y, grid, cv=3, scoring="ranking_loss", client="local", refit=False)
     means = [rec["mean_score"] for rec in r.results]
     assert not r.greater_is_better and r.best_index == int(np.argmin(means)) and r.best_score == min(means)
@@ -236,15 +236,15 @@ def test_loss_scoring_is_minimized_and_dask_input(data):
 
 @pytest.mark.parametrize("grid, kwargs, message", [
     ({"lambda9": [1.0]}, {}, "unknown parameter.*lambda9"),
-    ({"lambda1": []}, {}, "'lambda1' are empty"),
-    ({"lambda1": 1.0}, {}, "must be a list"),
+    ({"alpha": []}, {}, "'alpha' are empty"),
+    ({"alpha": 1.0}, {}, "must be a list"),
     ({}, {}, "grid is empty"),
-    ({"lambda1": [1.0]}, {"scoring": "accuracy_at_7"}, "unknown scoring 'accuracy_at_7'"),
-    ({"lambda1": [1.0]}, {"cv": 1}, "at least 2 folds"),
-    ({"lambda1": [1.0]}, {"cv": 151}, "more than the 150 training rows"),
-    ({"lambda1": [1.0]}, {"client": "somewhere"}, "client must be"),
-    ({"lambda1": [1.0]}, {"path_param": "lamda3"}, "path_param 'lamda3'"),
-    ({"lambda1": [1.0, 1.0]}, {}, "'lambda1' repeat"),
+    ({"alpha": [1.0]}, {"scoring": "accuracy_at_7"}, "unknown scoring 'accuracy_at_7'"),
+    ({"alpha": [1.0]}, {"cv": 1}, "at least 2 folds"),
+    ({"alpha": [1.0]}, {"cv": 151}, "more than the 150 training rows"),
+    ({"alpha": [1.0]}, {"client": "somewhere"}, "client must be"),
+    ({"alpha": [1.0]}, {"path_param": "lamda3"}, "path_param 'lamda3'"),
+    ({"alpha": [1.0, 1.0]}, {}, "'alpha' repeat"),
 ])
 def test_errors(data, grid, kwargs, message):
     X, Y = data
@@ -273,7 +273,7 @@ def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
     Xs = sp.csr_matrix(X)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert chunks_module.local_block_count(Xs) == 2     # what the units would get unasked
-    grid_search_cv(RBRL(max_iter=5), Xs, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False, client="local")
+    grid_search_cv(RBRL(max_iter=5), Xs, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False, client="local")
     assert asked and set(asked) == {1}
 
 
@@ -287,7 +287,7 @@ def test_no_client_runs_in_process_without_starting_a_cluster(data):
     except ValueError:
         pass
     X, Y = data
-    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"lambda3": [1.0, 0.1]}, cv=2, refit=False)
+    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False)
     assert r.backend == "local"
     with pytest.raises(ValueError):
         default_client()

@@ -26,7 +26,7 @@ from dmlr.datasets import make_multilabel
 
 from netns import NetnsUnavailable, VirtualLan
 
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=150, tol=1e-6)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=150, tol=1e-6)
 PORT = 8786
 
 #: Run in the client namespace: argv = scheduler address, store, output prefix, params JSON.
@@ -41,7 +41,8 @@ netns = lambda: os.readlink("/proc/self/ns/net")
 with Client(addr, timeout="60s", set_as_default=False) as client:
     client.wait_for_workers(2, timeout=60)
     info = client.scheduler_info()
-    model = dmlr.fit(store, "rbrl", client=client, backend="dask", **params)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **params)
     # the python environment and dmlr each process runs
     venv = lambda: [sys.prefix, dmlr.__file__]
     venvs = dict(client=venv(), scheduler=client.run_on_scheduler(venv), workers=client.run(venv))
@@ -99,7 +100,8 @@ def test_fit_over_scheduler_and_two_workers_on_separate_hosts(lan, tmp_path):
                                 log=tmp_path / f"{role}.log", env=env, cwd=tmp_path)
 
     # the reference, in this process, while the cluster starts
-    local = dmlr.fit(store, "rbrl", backend="local", **PARAMS)
+    with dmlr.config_context(backend="local"):
+        local = dmlr.fit(store, "rbrl", **PARAMS)
     assert local.backend_ == "local"
 
     out = tmp_path / "remote"

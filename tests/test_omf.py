@@ -6,6 +6,7 @@ import pytest
 import scipy.optimize
 import scipy.sparse as sp
 
+import dmlr
 from dmlr.data.store import open_dataset
 from dmlr.data.synthetic import make_multilabel
 from dmlr.errors import DmlrInputError
@@ -98,12 +99,12 @@ def test_objective_decreases_over_epochs_on_a_low_rank_set():
     X, Y = _low_rank()
     # one minibatch per epoch (gradient descent in P, Q, exact minimisation in H): eq. 1 must
     # go down at every epoch for a small enough step
-    gd = OMF(dim=3, alpha=0.5, lam=1e-3, learning_rate=0.01, decay=0.0, epochs=30, batch_size=600,
+    gd = OMF(n_components=3, label_weight=0.5, alpha=1e-3, eta0=0.01, decay=0.0, n_epochs=30, batch_size=600,
              shuffle_window=0, random_state=1).fit(X, Y)
     h = np.asarray(gd.objective_history_)
     assert np.all(np.diff(h) < 0), h
     # minibatch SGD (the paper's setting): a large drop, then at most SGD noise (1%) upwards
-    m = OMF(dim=3, alpha=0.5, lam=1e-3, learning_rate=0.02, decay=1.0, epochs=8, batch_size=16,
+    m = OMF(n_components=3, label_weight=0.5, alpha=1e-3, eta0=0.02, decay=1.0, n_epochs=8, batch_size=16,
             random_state=1).fit(X, Y)
     h = np.asarray(m.objective_history_)
     assert len(h) == 8 and m.n_epochs_ == 8 and m.n_updates_ == 8 * -(-600 // 16)
@@ -116,7 +117,7 @@ def test_objective_decreases_over_epochs_on_a_low_rank_set():
 
 def test_same_seed_same_model_other_seed_other_model():
     X, Y = _low_rank(n=200)
-    kw = {"dim": 3, "epochs": 2, "learning_rate": 0.02, "shuffle_window": 64}
+    kw = {"n_components": 3, "n_epochs": 2, "eta0": 0.02, "shuffle_window": 64}
     a, b = OMF(random_state=3, **kw).fit(X, Y), OMF(random_state=3, **kw).fit(X, Y)
     np.testing.assert_array_equal(a.P_, b.P_)
     c = OMF(random_state=4, **kw).fit(X, Y)
@@ -128,13 +129,14 @@ def test_fit_on_zarr_equals_fit_on_numpy_whatever_the_chunking(tmp_path, sparse)
     path = make_multilabel(tmp_path / "s.zarr", n_samples=700, n_features=15, n_labels=6, sparse=sparse,
                            density=0.3, chunk_rows=64, seed=1)
     X, Y = open_dataset(path).arrays("train")
-    kw = {"dim": 4, "epochs": 2, "batch_size": 16, "shuffle_window": 96, "learning_rate": 0.05, "random_state": 2,
+    kw = {"n_components": 4, "n_epochs": 2, "batch_size": 16, "shuffle_window": 96, "eta0": 0.05, "random_state": 2,
               "fit_intercept": True}
     lazy = OMF(**kw).fit(X, Y)
     Xn, Yn = X.compute(), Y.compute()
     Xn = sp.csr_matrix(Xn.to_scipy_sparse()) if hasattr(Xn, "to_scipy_sparse") else np.asarray(Xn)
     for chunk_rows in (50, 1000):
-        eager = OMF(chunk_rows=chunk_rows, **kw).fit(Xn, Yn)
+        with dmlr.config_context(chunk_rows=chunk_rows):
+            eager = OMF(**kw).fit(Xn, Yn)
         np.testing.assert_array_equal(lazy.P_, eager.P_)
         np.testing.assert_array_equal(lazy.Q_, eager.Q_)
         assert lazy.objective_history_ == eager.objective_history_
@@ -158,9 +160,10 @@ def test_fit_on_the_cluster_equals_in_process(tmp_path, client2):
     path = make_multilabel(tmp_path / "s.zarr", n_samples=500, n_features=10, n_labels=5, chunk_rows=64, seed=3)
     X, Y = open_dataset(path).arrays("train")
     assert run_streaming(_fit_pid, ChunkStream(X, Y)) != os.getpid()   # auto: a worker runs the loop
-    kw = {"dim": 4, "epochs": 2, "batch_size": 8, "shuffle_window": 64, "learning_rate": 0.05, "random_state": 5}
+    kw = {"n_components": 4, "n_epochs": 2, "batch_size": 8, "shuffle_window": 64, "eta0": 0.05, "random_state": 5}
     remote = OMF(**kw).fit(X, Y)
-    local = OMF(where="local", **kw).fit(X, Y)
+    with dmlr.config_context(backend="local"):
+        local = OMF(**kw).fit(X, Y)
     np.testing.assert_array_equal(remote.P_, local.P_)
     np.testing.assert_array_equal(remote.Q_, local.Q_)
     assert remote.objective_history_ == local.objective_history_
@@ -168,20 +171,20 @@ def test_fit_on_the_cluster_equals_in_process(tmp_path, client2):
 
 def test_partial_fit_continues_exactly():
     X, Y = _low_rank(n=300)
-    kw = {"dim": 3, "batch_size": 16, "shuffle_window": 64, "learning_rate": 0.02, "random_state": 7}
-    full = OMF(epochs=3, **kw).fit(X, Y)
-    part = OMF(epochs=2, **kw).fit(X, Y).partial_fit(X, Y)
+    kw = {"n_components": 3, "batch_size": 16, "shuffle_window": 64, "eta0": 0.02, "random_state": 7}
+    full = OMF(n_epochs=3, **kw).fit(X, Y)
+    part = OMF(n_epochs=2, **kw).fit(X, Y).partial_fit(X, Y)
     np.testing.assert_array_equal(full.P_, part.P_)
     np.testing.assert_array_equal(full.Q_, part.Q_)
     assert full.objective_history_ == part.objective_history_
     assert (part.n_epochs_, part.n_updates_) == (3, full.n_updates_)
-    fresh = OMF(epochs=1, **kw).partial_fit(X, Y)   # unfitted: starts like fit
-    np.testing.assert_array_equal(fresh.P_, OMF(epochs=1, **kw).fit(X, Y).P_)
+    fresh = OMF(n_epochs=1, **kw).partial_fit(X, Y)   # unfitted: starts like fit
+    np.testing.assert_array_equal(fresh.P_, OMF(n_epochs=1, **kw).fit(X, Y).P_)
 
 
 def test_save_load_round_trip_then_continue(tmp_path):
     X, Y = _low_rank(n=200)
-    m = OMF(dim=3, epochs=2, learning_rate=0.02, rule="threshold", threshold=0.3, xi=0.2).fit(X, Y)
+    m = OMF(n_components=3, n_epochs=2, eta0=0.02, label_rule="threshold", threshold=0.3, alpha_code=0.2).fit(X, Y)
     loaded = load_model(m.save(tmp_path / "omf.npz"))
     assert isinstance(loaded, OMF) and loaded.get_params() == m.get_params()
     np.testing.assert_array_equal(loaded.P_, m.P_)
@@ -193,11 +196,11 @@ def test_save_load_round_trip_then_continue(tmp_path):
 
 def test_prediction_rules():
     S = np.array([[0.1, 0.9, 0.5, 0.5], [0.2, 0.1, 0.0, -1.0]])
-    np.testing.assert_array_equal(apply_rule(S, "top", top_m=2), [[0, 1, 1, 0], [1, 1, 0, 0]])
-    np.testing.assert_array_equal(apply_rule(S, "top", top_m=9), np.ones((2, 4)))
+    np.testing.assert_array_equal(apply_rule(S, "top_k", top_k=2), [[0, 1, 1, 0], [1, 1, 0, 0]])
+    np.testing.assert_array_equal(apply_rule(S, "top_k", top_k=9), np.ones((2, 4)))
     np.testing.assert_array_equal(apply_rule(S, "threshold", threshold=0.4), [[0, 1, 1, 1], [0, 0, 0, 0]])
     X, Y = _low_rank(n=100)
-    m = OMF(dim=3, epochs=1, learning_rate=0.02, top_m=2).fit(X, Y)
+    m = OMF(n_components=3, n_epochs=1, eta0=0.02, top_k=2).fit(X, Y)
     assert (m.predict(X).sum(axis=1) == 2).all()
 
 
@@ -206,38 +209,39 @@ def test_bad_input_gives_a_clear_error():
     Xn = X.copy()
     Xn[7, 3] = np.nan
     with pytest.raises(DmlrInputError, match="row 7.*non-finite"):
-        OMF(epochs=1).fit(Xn, Y)
+        OMF(n_epochs=1).fit(Xn, Y)
     Yb = Y.copy()
     Yb[4, 1] = 2
     with pytest.raises(DmlrInputError, match="0 or 1"):
-        OMF(epochs=1).fit(X, Yb)
+        OMF(n_epochs=1).fit(X, Yb)
     with pytest.raises(DmlrInputError, match="rows"):
-        OMF(epochs=1).fit(X, Y[:-1])
+        OMF(n_epochs=1).fit(X, Y[:-1])
+    with pytest.raises(ValueError, match="label_weight"):
+        OMF(label_weight=1.5).fit(X, Y)
     with pytest.raises(ValueError, match="alpha"):
-        OMF(alpha=1.5).fit(X, Y)
-    with pytest.raises(ValueError, match="lam"):
-        OMF(lam=0).fit(X, Y)
+        OMF(alpha=0).fit(X, Y)
     with pytest.raises(ValueError, match="shuffle_window"):
         OMF(batch_size=10, shuffle_window=25).fit(X, Y)
     with pytest.raises(ValueError, match="rule"):
-        OMF(rule="best").fit(X, Y)
-    m = OMF(dim=3, epochs=1, learning_rate=0.02).fit(X, Y)
-    with pytest.raises(DmlrInputError, match="features"):
+        OMF(label_rule="best").fit(X, Y)
+    m = OMF(n_components=3, n_epochs=1, eta0=0.02).fit(X, Y)
+    with pytest.raises(ValueError, match="features"):
         m.partial_fit(X[:, :-1], Y)
-    with pytest.raises(DmlrInputError, match="features"):
+    with pytest.raises(ValueError, match="features"):
         m.decision_function(X[:, :-1])
 
 
 def test_cross_validation_picks_the_rule_and_refits():
     X, Y = _low_rank(n=240)
-    res = cross_validate_omf(OMF(dim=3, epochs=3, learning_rate=0.02), X, Y,
-                             {"alpha": [0.5], "lam": [1e-3, 1e3]}, xis=[0.1, 1.0], top_ms=[1, 2],
+    res = cross_validate_omf(OMF(n_components=3, n_epochs=3, eta0=0.02), X, Y,
+                             {"label_weight": [0.5], "alpha": [1e-3, 1e3]}, alpha_codes=[0.1, 1.0], top_ks=[1, 2],
                              thresholds=[0.3, 0.5], cv=3)
     assert len(res.results) == 2 * 2 * 4
-    assert res.best_params["lam"] == 1e-3            # lam = 1e3 shrinks every code to 0
+    assert res.best_params["alpha"] == 1e-3            # alpha = 1e3 shrinks every code to 0
     best = max(r["mean_score"] for r in res.results)
     assert res.best_score == best and len(res.results[0]["fold_scores"]) == 3
-    assert res.best_estimator.get_params()["xi"] == res.best_params["xi"] and hasattr(res.best_estimator, "P_")
+    assert res.best_estimator.get_params()["alpha_code"] == res.best_params["alpha_code"]
+    assert hasattr(res.best_estimator, "P_")
 
 
 def test_real_scene_is_learned(tmp_path_factory):
@@ -250,8 +254,8 @@ def test_real_scene_is_learned(tmp_path_factory):
         pytest.skip(str(e))
     ds = open_dataset(store)
     Xtr, Ytr = ds.arrays("train")
-    m = OMF(dim=10, alpha=0.1, lam=1e-3, learning_rate=0.3, epochs=10, xi=10.0, rule="top", top_m=1,
-            shuffle_window=0).fit(Xtr, Ytr)
+    m = OMF(n_components=10, label_weight=0.1, alpha=1e-3, eta0=0.3, n_epochs=10, alpha_code=10.0,
+            label_rule="top_k", top_k=1, shuffle_window=0).fit(Xtr, Ytr)
     Xte, Yte = (a.compute() for a in ds.arrays("test"))
     f1 = multilabel_metrics(Yte, m.decision_function(Xte), m.predict(Xte), metrics=["f1_micro"])["f1_micro"]
     assert f1 > 0.55   # the paper's Table 2: 0.691 (5-fold CV, tuned rule)
@@ -261,7 +265,7 @@ def test_dmlr_fit_by_name_streams_the_store(tmp_path):
     import dmlr
 
     store = make_multilabel(tmp_path / "s.zarr", n_samples=300, n_features=8, n_labels=5, chunk_rows=64, seed=4)
-    kw = {"dim": 3, "alpha": 0.3, "epochs": 2, "learning_rate": 0.05, "shuffle_window": 64}
+    kw = {"n_components": 3, "label_weight": 0.3, "n_epochs": 2, "eta0": 0.05, "shuffle_window": 64}
     m = dmlr.fit(store, model="omf", **kw)
     X, Y = open_dataset(store).arrays("train")
     ref = OMF(**kw).fit(X.compute(), Y.compute())

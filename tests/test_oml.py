@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import dmlr
 from dmlr.errors import DmlrInputError
 from dmlr.models.base import load_model
 from dmlr.models.oml import (KNN, LAMBDA_MAX, LAMBDA_MIN, OML, cubic_coefficients, cubic_max_point, margin,
@@ -121,8 +122,9 @@ def test_oml_fit_predict_and_determinism():
     np.testing.assert_array_equal(m.V_, m2.V_)
     assert not np.array_equal(m.V_, OML(random_state=4).fit(X[:200], Y[:200]).V_)
     # the stream's chunking does not change Algorithm 1 (a row's neighbour may be in its own chunk)
-    np.testing.assert_allclose(OML(random_state=3, chunk_rows=7).fit(X[:200], Y[:200]).V_, m.V_, rtol=1e-9,
-                               atol=1e-12)   # (X P by BLAS on other row counts: rounding only)
+    with dmlr.config_context(chunk_rows=7):
+        small_chunks = OML(random_state=3).fit(X[:200], Y[:200])
+    np.testing.assert_allclose(small_chunks.V_, m.V_, rtol=1e-9, atol=1e-12)  # (X P by BLAS: rounding only)
     # prediction is the k-NN of the embedded memory, x P V (section C's distance)
     Z, Zq = X[:200] @ m.P_ @ m.V_, X[200:] @ m.P_ @ m.V_
     D = ((Zq[:, None] - Z[None]) ** 2).sum(-1)
@@ -157,7 +159,7 @@ def test_mlknn_rule_and_knn_baseline(tmp_path):
     knn = KNN(k=5).fit(X[:200], Y[:200])
     nn = NearestNeighbors(n_neighbors=5, algorithm="brute").fit(X[:200]).kneighbors(X[200:])[1]
     np.testing.assert_allclose(knn.decision_function(X[200:]), Y[:200][nn].mean(axis=1))
-    m = OML(rule="mlknn", random_state=0).fit(X[:200], Y[:200])
+    m = OML(aggregation="mlknn", random_state=0).fit(X[:200], Y[:200])
     S = m.decision_function(X[200:])
     assert ((S > 0) & (S < 1)).all() and m.mlknn_cond_pos_.shape == (11, 6)
     m.save(tmp_path / "m.npz")
@@ -166,12 +168,16 @@ def test_mlknn_rule_and_knn_baseline(tmp_path):
 
 def test_distributed_prediction_equals_local(client2):
     X, Y = toy(3)
-    local = OML(random_state=0, backend="local").fit(X[:200], Y[:200])
-    dist = OML(random_state=0, backend="dask", n_blocks=3).fit(X[:200], Y[:200], client=client2)
+    with dmlr.config_context(backend="local"):
+        local = OML(random_state=0).fit(X[:200], Y[:200])
+    with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
+        dist = OML(random_state=0).fit(X[:200], Y[:200])
     np.testing.assert_allclose(dist.P_, local.P_, rtol=1e-10, atol=1e-12)
     local.P_ = dist.P_                                    # same P: the rest must be identical
     local.V_ = dist.V_
-    np.testing.assert_array_equal(local.kneighbors(X[200:])[1], dist.kneighbors(X[200:], client=client2)[1])
+    with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
+        dist_neighbours = dist.kneighbors(X[200:])[1]
+    np.testing.assert_array_equal(local.kneighbors(X[200:])[1], dist_neighbours)
 
 
 def test_bad_input_and_parameters():
@@ -185,16 +191,16 @@ def test_bad_input_and_parameters():
     with pytest.raises(DmlrInputError, match="row 7"):
         OML().fit(Xn, Y)
     m = OML().fit(X, Y)
-    with pytest.raises(DmlrInputError, match="features"):
+    with pytest.raises(ValueError, match="features, but OML is expecting"):
         m.predict(X[:, :3])
-    with pytest.raises(DmlrInputError, match="partial_fit"):
+    with pytest.raises(ValueError, match="features, but OML is expecting"):
         m.partial_fit(X[:, :3], Y)
-    for bad in ({"k": 0}, {"rule": "max"}, {"lambda_min": 1.0, "lambda_max": 0.5}, {"init_fraction": 0},
+    for bad in ({"k": 0}, {"aggregation": "max"}, {"lambda_min": 1.0, "lambda_max": 0.5}, {"init_fraction": 0},
                 {"lambda_rule": "quartic"}, {"random_state": -1}):
         with pytest.raises(ValueError):
             OML(**bad).fit(X, Y)
     with pytest.raises(ValueError):
-        KNN(rule="nope").fit(X, Y)
+        KNN(aggregation="nope").fit(X, Y)
 
 
 def test_singular_gram_uses_ridge():
@@ -239,7 +245,7 @@ def test_mlknn_tables_match_a_direct_implementation():
     c = Ytr[NearestNeighbors(n_neighbors=k, algorithm="brute").fit(Xtr).kneighbors(Xte)[1]].sum(axis=1)
     j = np.arange(L)
     want = prior * pos[c, j] / (prior * pos[c, j] + (1 - prior) * neg[c, j])
-    np.testing.assert_allclose(KNN(k=k, rule="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
+    np.testing.assert_allclose(KNN(k=k, aggregation="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("rows", ["all", "memory"])

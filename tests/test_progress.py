@@ -79,7 +79,7 @@ def test_a_line_below_tol_is_held_until_the_run_goes_on_or_finishes():
 
 def test_rbrl_with_an_extra_stopping_test_reports_convergence_once(capsys):
     X, Y = _data()
-    model = RBRL(verbose=3, max_iter=500, tol=1e-5, step="spectral").fit(X, Y)
+    model = RBRL(verbose=3, max_iter=500, tol=1e-5, step_rule="spectral").fit(X, Y)
     out = capsys.readouterr().out
     its = [int(m.group(1)) for m in _parse(out)]
     assert its == sorted(set(its)) and its[-1] == model.n_iter_

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import dmlr
 from dmlr.kernels.blocks import make_block
 from dmlr.kernels.ranksvm import block_loss_and_coef
 from dmlr.metrics import multilabel_metrics, predict_from_scores
@@ -137,9 +138,9 @@ def test_online_solvers_approach_the_lbfgs_optimum(lbfgs_reference, solver):
     at 20 000). Asserted: gap <= 1.5e-3 (0.4%) at 20 000 and a 4x decrease from 2 000.
     """
     X, Y, blk, lam, res, f_star = lbfgs_reference
-    est = RankSVM(lam=lam, solver=solver, max_iter=2000, random_state=0, record_every=1000)
+    est = RankSVM(alpha=lam, solver=solver, n_updates=2000, random_state=0, record_every=1000)
     early = obj.objective(blk, est.fit(X, Y).coef_, lam) - f_star
-    est.set_params(max_iter=20000).fit(X, Y)
+    est.set_params(n_updates=20000).fit(X, Y)
     late = obj.objective(blk, est.coef_, lam) - f_star
     assert late >= -3e-5                      # nobody beats the optimum
     assert late <= 1.5e-3, late
@@ -151,7 +152,7 @@ def test_online_solvers_approach_the_lbfgs_optimum(lbfgs_reference, solver):
 def test_ranksvm_lbfgs_estimator_matches_the_solver(lbfgs_reference):
     X, Y, blk, lam, res, f_star = lbfgs_reference
     alpha = 1e-3
-    est = RankSVM(lam=lam, solver="lbfgs", smoothing=alpha, tol=1e-9).fit(X, Y)
+    est = RankSVM(alpha=lam, solver="lbfgs", smoothing=alpha, tol=1e-9).fit(X, Y)
     assert est.converged_ and est.n_iter_ > 10
     # F_0(M_alpha) - F* <= alpha mean(N_i) / 2 (= 2.3e-3 here); F* >= f_star - 3e-5
     gap = obj.objective(blk, est.coef_, lam) - f_star
@@ -173,19 +174,19 @@ def test_mmp_reduces_ranking_loss_on_separable_data():
     Y = np.zeros((n, K), dtype=np.int8)
     top = np.argsort(-S_true, axis=1)[:, :2]                 # two top labels relevant: separable
     np.put_along_axis(Y, top, 1, axis=1)
-    untrained = MMP(max_iter=1, random_state=0).fit(X, Y)
+    untrained = MMP(n_updates=1, random_state=0).fit(X, Y)
     before = _ranking_loss(untrained, X, Y)
-    est = MMP(max_iter=4000, random_state=0, record_every=1000).fit(X, Y)
+    est = MMP(n_updates=4000, random_state=0, record_every=1000).fit(X, Y)
     after = _ranking_loss(est, X, Y)
     assert before > 0.3
     assert after < 0.05 and after < before / 6, (before, after)
     assert est.objective_history_[-1] == pytest.approx(after)
 
 
-@pytest.mark.parametrize("make", [lambda s: RankSVM(lam=1e-2, max_iter=1500, random_state=s),
-                                  lambda s: RankSVM(lam=1e-2, solver="sgd", max_iter=1500, random_state=s,
+@pytest.mark.parametrize("make", [lambda s: RankSVM(alpha=1e-2, n_updates=1500, random_state=s),
+                                  lambda s: RankSVM(alpha=1e-2, solver="sgd", n_updates=1500, random_state=s,
                                                     sampling="permutation"),
-                                  lambda s: MMP(max_iter=1500, random_state=s)])
+                                  lambda s: MMP(n_updates=1500, random_state=s)])
 def test_same_seed_same_model(make):
     X, Y = _strongly_convex_instance()
     a, b, c = make(7).fit(X, Y), make(7).fit(X, Y), make(8).fit(X, Y)
@@ -193,9 +194,9 @@ def test_same_seed_same_model(make):
     assert not np.allclose(a.coef_, c.coef_)
 
 
-@pytest.mark.parametrize("make", [lambda: RankSVM(lam=1e-2, max_iter=900, random_state=3),
-                                  lambda: RankSVM(lam=1e-2, solver="sgd", max_iter=900, random_state=3),
-                                  lambda: MMP(max_iter=900, random_state=3)])
+@pytest.mark.parametrize("make", [lambda: RankSVM(alpha=1e-2, n_updates=900, random_state=3),
+                                  lambda: RankSVM(alpha=1e-2, solver="sgd", n_updates=900, random_state=3),
+                                  lambda: MMP(n_updates=900, random_state=3)])
 def test_partial_fit_continues_the_same_stream(make, tmp_path):
     """fit == partial_fit over the seeded stream, in two halves, and across save/load: bit for bit."""
     X, Y = _strongly_convex_instance()
@@ -218,15 +219,15 @@ def test_partial_fit_continues_the_same_stream(make, tmp_path):
 def test_sparse_input_equals_dense():
     X, Y = _strongly_convex_instance()
     X[np.abs(X) < 0.15] = 0.0
-    for est in (RankSVM(lam=1e-2, max_iter=600), RankSVM(lam=1e-2, solver="sgd", max_iter=600),
-                MMP(max_iter=600)):
+    for est in (RankSVM(alpha=1e-2, n_updates=600), RankSVM(alpha=1e-2, solver="sgd", n_updates=600),
+                MMP(n_updates=600)):
         dense = est.fit(X, Y).coef_.copy()
         np.testing.assert_allclose(est.fit(sp.csr_matrix(X), Y).coef_, dense, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("est", [RankSVM(lam=1e-2, max_iter=500, record_every=100),
-                                 RankSVM(lam=1e-2, solver="lbfgs", max_iter=50),
-                                 MMP(max_iter=500, average=False, threshold=0.1)])
+@pytest.mark.parametrize("est", [RankSVM(alpha=1e-2, n_updates=500, record_every=100),
+                                 RankSVM(alpha=1e-2, solver="lbfgs", max_iter=50),
+                                 MMP(n_updates=500, average=False, threshold=0.1)])
 def test_save_load_round_trip(est, tmp_path):
     X, Y = _strongly_convex_instance()
     est.fit(X, Y)
@@ -241,13 +242,13 @@ def test_save_load_round_trip(est, tmp_path):
 
 def test_parameter_checks():
     X, Y = _strongly_convex_instance(n=20)
-    with pytest.raises(ValueError, match="lam > 0"):
-        RankSVM(lam=0.0).fit(X, Y)
+    with pytest.raises(ValueError, match="alpha > 0"):
+        RankSVM(alpha=0.0).fit(X, Y)
     with pytest.raises(ValueError, match="solver"):
         RankSVM(solver="adam").fit(X, Y)
     with pytest.raises(ValueError, match="online solver"):
         RankSVM(solver="lbfgs").partial_fit(X, Y)
-    est = RankSVM(lam=1e-2, max_iter=10).fit(X, Y)
+    est = RankSVM(alpha=1e-2, n_updates=10).fit(X, Y)
     with pytest.raises(Exception, match="features"):
         est.partial_fit(X[:, :5], Y)
 
@@ -288,12 +289,12 @@ def test_ansgd_step_is_algorithm_1():
     assert np.abs(G).max() > 0
 
 
-def test_fit_accepts_dask_arrays_and_a_client_argument():
+def test_fit_accepts_dask_arrays():
     da = pytest.importorskip("dask.array")
     X, Y = _strongly_convex_instance(n=60)
-    a = RankSVM(lam=1e-2, max_iter=200).fit(X, Y)
-    b = RankSVM(lam=1e-2, max_iter=200, sampling="uniform").fit(da.from_array(X, chunks=20),
-                                                                 da.from_array(Y, chunks=20), client=None)
+    a = RankSVM(alpha=1e-2, n_updates=200).fit(X, Y)
+    b = RankSVM(alpha=1e-2, n_updates=200, sampling="uniform").fit(da.from_array(X, chunks=20),
+                                                                 da.from_array(Y, chunks=20))
     assert np.array_equal(a.coef_, b.coef_)
     S = b.decision_function(da.from_array(X, chunks=20))
     assert np.array_equal(S.compute(), a.decision_function(X))
@@ -309,8 +310,8 @@ def test_dmlr_fit_by_name_equals_the_estimator(tmp_path):
     X, Y = dmlr.open_dataset(store).arrays("train")
     X, Y = np.asarray(X.compute()), np.asarray(Y.compute())
     for name, cls in (("ranksvm", RankSVM), ("mmp", MMP)):
-        by_name = dmlr.fit(store, model=name, max_iter=3000, random_state=4)  # a store streams
-        direct = cls(max_iter=3000, random_state=4, sampling="stream").fit(X, Y)
+        by_name = dmlr.fit(store, model=name, n_updates=3000, random_state=4)  # a store streams
+        direct = cls(n_updates=3000, random_state=4, sampling="stream").fit(X, Y)
         assert type(by_name) is cls
         np.testing.assert_array_equal(by_name.coef_, direct.coef_)
 
@@ -320,27 +321,33 @@ def test_streamed_fit_does_not_depend_on_the_chunking_and_runs_on_a_worker(solve
     """sampling="stream": the same model from numpy, from dask in 2 chunkings, and on a worker."""
     da = pytest.importorskip("dask.array")
     X, Y = _strongly_convex_instance(n=2500)
-    common = dict(lam=1e-2, solver=solver, max_iter=6000, random_state=5, record_every=1000)
-    ref = RankSVM(**common, sampling="stream", backend="local").fit(X, Y)
+    common = dict(alpha=1e-2, solver=solver, n_updates=6000, random_state=5, record_every=1000)
+    with dmlr.config_context(backend="local"):
+        ref = RankSVM(**common, sampling="stream").fit(X, Y)
     assert ref.backend_ == "local" and ref.n_updates_ == 6000
     assert len(ref.objective_history_) == 6  # on the current group of rows
     for chunks in (300, 1000):
         Xd, Yd = da.from_array(X, chunks=(chunks, -1)), da.from_array(Y, chunks=(chunks, -1))
-        local = RankSVM(**common, backend="local").fit(Xd, Yd)
+        with dmlr.config_context(backend="local"):
+            local = RankSVM(**common).fit(Xd, Yd)
         np.testing.assert_array_equal(local.coef_, ref.coef_)
-    remote = RankSVM(**common).fit(Xd, Yd, client=client2)
+    with dmlr.config_context(client=client2):
+        remote = RankSVM(**common).fit(Xd, Yd)
     assert remote.backend_ == "dask"
     np.testing.assert_array_equal(remote.coef_, ref.coef_)
     np.testing.assert_array_equal(remote.psi_ if solver == "ansgd" else remote.iterate_,
                                   ref.psi_ if solver == "ansgd" else ref.iterate_)
-    other = RankSVM(**dict(common, random_state=6), sampling="stream", backend="local").fit(X, Y)
+    with dmlr.config_context(backend="local"):
+        other = RankSVM(**dict(common, random_state=6), sampling="stream").fit(X, Y)
     assert np.abs(other.coef_ - ref.coef_).max() > 1e-8
 
 
 def test_lbfgs_gradient_map_reduced_on_the_cluster_equals_in_process(client2):
     X, Y = _strongly_convex_instance(n=600)
-    local = RankSVM(lam=1e-2, solver="lbfgs", smoothing=1e-2, backend="local").fit(X, Y)
-    remote = RankSVM(lam=1e-2, solver="lbfgs", smoothing=1e-2, backend="dask").fit(X, Y, client=client2)
+    with dmlr.config_context(backend="local"):
+        local = RankSVM(alpha=1e-2, solver="lbfgs", smoothing=1e-2).fit(X, Y)
+    with dmlr.config_context(backend="dask", client=client2):
+        remote = RankSVM(alpha=1e-2, solver="lbfgs", smoothing=1e-2).fit(X, Y)
     assert local.backend_ == "local" and remote.backend_ == "dask"
     assert remote.objective_history_[-1] == pytest.approx(local.objective_history_[-1], rel=1e-9)
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-5, atol=1e-7)

@@ -45,11 +45,11 @@ def test_sparse_and_dense_give_the_same_model():
 
 
 def test_estimator_contract_and_input_errors():
-    est = RBRL(lambda1=2.0)
-    assert est.get_params()["lambda1"] == 2.0
-    assert est.set_params(lambda3=0.5) is est and est.lambda3 == 0.5
-    with pytest.raises(ValueError, match="invalid parameter"):
-        est.set_params(alpha=1)
+    est = RBRL(alpha=2.0)
+    assert est.get_params()["alpha"] == 2.0
+    assert est.set_params(alpha_nuclear=0.5) is est and est.alpha_nuclear == 0.5
+    with pytest.raises(ValueError, match="(?i)invalid parameter 'lambda1'"):
+        est.set_params(lambda1=1)
     with pytest.raises(NotFittedError):
         est.predict(np.zeros((2, 3)))
     X = np.random.default_rng(0).normal(size=(20, 3))
@@ -61,8 +61,8 @@ def test_estimator_contract_and_input_errors():
         RBRL().fit(X, np.where(Y > 0, 1, -1))
     with pytest.raises(ValueError, match="rows"):
         RBRL().fit(X, Y[:5])
-    with pytest.raises(ValueError, match="lambda1"):
-        RBRL(lambda1=-1).fit(X, Y)
+    with pytest.raises(ValueError, match="alpha"):
+        RBRL(alpha=-1).fit(X, Y)
     with pytest.raises(ValueError, match="features"):
         est.decision_function(np.zeros((2, 5)))
 
@@ -71,12 +71,13 @@ def test_brl_and_br_variants_drop_their_terms():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(80, 4))
     Y = (rng.random((80, 3)) < 0.4).astype(np.int8)
-    br = RBRL(lambda2=0.0, lambda3=0.0, max_iter=100, tol=0.0).fit(X, Y)
+    br = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0).fit(X, Y)
     # BR with the squared hinge decouples over labels, and the paper step does not depend on l:
     # each label refitted alone follows the same iterates
-    for j in range(3):
-        one = RBRL(lambda2=0.0, lambda3=0.0, max_iter=100, tol=0.0).fit(X, Y[:, [j]])
-        np.testing.assert_allclose(one.coef_[:, 0], br.coef_[:, j], rtol=1e-10, atol=1e-12)
+    # (pairs of labels: a single 0/1 column is a binary target, fitted as two class columns)
+    for pair in ([0, 1], [1, 2], [2, 0]):
+        two = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0).fit(X, Y[:, pair])
+        np.testing.assert_allclose(two.coef_, br.coef_[:, pair], rtol=1e-10, atol=1e-12)
 
 
 # --- parity with the reference implementation (../shared/anchors/rbrl_reference) ---------------
@@ -107,7 +108,7 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
     import dmlr
 
     Xtr, Ytr, Xte, Yte = reference_emotions
-    model = RBRL(lambda1=1, lambda2=0.01, lambda3=0.1, max_iter=1999, tol=1e-6).fit(Xtr, Ytr)
+    model = RBRL(alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "linear_obj.txt"))
     assert model.n_iter_ == 702 == len(ref_obj)
     np.testing.assert_allclose(model.objective_history_, ref_obj, rtol=1e-6)

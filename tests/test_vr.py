@@ -147,14 +147,18 @@ def test_snapshot_gradient_on_the_cluster_equals_in_process(client2):
 @pytest.mark.parametrize("solver", ["sgd", "svrg3", "saga", "sag", "vrlite", "mixed_svrg", "s2gd"])
 def test_same_seed_same_model_whatever_the_blocks_and_workers(solver, client2):
     X, Y = _data(n=700)
-    common = dict(loss="gebru", solver=solver, epochs=3, group_rows=50, random_state=7)
-    one = LinearMultiLabel(**common, backend="local", n_blocks=1).fit(X, Y)
-    three = LinearMultiLabel(**common, backend="local", n_blocks=3).fit(X, Y)
-    cluster = LinearMultiLabel(**common, backend="dask", n_blocks=2).fit(X, Y, client=client2)
+    common = dict(loss="gebru", solver=solver, n_epochs=3, group_rows=50, random_state=7)
+    with dmlr.config_context(backend="local", n_blocks=1):
+        one = LinearMultiLabel(**common).fit(X, Y)
+    with dmlr.config_context(backend="local", n_blocks=3):
+        three = LinearMultiLabel(**common).fit(X, Y)
+    with dmlr.config_context(backend="dask", n_blocks=2, client=client2):
+        cluster = LinearMultiLabel(**common).fit(X, Y)
     assert cluster.backend_ == "dask"
     np.testing.assert_allclose(three.coef_, one.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(cluster.coef_, one.coef_, rtol=1e-10, atol=1e-12)
-    other_seed = LinearMultiLabel(**dict(common, random_state=8), backend="local").fit(X, Y)
+    with dmlr.config_context(backend="local"):
+        other_seed = LinearMultiLabel(**dict(common, random_state=8)).fit(X, Y)
     assert np.abs(other_seed.coef_ - one.coef_).max() > 1e-6
 
 
@@ -176,7 +180,7 @@ def test_fit_on_a_store_predict_save_and_load(tmp_path):
     from dmlr.data.synthetic import make_multilabel
 
     path = make_multilabel(tmp_path / "s.zarr", n_samples=1200, n_features=15, n_labels=6, chunk_rows=100, seed=0)
-    m = dmlr.fit(path, model="linear", loss="subset", solver="svrg2", epochs=4, group_rows=64)
+    m = dmlr.fit(path, model="linear", loss="subset", solver="svrg2", n_epochs=4, group_rows=64)
     assert isinstance(m, LinearMultiLabel)
     assert m.history_epochs_ == [0, 1, 2, 3, 4]
     assert m.objective_history_[-1] < m.objective_history_[0]
@@ -199,13 +203,13 @@ def test_fit_on_a_store_predict_save_and_load(tmp_path):
 
 def test_bad_parameters_and_divergence_give_clear_errors():
     X, Y = _data(n=100)
-    with pytest.raises(ValueError, match="loss must be one of"):
+    with pytest.raises(ValueError, match="'loss' parameter of LinearMultiLabel must be a str among"):
         LinearMultiLabel(loss="zero_one").fit(X, Y)
-    with pytest.raises(ValueError, match="solver must be one of"):
+    with pytest.raises(ValueError, match="'solver' parameter"):
         LinearMultiLabel(solver="adam").fit(X, Y)
-    with pytest.raises(ValueError, match="step must be one of"):
-        LinearMultiLabel(step="linesearch").fit(X, Y)
+    with pytest.raises(ValueError, match="'learning_rate' parameter"):
+        LinearMultiLabel(learning_rate="linesearch").fit(X, Y)
     with pytest.raises(ValueError, match="batch_size"):
         LinearMultiLabel(solver="batching_svrg", batch_size=0).fit(X, Y)
-    with pytest.raises(FloatingPointError, match="smaller step_size"):
-        LinearMultiLabel(loss="rank_squared_hinge", step="constant", step_size=1e3, epochs=3).fit(X * 100, Y)
+    with pytest.raises(FloatingPointError, match="smaller eta0"):
+        LinearMultiLabel(loss="rank_squared_hinge", learning_rate="constant", eta0=1e3, n_epochs=3).fit(X * 100, Y)

@@ -1,10 +1,14 @@
-"""Estimators (scikit-learn contract) that tie objectives, solvers and the distributed layer."""
+"""Estimators (scikit-learn classifiers) that tie objectives, solvers and the distributed layer."""
 
 from dmlr.models.base import MODEL_REGISTRY, BaseModel, load_model
 from dmlr.models.linear import LinearMultiLabel
 from dmlr.models.oml import KNN, OML
 from dmlr.models.omf import OMF
-from dmlr.models.rbrl import RBRL
+from dmlr.models.rbrl import RBRL, KernelRBRL
 from dmlr.models.ranksvm import MMP, RankSVM
 
-__all__ = ["KNN", "LinearMultiLabel", "MMP", "OMF", "OML", "MODEL_REGISTRY", "BaseModel", "RBRL", "RankSVM", "load_model"]
+#: Every estimator class, for tests and documentation.
+ESTIMATORS = (RBRL, KernelRBRL, RankSVM, MMP, LinearMultiLabel, OML, KNN, OMF)
+
+__all__ = ["ESTIMATORS", "KNN", "KernelRBRL", "LinearMultiLabel", "MMP", "OMF", "OML", "MODEL_REGISTRY",
+           "BaseModel", "RBRL", "RankSVM", "load_model"]

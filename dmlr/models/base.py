@@ -1,38 +1,58 @@
-"""Estimator base: scikit-learn's parameter contract and pickle-free model files.
+"""Estimator base: scikit-learn's contract, the target encoding, pickle-free model files.
 
-Model file format (``.npz``, format version 1): a zip of ``.npy`` arrays written
+Every dmlr estimator is a scikit-learn classifier (``ClassifierMixin``,
+``MultiOutputMixin``, ``BaseEstimator``) that declares multi-label and
+sparse-input tags, validates its inputs through :mod:`dmlr.validation` and
+its parameters through scikit-learn's ``_parameter_constraints``. Its
+scores come from one place, :meth:`BaseModel.decision_function`; its labels
+from one rule, :meth:`BaseModel.labels_from_scores`, which ``predict``,
+:func:`dmlr.evaluate`, grid search, the report and the command line all use.
+
+Model file format (``.npz``, format version 2): a zip of ``.npy`` arrays written
 by :func:`numpy.savez` and read with ``allow_pickle=False``, so loading never
 executes code. Entry ``__dmlr__`` holds UTF-8 JSON::
 
-    {"format": "dmlr-model", "format_version": 1, "model": "RBRL",
+    {"format": "dmlr-model", "format_version": 2, "model": "RBRL",
      "params": {...constructor parameters, JSON scalars...},
-     "attributes": {...fitted scalars and lists...},
+     "attributes": {...fitted scalars and lists, classes_ among them...},
      "arrays": [names of the fitted array attributes]}
 
 Every other entry is one fitted numeric array. Saving writes a temporary file
 beside the target and renames it into place, so an interrupted save leaves
-the old file intact.
+the old file intact. Version 1 files (parameters named before the renames
+listed in CHANGELOG.md) are refused with a message that names the version.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import tempfile
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval
 
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import is_dask
+from dmlr.validation import check_predict_X
 
 MODEL_FORMAT = "dmlr-model"
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2
 _META_KEY = "__dmlr__"
+#: Fitted attributes of every model: the target encoding (:mod:`dmlr.validation`).
+TARGET_ATTRIBUTES = ("classes_", "target_type_", "label_dtype_")
+#: ``_parameter_constraints`` entry of a seed: dmlr seeds numpy's SeedSequence, so an integer.
+SEED = [Interval(Integral, 0, None, closed="left"), None]
 
 #: model class name -> class, filled by :func:`register_model`.
 MODEL_REGISTRY: dict[str, type] = {}
+
+__all__ = ["BaseModel", "LinearModel", "MODEL_REGISTRY", "NotFittedError", "SEED", "load_model",
+           "register_model"]
 
 
 def register_model(cls):
@@ -41,99 +61,60 @@ def register_model(cls):
     return cls
 
 
-class NotFittedError(RuntimeError):
-    """A fitted attribute was needed before ``fit``."""
+class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
+    """What every dmlr estimator shares: tags, scores, labels, ``score``, model files.
 
-
-def check_random_state(value) -> None:
-    """``random_state`` must be None or an integer >= 0 (a seed); raises ``ValueError``."""
-    if value is not None and not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                                  and value >= 0):
-        raise ValueError(f"random_state must be None or an integer >= 0, got {value!r}")
-
-
-def check_training_arrays(X, Y) -> None:
-    """Training inputs: 2-D X and Y with the same rows, labels 0 or 1.
-
-    Labels in a dask array are not read here (that would compute them); the
-    kernels see them as int8 blocks.
-    """
-    if X.ndim != 2 or np.ndim(Y) != 2:
-        raise DmlrInputError(f"X and Y must be 2-D, got shapes {X.shape} and {np.shape(Y)}")
-    if X.shape[0] != np.shape(Y)[0]:
-        raise DmlrInputError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
-    if is_dask(Y):
-        return
-    Y = np.asarray(Y)
-    bad = ~np.isin(Y, (0, 1))
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise DmlrInputError(f"labels must be 0 or 1; found {Y[i, j].item()!r} at label {int(j)}", row=int(i))
-
-
-class BaseModel:
-    """Parameter handling shared by dmlr estimators (scikit-learn contract).
-
-    Subclasses store their constructor arguments unchanged as attributes of
-    the same name, list fitted array attributes in ``_fitted_arrays`` and
-    fitted scalars/lists in ``_fitted_attributes``.
+    Subclasses store their constructor arguments unchanged, declare
+    ``_parameter_constraints``, list fitted array attributes in
+    ``_fitted_arrays`` and fitted scalars/lists in ``_fitted_attributes``,
+    call :func:`dmlr.validation.check_fit_data` in ``fit`` and provide the
+    scores of an in-memory row block (``_scores_block``) or of a whole
+    validated input (``_label_scores``).
     """
 
     _fitted_arrays: tuple = ()
     _fitted_attributes: tuple = ()
+    #: scikit-learn checks this model cannot pass, with the reason (``check_estimator``'s
+    #: ``expected_failed_checks``; tests/test_sklearn.py).
+    _expected_failed_checks: dict = {}
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values()
-                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-    def get_params(self, deep: bool = True) -> dict:
-        """Constructor parameters of this estimator."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params):
-        """Set constructor parameters; returns self."""
-        valid = set(self._param_names())
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}; "
-                                 f"valid parameters: {sorted(valid)}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        tags.target_tags.single_output = True
+        tags.input_tags.sparse = True
+        return tags
 
     def _fitted_array_names(self) -> tuple:
         """Names of the fitted arrays for these parameters (saved in the model file)."""
         return tuple(self._fitted_arrays)
 
-    def _check_fitted(self) -> None:
-        for name in self._fitted_array_names():
-            if not hasattr(self, name):
-                raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "target_type_") and all(hasattr(self, n) for n in self._fitted_array_names())
 
-    # -- prediction -------------------------------------------------------------
+    # -- scores and labels ------------------------------------------------------
     def decision_function(self, X):
-        """Label scores, shape (n, n_labels), from the model's ``_scores_block``.
+        """Label scores: (n, n_labels) for a multi-label target, (n, n_classes) for a
+        multi-class one, (n,) for a binary one (the second class's score minus the first's).
 
-        Dask in, dask out: row chunks are kept and each is scored where it
-        lives (a model's arrays travel once, with the graph).
+        Dask in, dask out: row chunks are kept and each is scored where it lives.
         """
-        self._check_fitted()
-        if X.shape[-1] != self.n_features_in_:
-            raise DmlrInputError(f"X has {X.shape[-1]} features, the model was fitted on {self.n_features_in_}")
-        if is_dask(X):
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (self.n_labels_,)),
-                                meta=np.empty((0, 0), dtype=np.float64))
-        return self._scores_block(X)
+        return self._output_scores(self._label_scores(check_predict_X(self, X)))
+
+    def predict(self, X):
+        """Labels: the model's :meth:`labels_from_scores` of its (n, n_labels) scores for a
+        multi-label target (dtype of the fitted target); the highest-scoring class for a 1-D one."""
+        S = self._label_scores(check_predict_X(self, X))
+        if self.target_type_ == "multilabel":
+            P = self.labels_from_scores(S)
+            return P.astype(self.label_dtype_)
+        classes = np.asarray(self.classes_)
+        if is_dask(S):
+            return S.map_blocks(_classes_of_max, classes, drop_axis=1, dtype=classes.dtype)
+        return _classes_of_max(S, classes)
 
     def labels_from_scores(self, S):
-        """0/1 labels from this model's scores (``predict`` and :func:`dmlr.evaluate` use it).
+        """0/1 labels from this model's (n, n_labels) scores: the model's own label rule.
 
         Default: score > ``threshold`` (0 when the model has none), at least
         one label per row (:func:`dmlr.metrics.predict_from_scores`).
@@ -142,9 +123,32 @@ class BaseModel:
 
         return predict_from_scores(S, float(getattr(self, "threshold", 0.0)))
 
-    def predict(self, X):
-        """0/1 labels (n, n_labels): :meth:`labels_from_scores` of :meth:`decision_function`."""
-        return self.labels_from_scores(self.decision_function(X))
+    def score(self, X, y, sample_weight=None):
+        """Accuracy (scikit-learn's classifier score; subset accuracy for a label matrix).
+
+        Dask input is scored chunk by chunk (:mod:`dmlr.metrics`), never gathered.
+        """
+        if is_dask(X) and sample_weight is None and self.target_type_ == "multilabel":
+            from dmlr.metrics import multilabel_metrics
+
+            S = self._label_scores(check_predict_X(self, X))
+            return multilabel_metrics(y, S, self.labels_from_scores(S), metrics=["subset_accuracy"])[
+                "subset_accuracy"]
+        return super().score(X, y, sample_weight=sample_weight)
+
+    def _label_scores(self, X):
+        """(n, n_labels) scores of validated X, from ``_scores_block`` chunk by chunk."""
+        if is_dask(X):
+            if len(X.chunks[1]) > 1:
+                X = X.rechunk({1: -1})
+            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (len(self.classes_),)),
+                                meta=np.empty((0, 0), dtype=np.float64))
+        return self._scores_block(X)
+
+    def _output_scores(self, S):
+        if self.target_type_ == "binary":
+            return S[:, 1] - S[:, 0]
+        return S
 
     def _scores_block(self, X):  # pragma: no cover - interface
         """Scores of one in-memory row block (numpy, scipy.sparse or sparse)."""
@@ -159,14 +163,18 @@ class BaseModel:
         Path
             The file written.
         """
-        self._check_fitted()
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
         path = Path(path)
+        attributes = {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)}
+        attributes.update(classes_=np.asarray(self.classes_).tolist(), target_type_=self.target_type_,
+                          label_dtype_=self.label_dtype_)
         meta = {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
             "model": type(self).__name__,
             "params": self.get_params(),
-            "attributes": {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)},
+            "attributes": attributes,
             "arrays": list(self._fitted_array_names()),
         }
         blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
@@ -186,12 +194,32 @@ class BaseModel:
         return path
 
 
+#: The reason a model whose label rule is not ``decision_function > 0`` fails
+#: ``check_classifier_multioutput`` (which requires exactly that rule).
+NOT_A_ZERO_THRESHOLD = ("check_classifier_multioutput requires predict == (decision_function > 0); this model's "
+                        "label rule is {rule}")
+
+
+def _classes_of_max(S, classes):
+    return classes[np.argmax(S, axis=1)]
+
+
+def linear_scores(X, W, fit_intercept: bool):
+    """``[X, 1] @ W`` of one in-memory row block (the bias row last), float64 (m, n_labels)."""
+    from dmlr.kernels.blocks import append_bias, as_matrix
+
+    X = as_matrix(X)
+    if fit_intercept:
+        X = append_bias(X)
+    return np.asarray(X @ W)
+
+
 class LinearModel(BaseModel):
     """A model whose fitted arrays are weight matrices (n_features + fit_intercept, n_labels)
     and whose scores are ``[X, 1] @ coef_``."""
 
     def _validate_loaded(self, path) -> None:
-        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
+        expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), len(self.classes_))
         for name in self._fitted_array_names():
             arr = getattr(self, name)
             if arr.dtype.kind != "f" or arr.shape != expected:
@@ -200,12 +228,7 @@ class LinearModel(BaseModel):
 
     def _scores_block(self, X):
         """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
-        from dmlr.kernels.blocks import append_bias, as_matrix
-
-        X = as_matrix(X)
-        if self.fit_intercept:
-            X = append_bias(X)
-        return np.asarray(X @ self.coef_)
+        return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
 def _dense(a) -> np.ndarray:
@@ -237,15 +260,21 @@ def load_model(path):
         raise DmlrInputError(f"model metadata is not valid JSON ({e})", path=path) from None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
         raise DmlrInputError("not a dmlr model file", path=path)
-    if meta.get("format_version") != MODEL_FORMAT_VERSION:
-        raise DmlrInputError(f"unsupported model format version {meta.get('format_version')!r}", path=path)
+    version = meta.get("format_version")
+    if version == 1:
+        raise DmlrInputError("model file format version 1 was written before dmlr renamed its model "
+                             "parameters (see CHANGELOG.md); this dmlr reads format version "
+                             f"{MODEL_FORMAT_VERSION}: refit the model and save it again", path=path)
+    if version != MODEL_FORMAT_VERSION:
+        raise DmlrInputError(f"unsupported model format version {version!r} (this dmlr reads "
+                             f"{MODEL_FORMAT_VERSION})", path=path)
     cls = MODEL_REGISTRY.get(meta.get("model"))
     if cls is None:
         raise DmlrInputError(f"unknown model type {meta.get('model')!r}", path=path)
     params, attrs = meta.get("params"), meta.get("attributes")
     if not isinstance(params, dict) or not isinstance(attrs, dict):
         raise DmlrInputError("malformed model metadata", path=path)
-    unknown = set(params) - set(cls._param_names())
+    unknown = set(params) - set(cls._get_param_names())
     if unknown:
         raise DmlrInputError(f"unknown parameters {sorted(unknown)} for {cls.__name__}", path=path)
     try:
@@ -257,12 +286,35 @@ def load_model(path):
         raise DmlrInputError(f"model arrays {sorted(contents)} do not match {cls.__name__}'s "
                              f"{sorted(expected)}", path=path)
     for key, value in attrs.items():
-        if key not in cls._fitted_attributes:
+        if key not in cls._fitted_attributes + TARGET_ATTRIBUTES:
             raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)
         setattr(model, key, value)
     for name, arr in contents.items():
         if arr.dtype.kind not in "fiub":
             raise DmlrInputError(f"array {name!r} has non-numeric dtype {arr.dtype}", path=path)
         setattr(model, name, arr)
+    if set(TARGET_ATTRIBUTES) - set(attrs):
+        raise DmlrInputError(f"model metadata lacks {sorted(set(TARGET_ATTRIBUTES) - set(attrs))}", path=path)
+    model.classes_ = _loaded_classes(attrs, path)
     model._validate_loaded(path)
     return model
+
+
+def _loaded_classes(attrs: dict, path) -> np.ndarray:
+    """``classes_`` from a model file's JSON, checked against its target type and label dtype."""
+    from dmlr.validation import TARGET_TYPES
+
+    kind, dtype = attrs["target_type_"], attrs["label_dtype_"]
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = None
+    if kind not in TARGET_TYPES or dtype is None or dtype.kind not in "biufU":
+        raise DmlrInputError(f"malformed target encoding ({kind!r}, {attrs['label_dtype_']!r})", path=path)
+    try:
+        classes = np.asarray(attrs["classes_"], dtype=dtype if kind != "multilabel" else np.int64)
+    except (TypeError, ValueError) as e:
+        raise DmlrInputError(f"malformed classes_ ({e})", path=path) from None
+    if classes.ndim != 1 or len(classes) < 2:
+        raise DmlrInputError("classes_ must list at least 2 classes", path=path)
+    return classes

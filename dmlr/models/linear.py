@@ -19,15 +19,18 @@ are best judged by ranking metrics.
 
 from __future__ import annotations
 
-
 import numpy as np
 
+from numbers import Integral, Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from dmlr.config import chunk_options
 from dmlr.distributed.chunks import make_chunkset
-from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import is_dask
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
-from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
+from dmlr.models.base import SEED, LinearModel, register_model
+from dmlr.validation import check_fit_data
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
 
@@ -37,40 +40,40 @@ GROUP_ROWS = 256
 
 @register_model
 class LinearMultiLabel(LinearModel):
-    """Linear multi-label model: ``loss`` minimized by ``solver`` over ``epochs`` epochs.
+    """Linear multi-label model: ``loss`` minimized by ``solver`` over ``n_epochs`` epochs.
 
     Parameters
     ----------
     loss : {"hamming", "subset", "gebru", "rank_hinge", "rank_squared_hinge"}
     solver : {"sgd", "svrg1", "svrg2", "svrg3", "saga", "sag", "s2gd", "vrlite", "batching_svrg", "mixed_svrg"}
-    epochs : int
+    alpha : float
+        Ridge weight alpha/2 ||W||_F^2 (bias row included).
+    n_epochs : int
         Epochs (5, the paper's).
-    step : {"1/k", "constant", "decay"}
-        alpha = step_size / k with k the epoch (the paper's 1/k), a constant,
-        or step_size / (1 + step_decay t) with t the global step.
-    step_size : float, optional
+    learning_rate : {"1/k", "constant", "decay"}
+        Step schedule: eta0 / k with k the epoch (the paper's 1/k), a
+        constant eta0, or eta0 / (1 + decay t) with t the global step.
+    eta0 : float, optional
         Base step; default 1/L from the loss's curvature bound and the largest
         row norm (:meth:`LinearMultiLabelProblem.default_step_size`). The
-        paper's schedule is ``step="1/k", step_size=1``.
-    step_decay : float
-        For ``step="decay"``.
-    lam : float
-        Ridge weight lambda/2 ||W||_F^2 (bias row included).
+        paper's schedule is ``learning_rate="1/k", eta0=1``.
+    decay : float
+        For ``learning_rate="decay"``.
     batch_size : int, optional
         Batching/Mixed SVRG's |B| (default ceil(n/10)).
     s2gd_nu : float, optional
-        S2GD's nu (default ``lam``).
+        S2GD's nu (default ``alpha``).
     group_rows : int
         Rows per shuffled group (the unit of the seeded row order).
     fit_intercept : bool
         Append a constant-1 feature (the bias).
-    backend : {"auto", "local", "dask"}
-        Where the row blocks live (see :func:`dmlr.distributed.make_chunkset`).
-    n_blocks : int, optional
     random_state : int
         Seeds the row order, batches and output draws. W starts at 0.
     record : bool
         Record F(W) before training and after each epoch in ``objective_history_``.
+
+    Execution (where the row blocks live, how many) is set with
+    :func:`dmlr.config_context`, not here.
 
     Attributes
     ----------
@@ -83,59 +86,55 @@ class LinearMultiLabel(LinearModel):
         Solver time, without the objective evaluations of the history.
     """
 
+    _parameter_constraints = {
+        "loss": [StrOptions(set(LOSSES))],
+        "solver": [StrOptions(set(vr.SOLVERS))],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "n_epochs": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [StrOptions(set(vr.STEP_RULES))],
+        "eta0": [Interval(Real, 0, None, closed="neither"), None],
+        "decay": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "s2gd_nu": [Interval(Real, 0, None, closed="left"), None],
+        "group_rows": [Interval(Integral, 1, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "random_state": SEED,
+        "record": ["boolean"],
+    }
     _fitted_arrays = ("coef_",)
     _fitted_attributes = ("objective_history_", "history_epochs_", "step_size_", "fit_seconds_",
                           "n_features_in_", "n_labels_", "backend_")
 
-    def __init__(self, loss="hamming", solver="sgd", epochs=5, step="1/k", step_size=None, step_decay=0.0,
-                 lam=1e-4, batch_size=None, s2gd_nu=None, group_rows=GROUP_ROWS, fit_intercept=True,
-                 backend="auto", n_blocks=None, random_state=0, record=True):
+    def __init__(self, loss="hamming", solver="sgd", *, alpha=1e-4, n_epochs=5, learning_rate="1/k", eta0=None,
+                 decay=0.0, batch_size=None, s2gd_nu=None, group_rows=GROUP_ROWS, fit_intercept=True,
+                 random_state=0, record=True):
         self.loss = loss
         self.solver = solver
-        self.epochs = epochs
-        self.step = step
-        self.step_size = step_size
-        self.step_decay = step_decay
-        self.lam = lam
+        self.alpha = alpha
+        self.n_epochs = n_epochs
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.decay = decay
         self.batch_size = batch_size
         self.s2gd_nu = s2gd_nu
         self.group_rows = group_rows
         self.fit_intercept = fit_intercept
-        self.backend = backend
-        self.n_blocks = n_blocks
         self.random_state = random_state
         self.record = record
 
-    def _check_params(self) -> None:
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
-        if self.solver not in vr.SOLVERS:
-            raise ValueError(f"solver must be one of {vr.SOLVERS}, got {self.solver!r}")
-        if self.step not in vr.STEP_RULES:
-            raise ValueError(f"step must be one of {vr.STEP_RULES}, got {self.step!r}")
-        lam = self.lam
-        if not (isinstance(lam, (int, float, np.floating)) and np.isfinite(lam) and lam >= 0):
-            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-        if not (isinstance(self.group_rows, (int, np.integer)) and self.group_rows >= 1):
-            raise ValueError(f"group_rows must be a positive integer, got {self.group_rows!r}")
-        check_random_state(self.random_state)
-
-    def fit(self, X, Y, *, client=None):
+    def fit(self, X, y):
         """Train from W = 0; returns self."""
-        self._check_params()
-        if not is_dask(X):
-            check_training_arrays(X, np.asarray(Y))
-        if X.shape[0] == 0:
-            raise DmlrInputError("X has no rows")
-        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), backend=self.backend, client=client,
-                               n_blocks=self.n_blocks, align_rows=int(self.group_rows))
+        self._validate_params()
+        X, Y = check_fit_data(self, X, y)
+        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), align_rows=int(self.group_rows),
+                               **chunk_options())
         try:
-            problem = LinearMultiLabelProblem(chunks, self.loss, float(self.lam), int(self.group_rows))
+            problem = LinearMultiLabelProblem(chunks, self.loss, float(self.alpha), int(self.group_rows))
             d = int(X.shape[1]) + bool(self.fit_intercept)
             K = int(np.shape(Y)[1])
             with chunks.solver_context():
-                res = vr.minimize(problem, np.zeros((d, K)), self.solver, epochs=int(self.epochs), step=self.step,
-                                  step_size=self.step_size, step_decay=float(self.step_decay),
+                res = vr.minimize(problem, np.zeros((d, K)), self.solver, epochs=int(self.n_epochs),
+                                  step=self.learning_rate, step_size=self.eta0, step_decay=float(self.decay),
                                   batch_size=self.batch_size, s2gd_nu=self.s2gd_nu,
                                   random_state=self.random_state, record=bool(self.record))
         finally:
@@ -143,13 +142,12 @@ class LinearMultiLabel(LinearModel):
             chunks.close()
         if not np.all(np.isfinite(res.W)):
             raise FloatingPointError(f"{self.solver} diverged (non-finite weights) with step size "
-                                     f"{res.step_size:g}: use a smaller step_size")
+                                     f"{res.step_size:g}: use a smaller eta0")
         self.coef_ = res.W
         self.objective_history_ = [float(v) for v in res.objective_history]
         self.history_epochs_ = [int(k) for k in res.history_epochs]
         self.step_size_ = float(res.step_size)
         self.fit_seconds_ = float(res.seconds)
-        self.n_features_in_ = int(X.shape[1])
         self.n_labels_ = K
         self.backend_ = backend
         return self

@@ -98,12 +98,18 @@ from scipy.optimize import brentq
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import as_matrix, is_dask
 from dmlr.kernels.knn import chunk_top_k, merge_top_k
-from dmlr.models.base import BaseModel, check_random_state, check_training_arrays, register_model
+from numbers import Integral, Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from dmlr.config import chunk_options, get_config, stream_where
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SEED, BaseModel, register_model
+from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 #: Eq. (7) bounds of lambda_t used in the paper's experiments (Sec. V-B).
 LAMBDA_MIN, LAMBDA_MAX = 1e-5, 1e5
 LAMBDA_RULES = ("exact", "cubic")
-PREDICT_RULES = ("vote", "mlknn")
+AGGREGATIONS = ("vote", "mlknn")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,26 +367,14 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
 # Estimators
 # ---------------------------------------------------------------------------------------------
 
-def _check_int(name, value, low):
-    if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low):
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+def default_code_dim(n_labels: int) -> int:
+    """OML's default d: half the labels, at least 2 and below q (the paper's d < q) where q allows.
 
-
-def _check_inputs(X, Y):
-    if not hasattr(X, "shape") or not hasattr(Y, "shape") and not isinstance(Y, (list, tuple)):
-        raise DmlrInputError("X and Y must be arrays")
-    check_training_arrays(X, Y)
-    if X.shape[0] == 0:
-        raise DmlrInputError("X has no rows")
-    if not is_dask(X):
-        vals = X.data if sp.issparse(X) else np.asarray(X)
-        if not np.issubdtype(np.asarray(vals).dtype, np.number):
-            raise DmlrInputError(f"X must be numeric, got dtype {np.asarray(vals).dtype}")
-        bad = ~np.isfinite(vals)
-        if bad.any():
-            row = int(X.tocoo().row[np.flatnonzero(~np.isfinite(X.tocoo().data))[0]]) if sp.issparse(X) \
-                else int(np.argwhere(bad)[0][0])
-            raise DmlrInputError("X has a non-finite value", row=row)
+    Half the labels is the default on every multi-label set; the floor of 2
+    matters for 3-label (and 3-class) problems, where one dimension cannot
+    keep three label vectors apart.
+    """
+    return max(1, min(n_labels - 1, max(2, n_labels // 2)))
 
 
 def _rows(X, a, b):
@@ -395,7 +389,16 @@ def _rows(X, a, b):
 class _NeighbourModel(BaseModel):
     """Prediction shared by :class:`OML` and :class:`KNN`: k nearest memory rows, then a label rule."""
 
+    _expected_failed_checks = {"check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
+        rule="score > threshold (0.5 of the neighbours' votes)")}
+
     _fitted_attributes = ("n_features_in_", "n_labels_", "n_memory_", "fit_seconds_")
+    _parameter_constraints = {
+        "k": [Interval(Integral, 1, None, closed="left")],
+        "aggregation": [StrOptions(set(AGGREGATIONS))],
+        "threshold": [Real],
+        "mlknn_smoothing": [Interval(Real, 0, None, closed="neither")],
+    }
 
     def _embedding(self):
         """(p, e) matrix mapping features to the search space, or None (Euclidean in X)."""
@@ -404,21 +407,13 @@ class _NeighbourModel(BaseModel):
     def _memory_arrays(self):
         return self.memory_X_, self.memory_Y_
 
-    def _check_predict_params(self):
-        _check_int("k", self.k, 1)
-        if self.rule not in PREDICT_RULES:
-            raise ValueError(f"rule must be one of {PREDICT_RULES}, got {self.rule!r}")
-        _check_int("query_batch", self.query_batch, 1)
-        if not (float(self.mlknn_smoothing) > 0):
-            raise ValueError(f"mlknn_smoothing must be > 0, got {self.mlknn_smoothing!r}")
-
     def _fitted_array_names(self) -> tuple:
         names = tuple(self._fitted_arrays)
-        if self.rule == "mlknn":
+        if self.aggregation == "mlknn":
             names += ("mlknn_prior_", "mlknn_cond_pos_", "mlknn_cond_neg_")
         return names
 
-    def _open_memory(self, client=None):
+    def _open_memory(self):
         """The memory D as a chunk set of IndexedBlock (embedded), where its rows live."""
         from dmlr.distributed.chunks import make_chunkset
         from dmlr.distributed.knn import index_chunks
@@ -426,8 +421,7 @@ class _NeighbourModel(BaseModel):
         Xm, Ym = self._memory_arrays()
         if not is_dask(Ym):
             Ym = np.asarray(Ym, dtype=np.int8)
-        chunks = make_chunkset(Xm, Ym, fit_intercept=False, backend=self.backend, client=client,
-                               n_blocks=self.n_blocks)
+        chunks = make_chunkset(Xm, Ym, fit_intercept=False, **chunk_options())
         try:
             return index_chunks(chunks, self._embedding())
         finally:
@@ -438,7 +432,7 @@ class _NeighbourModel(BaseModel):
         W = self._embedding()
         return Xq if W is None else np.ascontiguousarray(np.asarray(Xq @ W), dtype=np.float64)
 
-    def kneighbors(self, X, *, client=None):
+    def kneighbors(self, X):
         """The k nearest memory rows of every row of X in the model's metric.
 
         Returns
@@ -449,16 +443,15 @@ class _NeighbourModel(BaseModel):
             Memory row indices (ties to the lower index; -1 padding if D has < k rows).
         labels : int8 (n, k, n_labels)
         """
-        self._check_fitted()
-        self._check_predict_params()
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise DmlrInputError(f"X must be 2-D with {self.n_features_in_} features, got shape {X.shape}")
+        return self._kneighbors(check_predict_X(self, X))
+
+    def _kneighbors(self, X):
         from dmlr.distributed.knn import knn_search
 
-        mem = self._open_memory(client)
+        mem = self._open_memory()
         try:
             out = [], [], []
-            step = int(self.query_batch)
+            step = int(get_config()["query_batch"])
             for a in range(0, X.shape[0], step):
                 res = knn_search(mem, self._queries(_rows(X, a, a + step)), int(self.k))
                 for lst, r in zip(out, res):
@@ -470,32 +463,35 @@ class _NeighbourModel(BaseModel):
                     np.zeros((0, self.k, self.n_labels_), dtype=np.int8))
         return tuple(np.concatenate(lst, axis=0) for lst in out)
 
-    def decision_function(self, X, *, client=None):
-        """Per-label scores, float64 (n, n_labels): vote fractions (``rule="vote"``) or
+    def _label_scores(self, X):
+        """Per-label scores, float64 (n, n_labels): vote fractions (``aggregation="vote"``) or
         ML-kNN posteriors P(label | neighbour count) (``"mlknn"``), both in [0, 1].
 
-        Dask X is processed ``query_batch`` rows at a time; the memory stays in its chunks.
+        Dask X is searched ``query_batch`` rows at a time (the memory stays in its
+        chunks); the scores come back as a dask array with X's row chunks, already computed.
         """
-        _, idx, labels = self.kneighbors(X, client=client)
+        _, idx, labels = self._kneighbors(X)
         counts = labels.sum(axis=1, dtype=np.int64)                       # (n, l)
-        if self.rule == "vote":
+        if self.aggregation == "vote":
             n_valid = np.maximum((idx >= 0).sum(axis=1, keepdims=True), 1)
-            return counts / n_valid
-        cols = np.arange(self.n_labels_)
-        p1 = self.mlknn_prior_[None, :] * self.mlknn_cond_pos_[counts, cols]
-        p0 = (1.0 - self.mlknn_prior_[None, :]) * self.mlknn_cond_neg_[counts, cols]
-        return p1 / (p1 + p0)
+            S = counts / n_valid
+        else:
+            cols = np.arange(self.n_labels_)
+            p1 = self.mlknn_prior_[None, :] * self.mlknn_cond_pos_[counts, cols]
+            p0 = (1.0 - self.mlknn_prior_[None, :]) * self.mlknn_cond_neg_[counts, cols]
+            S = p1 / (p1 + p0)
+        if is_dask(X):
+            import dask.array as da
 
-    def predict(self, X, *, client=None):
-        """0/1 labels, int8 (n, n_labels): :meth:`labels_from_scores` of the scores."""
-        return self.labels_from_scores(self.decision_function(X, client=client))
+            return da.from_array(S, chunks=(X.chunks[0], S.shape[1]))
+        return S
 
     def labels_from_scores(self, S):
         """Score > ``threshold`` (0.5: a strict majority of the k neighbours, or posterior > 1/2).
         Rows may get no label (unlike :func:`dmlr.metrics.predict_from_scores`)."""
         return (S > float(self.threshold)).astype(np.int8)
 
-    def _fit_mlknn(self, client=None):
+    def _fit_mlknn(self):
         """ML-kNN tables (Zhang & Zhou 2007) from leave-one-out neighbours of every memory row."""
         from dmlr.distributed.knn import knn_search
 
@@ -505,9 +501,9 @@ class _NeighbourModel(BaseModel):
         n = Xm.shape[0]
         pos, neg = np.zeros((k + 1, L)), np.zeros((k + 1, L))
         n_pos = np.zeros(L)
-        mem = self._open_memory(client)
+        mem = self._open_memory()
         try:
-            step = int(self.query_batch)
+            step = int(get_config()["query_batch"])
             for a in range(0, n, step):
                 Xb = _rows(Xm, a, a + step)
                 Yb = np.asarray(_rows(Ym, a, a + step), dtype=np.int8)
@@ -535,7 +531,7 @@ class _NeighbourModel(BaseModel):
         p, L = int(self.n_features_in_), int(self.n_labels_)
         if self.memory_X_.shape[1] != p or self.memory_Y_.shape != (self.memory_X_.shape[0], L):
             raise DmlrInputError("memory arrays do not match n_features_in_ / n_labels_", path=path)
-        if self.rule == "mlknn":
+        if self.aggregation == "mlknn":
             shape = (int(self.k) + 1, L)
             if self.mlknn_cond_pos_.shape != shape or self.mlknn_cond_neg_.shape != shape \
                     or self.mlknn_prior_.shape != (L,):
@@ -553,20 +549,16 @@ class KNN(_NeighbourModel):
     ----------
     k : int
         Neighbours (10, the paper's).
-    rule : {"vote", "mlknn"}
-        Per-label majority vote (scores: vote fractions) or the ML-kNN posterior.
+    aggregation : {"vote", "mlknn"}
+        How the neighbours' labels become scores: per-label vote fractions or
+        the ML-kNN posterior.
     threshold : float
         ``predict``: label where score > threshold (0.5).
     mlknn_smoothing : float
         ML-kNN's Laplace smoothing s (1).
-    backend : {"auto", "local", "dask"}
-        Where the memory's row chunks live during a search
-        (:func:`dmlr.distributed.chunks.make_chunkset`).
-    n_blocks : int, optional
-        Row chunks of the memory (default: one per worker thread; in-process, one per core
-        for data above 2M stored values, else 1).
-    query_batch : int
-        Query rows per distributed search call.
+
+    Execution (where the memory's row chunks live, in how many blocks, query
+    rows per search call) is set with :func:`dmlr.config_context`.
 
     Attributes
     ----------
@@ -574,33 +566,29 @@ class KNN(_NeighbourModel):
         The training features (a dask input is kept lazy, not gathered).
     memory_Y_ : int8 (n, L) ndarray or dask array
     mlknn_prior_ : float64 (L,); mlknn_cond_pos_, mlknn_cond_neg_ : float64 (k + 1, L)
-        ``rule="mlknn"`` only.
+        ``aggregation="mlknn"`` only.
     n_features_in_, n_labels_, n_memory_ : int
     """
 
     _fitted_arrays = ("memory_X_", "memory_Y_")
 
-    def __init__(self, k=10, rule="vote", threshold=0.5, mlknn_smoothing=1.0, backend="auto", n_blocks=None,
-                 query_batch=2048):
+    def __init__(self, k=10, *, aggregation="vote", threshold=0.5, mlknn_smoothing=1.0):
         self.k = k
-        self.rule = rule
+        self.aggregation = aggregation
         self.threshold = threshold
         self.mlknn_smoothing = mlknn_smoothing
-        self.backend = backend
-        self.n_blocks = n_blocks
-        self.query_batch = query_batch
 
-    def fit(self, X, Y, *, client=None):
-        """Store (X, Y) as the memory (and the ML-kNN tables for ``rule="mlknn"``). Returns self."""
-        self._check_predict_params()
-        _check_inputs(X, Y)
+    def fit(self, X, y):
+        """Store (X, Y) as the memory (and the ML-kNN tables for ``aggregation="mlknn"``). Returns self."""
+        self._validate_params()
+        X, Y = check_fit_data(self, X, y)
         start = time.perf_counter()
         self.memory_X_ = X
-        self.memory_Y_ = Y if is_dask(Y) else np.asarray(Y, dtype=np.int8)
-        self.n_features_in_, self.n_labels_ = int(X.shape[1]), int(np.shape(Y)[1])
+        self.memory_Y_ = Y
+        self.n_labels_ = int(np.shape(Y)[1])
         self.n_memory_ = int(X.shape[0])
-        if self.rule == "mlknn":
-            self._fit_mlknn(client)
+        if self.aggregation == "mlknn":
+            self._fit_mlknn()
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
@@ -618,7 +606,7 @@ class OML(_NeighbourModel):
         Neighbours used for prediction (10, the paper's).
     n_components : int, optional
         d, the code dimension (the paper requires d < q and gives no value);
-        default ``max(1, n_labels // 2)``.
+        default :func:`default_code_dim`.
     init_fraction : float
         Fraction of the training rows (a seeded random choice) that
         initialises D (0.2, the paper's); the rest are streamed.
@@ -628,13 +616,13 @@ class OML(_NeighbourModel):
         lambda_t's maximum point: of the exact dual function (D6-D7, the
         constraint of eq. 2 then holds with equality) or of the paper's
         cubic approximation (D9).
-    rule : {"vote", "mlknn"}
-        Prediction from the k neighbours: per-label majority vote (the
-        default; the paper does not say) or the ML-kNN posterior.
+    aggregation : {"vote", "mlknn"}
+        Scores from the k neighbours: per-label vote fractions (the default;
+        the paper does not say) or the ML-kNN posterior.
     threshold : float
         ``predict``: label where score > threshold (0.5).
-    ridge : float
-        Relative ridge added to X^T X when it is singular (see
+    alpha : float
+        Relative ridge on P, added to X^T X when it is singular (see
         :func:`solve_projection`); ``ridge_used_`` records the absolute value.
     projection_rows : {"memory", "all"}
         Rows of the least-squares problem for P: every training row (the
@@ -643,16 +631,12 @@ class OML(_NeighbourModel):
         ML-kNN's Laplace smoothing s (1).
     random_state : int or None
         Seed of the initial memory and of V_1.
-    chunk_rows : int
-        Rows per streamed chunk for in-memory input.
     record_every : int
         ``objective_history_`` gets the running mean of l_t every this many updates.
-    backend : {"auto", "local", "dask"}
-        Where row chunks live (P's map-reduce, the memory during prediction).
-    n_blocks : int, optional
-        Row chunks of those chunk sets.
-    query_batch : int
-        Query rows per distributed search call.
+
+    Execution (where row chunks live for P's map-reduce and the search,
+    streamed chunk rows, query rows per search call) is set with
+    :func:`dmlr.config_context`.
 
     Attributes
     ----------
@@ -662,7 +646,7 @@ class OML(_NeighbourModel):
     memory_X_, memory_Y_ : (n_memory, p), int8 (n_memory, q)
         D: the training rows in their order (dask inputs kept lazy, never gathered).
     mlknn_prior_, mlknn_cond_pos_, mlknn_cond_neg_ : float64
-        ``rule="mlknn"`` only.
+        ``aggregation="mlknn"`` only.
     objective_history_ : list of float
         Running mean of the loss l_t (eq. 4) over the updates so far.
     objective_iterations_ : list of int
@@ -682,45 +666,40 @@ class OML(_NeighbourModel):
         "objective_history_", "objective_iterations_", "n_updates_", "n_active_", "n_clipped_",
         "cumulative_loss_", "ridge_used_", "n_components_")
 
-    def __init__(self, k=10, n_components=None, init_fraction=0.2, lambda_min=LAMBDA_MIN, lambda_max=LAMBDA_MAX,
-                 lambda_rule="exact", rule="vote", threshold=0.5, ridge=1e-6, projection_rows="all",
-                 mlknn_smoothing=1.0, random_state=0, chunk_rows=4096, record_every=100, backend="auto",
-                 n_blocks=None, query_batch=2048):
+    _parameter_constraints = {
+        **_NeighbourModel._parameter_constraints,
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "init_fraction": [Interval(Real, 0, 1, closed="right")],
+        "lambda_min": [Interval(Real, 0, None, closed="neither")],
+        "lambda_max": [Interval(Real, 0, None, closed="neither")],
+        "lambda_rule": [StrOptions(set(LAMBDA_RULES))],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "projection_rows": [StrOptions({"memory", "all"})],
+        "random_state": SEED,
+        "record_every": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    def __init__(self, k=10, n_components=None, *, init_fraction=0.2, lambda_min=LAMBDA_MIN,
+                 lambda_max=LAMBDA_MAX, lambda_rule="exact", aggregation="vote", threshold=0.5, alpha=1e-6,
+                 projection_rows="all", mlknn_smoothing=1.0, random_state=0, record_every=100):
         self.k = k
         self.n_components = n_components
         self.init_fraction = init_fraction
         self.lambda_min = lambda_min
         self.lambda_max = lambda_max
         self.lambda_rule = lambda_rule
-        self.rule = rule
+        self.aggregation = aggregation
         self.threshold = threshold
-        self.ridge = ridge
+        self.alpha = alpha
         self.projection_rows = projection_rows
         self.mlknn_smoothing = mlknn_smoothing
         self.random_state = random_state
-        self.chunk_rows = chunk_rows
         self.record_every = record_every
-        self.backend = backend
-        self.n_blocks = n_blocks
-        self.query_batch = query_batch
 
-    def _check_params(self):
-        self._check_predict_params()
-        if self.n_components is not None:
-            _check_int("n_components", self.n_components, 1)
-        if not (0 < float(self.init_fraction) <= 1):
-            raise ValueError(f"init_fraction must be in (0, 1], got {self.init_fraction!r}")
-        if not (0 < float(self.lambda_min) < float(self.lambda_max) < np.inf):
-            raise ValueError(f"need 0 < lambda_min < lambda_max < inf, got {self.lambda_min!r}, {self.lambda_max!r}")
-        if self.lambda_rule not in LAMBDA_RULES:
-            raise ValueError(f"lambda_rule must be one of {LAMBDA_RULES}, got {self.lambda_rule!r}")
-        if not (float(self.ridge) >= 0):
-            raise ValueError(f"ridge must be >= 0, got {self.ridge!r}")
-        if self.projection_rows not in ("memory", "all"):
-            raise ValueError(f"projection_rows must be 'memory' or 'all', got {self.projection_rows!r}")
-        check_random_state(self.random_state)
-        _check_int("chunk_rows", self.chunk_rows, 1)
-        _check_int("record_every", self.record_every, 1)
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if not self.lambda_min < self.lambda_max < np.inf:
+            raise ValueError(f"need lambda_min < lambda_max < inf, got {self.lambda_min!r}, {self.lambda_max!r}")
 
     def _embedding(self):
         return self.P_ @ self.V_
@@ -746,7 +725,7 @@ class OML(_NeighbourModel):
         self.n_active_ = (0 if reset else int(self.n_active_)) + int(np.count_nonzero(losses > 0))
         self.cumulative_loss_ = float(csum[-1]) if len(losses) else total0
 
-    def fit(self, X, Y, *, client=None):
+    def fit(self, X, y, classes=None):
         """Algorithm 1 on the rows of (X, Y) in order, from a seeded initial memory. Returns self.
 
         1. D_0: a seeded random ``init_fraction`` of the rows.
@@ -758,67 +737,65 @@ class OML(_NeighbourModel):
         from dmlr.distributed.chunks import make_chunkset
         from dmlr.distributed.stream import ChunkStream, run_streaming
 
-        self._check_params()
-        _check_inputs(X, Y)
-        start = time.perf_counter()
+        self._validate_params()
         for name in self._fitted_array_names() + ("mlknn_prior_", "mlknn_cond_pos_", "mlknn_cond_neg_"):
             if hasattr(self, name):
                 delattr(self, name)
+        X, Y = check_fit_data(self, X, y, classes=classes)
+        start = time.perf_counter()
         n, p, q = int(X.shape[0]), int(X.shape[1]), int(np.shape(Y)[1])
-        d = int(self.n_components) if self.n_components is not None else max(1, q // 2)
+        d = int(self.n_components) if self.n_components is not None else default_code_dim(q)
         rng = np.random.default_rng(self.random_state)
         n_init = min(n, max(1, int(round(float(self.init_fraction) * n))))
         init_idx = np.sort(rng.choice(n, n_init, replace=False))
         init_mask = np.zeros(n, dtype=bool)
         init_mask[init_idx] = True
         V1 = rng.standard_normal((q, d)) / math.sqrt(d)
-        Ynp = Y if is_dask(Y) else np.asarray(Y, dtype=np.int8)
+        Ynp = Y
         if self.projection_rows == "memory":
             Xp, Yp = X[init_idx], Ynp[init_idx]
         else:
             Xp, Yp = X, Ynp
-        chunks = make_chunkset(Xp, Yp, fit_intercept=False, backend=self.backend, client=client,
-                               n_blocks=self.n_blocks)
+        chunks = make_chunkset(Xp, Yp, fit_intercept=False, **chunk_options())
         try:
             XtX, XtY = chunks.map_reduce(_normal_equations_block)
         finally:
             chunks.close()
-        P, self.ridge_used_ = solve_projection(XtX, XtY, float(self.ridge))
-        stream = ChunkStream(X, Ynp, chunk_rows=int(self.chunk_rows))
-        res = run_streaming(oml_train_stream, stream, P, V1, None, init_mask, 0, self._params(), client=client)
+        P, self.ridge_used_ = solve_projection(XtX, XtY, float(self.alpha))
+        stream = ChunkStream(X, Ynp, chunk_rows=int(get_config()["chunk_rows"]))
+        res = run_streaming(oml_train_stream, stream, P, V1, None, init_mask, 0, self._params(),
+                            client=get_config()["client"], where=stream_where())
         self.P_, self.V_ = P, res["V"]
         self.memory_X_, self.memory_Y_ = X, Ynp
-        self.n_features_in_, self.n_labels_, self.n_components_ = p, q, d
+        self.n_labels_, self.n_components_ = q, d
         self.n_memory_ = n
         self.n_clipped_ = res["n_clipped"]
         self._record(res["losses"], reset=True)
-        if self.rule == "mlknn":
-            self._fit_mlknn(client)
+        if self.aggregation == "mlknn":
+            self._fit_mlknn()
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def partial_fit(self, X, Y, *, client=None):
+    def partial_fit(self, X, y, classes=None):
         """Continue Algorithm 1 on the rows of (X, Y), in order, with the current D, P and V.
 
         On an unfitted estimator this is :meth:`fit`. Otherwise every row is
         one round (nearest neighbour in D, update of V, appended to D); P is
         kept. This runs in this process and holds D in memory here (a dask
-        memory is computed). Returns self.
+        memory is computed). ``classes``: every class of a 1-D target (needed
+        on the first call when later calls may hold other classes). Returns self.
         """
         if not hasattr(self, "V_"):
-            return self.fit(X, Y, client=client)
+            return self.fit(X, y, classes=classes)
         from dmlr.distributed.stream import ChunkStream, run_streaming
 
-        self._check_params()
-        _check_inputs(X, Y)
-        if X.shape[1] != self.n_features_in_ or np.shape(Y)[1] != self.n_labels_:
-            raise DmlrInputError(f"partial_fit got {X.shape[1]} features and {np.shape(Y)[1]} labels; the model "
-                                 f"has {self.n_features_in_} and {self.n_labels_}")
+        self._validate_params()
+        X, Y = check_partial_fit_data(self, X, y)
         start = time.perf_counter()
         Xm, Ym = _rows(self.memory_X_, 0, None), np.asarray(_rows(self.memory_Y_, 0, None), dtype=np.int8)
         Xn = _rows(X, 0, None)
         Yn = np.asarray(_rows(Y, 0, None), dtype=np.int8) if is_dask(Y) else np.asarray(Y, dtype=np.int8)
-        stream = ChunkStream(Xn, Yn, chunk_rows=int(self.chunk_rows))
+        stream = ChunkStream(Xn, Yn, chunk_rows=int(get_config()["chunk_rows"]))
         res = run_streaming(oml_train_stream, stream, self.P_, self.V_, (Xm, Ym), None, int(Xm.shape[0]),
                             self._params(), where="local")
         self.V_ = res["V"]
@@ -829,8 +806,8 @@ class OML(_NeighbourModel):
         self.n_memory_ = int(self.memory_X_.shape[0])
         self.n_clipped_ = int(self.n_clipped_) + res["n_clipped"]
         self._record(res["losses"], reset=False)
-        if self.rule == "mlknn":
-            self._fit_mlknn(client)
+        if self.aggregation == "mlknn":
+            self._fit_mlknn()
         self.fit_seconds_ = time.perf_counter() - start
         return self
 

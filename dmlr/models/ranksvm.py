@@ -27,19 +27,23 @@ import time
 
 import numpy as np
 
+from numbers import Integral, Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from dmlr.config import chunk_options, get_config, stream_where
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import Block, is_dask, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import LinearModel, check_random_state, check_training_arrays, register_model
+from dmlr.models.base import SEED, LinearModel, register_model
+from dmlr.validation import check_fit_data, check_partial_fit_data
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
 #: Default number of instance updates of the online solvers (the paper's 7 x 10^4).
-ONLINE_MAX_ITER = 70_000
-#: Default number of L-BFGS iterations.
-LBFGS_MAX_ITER = 1000
+ONLINE_UPDATES = 70_000
 RANKSVM_SOLVERS = ("ansgd", "sgd", "lbfgs")
 
 
@@ -61,6 +65,15 @@ class _OnlineRanker(LinearModel):
     _solver_name: str = ""
     _fitted_attributes = ("objective_history_", "objective_iterations_", "n_iter_", "n_updates_",
                           "n_features_in_", "n_labels_", "fit_seconds_", "converged_", "backend_")
+    _parameter_constraints = {
+        "n_updates": [Interval(Integral, 1, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "random_state": SEED,
+        "average": ["boolean"],
+        "sampling": [StrOptions({"auto", *solvers.SAMPLING})],
+        "record_every": [Interval(Integral, 0, None, closed="left")],
+        "threshold": [Real],
+    }
 
     # -- subclass hooks -------------------------------------------------------------
     def _solver(self) -> str:
@@ -76,18 +89,6 @@ class _OnlineRanker(LinearModel):
         """objective(M) -> float for the history (on the rows of the current call)."""
         raise NotImplementedError
 
-    def _check_params(self) -> None:
-        if self.max_iter is not None and not (isinstance(self.max_iter, (int, np.integer))
-                                              and not isinstance(self.max_iter, bool) and self.max_iter >= 1):
-            raise ValueError(f"max_iter must be None or a positive integer, got {self.max_iter!r}")
-        check_random_state(self.random_state)
-        if self.sampling not in ("auto",) + solvers.SAMPLING:
-            raise ValueError(f"sampling must be one of {('auto',) + solvers.SAMPLING}, got {self.sampling!r}")
-        if self.backend not in ("auto", "local", "dask"):
-            raise ValueError(f"backend must be 'auto', 'local' or 'dask', got {self.backend!r}")
-        if not (isinstance(self.record_every, (int, np.integer)) and self.record_every >= 0):
-            raise ValueError(f"record_every must be an integer >= 0, got {self.record_every!r}")
-
     def _fitted_array_names(self) -> tuple:
         if self._solver() == "lbfgs":
             return ("coef_",)
@@ -100,36 +101,33 @@ class _OnlineRanker(LinearModel):
             X = X.compute()
         if is_dask(Y):
             Y = Y.compute()
-        check_training_arrays(X, Y)
         return make_block(X, np.asarray(Y), bool(self.fit_intercept))
 
     # -- fitting --------------------------------------------------------------------
-    def fit(self, X, Y, *, client=None):
-        """Fit from scratch: M_0 ~ N(0, 0.01) from ``random_state``, then ``max_iter`` updates. Returns self.
+    def fit(self, X, y):
+        """Fit from scratch: M_0 ~ N(0, 0.01) from ``random_state``, then ``n_updates`` updates. Returns self.
 
         In-memory input with ``sampling`` "uniform" or "permutation": the seeded
         instance stream :func:`dmlr.solvers.sgd.instance_order` (the same as
         ``partial_fit(X[order], Y[order])`` on a fresh estimator).
         ``sampling="stream"`` (the default for dask input, e.g. a Zarr store):
         the row chunks are read in order, one at a time with the next one
-        prefetched, on a Dask worker when a client is given or current
-        (``backend``), and never gathered; rows are visited by groups of
+        prefetched, on a Dask worker when a client is current
+        (:func:`dmlr.config_context`), and never gathered; rows are visited by groups of
         :data:`STREAM_GROUP_ROWS` in a seeded order within each group
         (:func:`dmlr.solvers.sgd.run_online_stream`), and ``objective_history_``
         holds the objective on the current group's rows.
         """
-        self._check_params()
+        self._validate_params()
         for name in self._fitted_array_names() + ("_state",):
             if hasattr(self, name):
                 delattr(self, name)
-        T = int(self.max_iter) if self.max_iter is not None else ONLINE_MAX_ITER
+        X, Y = check_fit_data(self, X, y)
+        T = int(self.n_updates)
         if self._sampling(X) == "stream":
-            return self._fit_stream(X, Y, T, client)
+            return self._fit_stream(X, Y, T)
         block = self._block(X, Y)
-        n = block.n_rows
-        if n == 0:
-            raise DmlrInputError("X has no rows")
-        order = solvers.instance_order(n, T, self.random_state, self._sampling(X))
+        order = solvers.instance_order(block.n_rows, T, self.random_state, self._sampling(X))
         self.backend_ = "local"
         return self._run(block, order, int(X.shape[1]), reset=True)
 
@@ -138,16 +136,12 @@ class _OnlineRanker(LinearModel):
             return "stream" if is_dask(X) else "uniform"
         return self.sampling
 
-    def _fit_stream(self, X, Y, T: int, client):
+    def _fit_stream(self, X, Y, T: int):
         start = time.perf_counter()
-        if not is_dask(X):
-            check_training_arrays(X, np.asarray(Y))
-        if X.shape[0] == 0:
-            raise DmlrInputError("X has no rows")
         stream = ChunkStream(X, Y, fit_intercept=bool(self.fit_intercept))
         d, K = stream.n_features, stream.n_labels
         state = self._current_state(d, K, int(X.shape[1]), reset=True)
-        use = streaming_client(stream, client, {"auto": "auto", "local": "local", "dask": "worker"}[self.backend])
+        use = streaming_client(stream, get_config()["client"], stream_where())
         record = self._record_objective
         res = run_streaming(_stream_fit, stream, self._solver(), state, T, self._lam(), self.random_state,
                             bool(self.average), int(self.record_every), lambda Xg, Yg: record(Block(Xg, Yg)),
@@ -157,21 +151,23 @@ class _OnlineRanker(LinearModel):
         self._store_state(res.state)
         self.objective_history_ = res.objective_history
         self.objective_iterations_ = res.objective_iterations
-        self.n_features_in_ = int(X.shape[1])
         self.n_labels_ = K
         self.converged_ = False
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def partial_fit(self, X, Y):
+    def partial_fit(self, X, y, classes=None):
         """Continue the online run on the rows of (X, Y), once each, in the given order.
 
         The state (iterate, ANSGD's Psi, the update counter t, the running
         average) continues exactly, so ``partial_fit(A).partial_fit(B)`` equals
         ``partial_fit(vstack(A, B))`` and, on a fresh estimator, starts from the
-        same seeded M_0 as ``fit``. Returns self.
+        same seeded M_0 as ``fit``. ``classes``: every class of a 1-D target
+        (needed on the first call when later calls may hold other classes).
+        Returns self.
         """
-        self._check_params()
+        self._validate_params()
+        X, Y = check_partial_fit_data(self, X, y, classes=classes)
         block = self._block(X, Y)
         return self._run(block, np.arange(block.n_rows), int(X.shape[1]), reset=False)
 
@@ -202,7 +198,6 @@ class _OnlineRanker(LinearModel):
         self._store_state(state)
         self.objective_history_ = list(self.objective_history_) + res.objective_history
         self.objective_iterations_ = list(self.objective_iterations_) + res.objective_iterations
-        self.n_features_in_ = n_features
         self.n_labels_ = K
         self.converged_ = False
         self.fit_seconds_ = time.perf_counter() - start
@@ -224,14 +219,15 @@ class RankSVM(_OnlineRanker):
 
     Parameters
     ----------
-    lam : float
-        lambda, the Frobenius weight (> 0 for the online solvers: their steps divide by it).
+    alpha : float
+        lambda of eq. 5, the Frobenius weight (> 0 for the online solvers: their steps divide by it).
     solver : {"ansgd", "sgd", "lbfgs"}
         Algorithm 1 (ANSGD), eq. 7 (subgradient SGD, eta_t = 1/(lambda (t + omega))),
         or the batch baseline (L-BFGS-B on the objective smoothed with ``smoothing``).
-    max_iter : int, optional
-        Online solvers: the number of instance updates (default 70 000, the
-        paper's). "lbfgs": L-BFGS iterations (default 1000).
+    n_updates : int
+        Online solvers: the number of single-row updates (70 000, the paper's).
+    max_iter : int
+        "lbfgs": L-BFGS iterations.
     fit_intercept : bool
         Append a constant-1 feature (the bias, regularized).
     random_state : int or None
@@ -261,11 +257,10 @@ class RankSVM(_OnlineRanker):
         "lbfgs" records the smoothed objective after every iteration regardless.
     threshold : float
         Score threshold of ``predict``.
-    backend : {"auto", "local", "dask"}
-        "lbfgs": where the row blocks of the map-reduced gradient live
-        (:func:`dmlr.distributed.make_chunkset`); streamed online fits: on a
-        Dask worker ("dask"), in this process ("local"), or a worker when the
-        input is dask and a client is given or current ("auto").
+
+    Execution ("lbfgs": where the row blocks of the map-reduced gradient
+    live; streamed online fits: on a worker or in this process) is set with
+    :func:`dmlr.config_context`, not here.
 
     Attributes
     ----------
@@ -280,14 +275,26 @@ class RankSVM(_OnlineRanker):
     objective_history_, objective_iterations_ : list
         Recorded objective values and the update count (or L-BFGS iteration) of each.
     converged_ : bool
-        "lbfgs": scipy's success flag; online solvers: False (they run ``max_iter`` updates).
+        "lbfgs": scipy's success flag; online solvers: False (they run ``n_updates`` updates).
     """
 
-    def __init__(self, lam=1e-4, solver="ansgd", max_iter=None, fit_intercept=True, random_state=0, average=True,
-                 sampling="auto", omega=solvers.SGD_OMEGA, lipschitz=1.0, smoothing=1e-4, tol=1e-8,
-                 record_every=0, threshold=0.0, backend="auto"):
-        self.lam = lam
+    _parameter_constraints = {
+        **_OnlineRanker._parameter_constraints,
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "solver": [StrOptions(set(RANKSVM_SOLVERS))],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "omega": [Interval(Real, 0, None, closed="left")],
+        "lipschitz": [Interval(Real, 0, None, closed="neither")],
+        "smoothing": [Interval(Real, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+    }
+
+    def __init__(self, alpha=1e-4, solver="ansgd", *, n_updates=ONLINE_UPDATES, max_iter=1000, fit_intercept=True,
+                 random_state=0, average=True, sampling="auto", omega=solvers.SGD_OMEGA, lipschitz=1.0,
+                 smoothing=1e-4, tol=1e-8, record_every=0, threshold=0.0):
+        self.alpha = alpha
         self.solver = solver
+        self.n_updates = n_updates
         self.max_iter = max_iter
         self.fit_intercept = fit_intercept
         self.random_state = random_state
@@ -299,57 +306,47 @@ class RankSVM(_OnlineRanker):
         self.tol = tol
         self.record_every = record_every
         self.threshold = threshold
-        self.backend = backend
 
     def _solver(self) -> str:
         return self.solver
 
     def _lam(self) -> float:
-        return float(self.lam)
+        return float(self.alpha)
 
     def _step_kwargs(self) -> dict:
         if self.solver == "ansgd":
             return {"L": float(self.lipschitz)}
         return {"omega": float(self.omega)}
 
-    def _check_params(self) -> None:
-        if self.solver not in RANKSVM_SOLVERS:
-            raise ValueError(f"solver must be one of {RANKSVM_SOLVERS}, got {self.solver!r}")
-        lam = self.lam
-        if not (isinstance(lam, (int, float, np.floating)) and np.isfinite(lam) and lam >= 0):
-            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-        if self.solver != "lbfgs" and not lam > 0:
-            raise ValueError(f"solver={self.solver!r} needs lam > 0 (its step sizes divide by lambda)")
-        if not (self.smoothing >= 0 and self.lipschitz > 0 and self.omega >= 0):
-            raise ValueError("smoothing and omega must be >= 0 and lipschitz > 0")
-        super()._check_params()
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.solver != "lbfgs" and not self.alpha > 0:
+            raise ValueError(f"solver={self.solver!r} needs alpha > 0 (its step sizes divide by it)")
 
     def _record_objective(self, block):
-        lam = float(self.lam)
+        lam = float(self.alpha)
         return lambda M: objective.objective(block, M, lam, 0.0)
 
-    def fit(self, X, Y, *, client=None):
+    def fit(self, X, y):
         if self.solver != "lbfgs":
-            return super().fit(X, Y, client=client)
-        self._check_params()
+            return super().fit(X, y)
+        self._validate_params()
         start = time.perf_counter()
-        if not is_dask(X):
-            check_training_arrays(X, np.asarray(Y))
+        X, Y = check_fit_data(self, X, y)
         # the batch baseline's full gradient is map-reduced over the row blocks where they
         # live (this process for small data, Dask workers otherwise)
-        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), backend=self.backend, client=client)
+        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), **chunk_options())
         try:
             d, K = int(X.shape[1]) + bool(self.fit_intercept), int(np.shape(Y)[1])
-            lam, alpha, n = float(self.lam), float(self.smoothing), chunks.n_rows
+            lam, alpha, n = float(self.alpha), float(self.smoothing), chunks.n_rows
 
             def fun(M):
                 value, grad = chunks.map_reduce(objective.block_value_and_grad, M, alpha)
                 return objective.finish(value, grad, M, n, lam)
 
             x0 = solvers.init_weights((d, K), self.random_state)
-            max_iter = int(self.max_iter) if self.max_iter is not None else LBFGS_MAX_ITER
             with chunks.solver_context():
-                res = solvers.lbfgs(fun, x0, max_iter=max_iter, tol=float(self.tol))
+                res = solvers.lbfgs(fun, x0, max_iter=int(self.max_iter), tol=float(self.tol))
             self.backend_ = chunks.backend
         finally:
             chunks.close()
@@ -359,15 +356,14 @@ class RankSVM(_OnlineRanker):
         self.n_iter_ = res.n_iter
         self.n_updates_ = 0
         self.converged_ = res.converged
-        self.n_features_in_ = int(X.shape[1])
         self.n_labels_ = K
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def partial_fit(self, X, Y):
+    def partial_fit(self, X, y, classes=None):
         if self.solver == "lbfgs":
             raise ValueError("partial_fit needs an online solver ('ansgd' or 'sgd'), not 'lbfgs'")
-        return super().partial_fit(X, Y)
+        return super().partial_fit(X, y, classes=classes)
 
 
 @register_model
@@ -381,20 +377,26 @@ class MMP(_OnlineRanker):
     ``partial_fit`` and persistence as :class:`RankSVM`'s online solvers;
     ``objective_history_`` records the ranking loss (eq. 2, ties mis-ordered,
     :mod:`dmlr.metrics`) of the output on the rows of the current call.
+
+    Parameters
+    ----------
+    n_updates : int
+        Single-row updates of ``fit`` (70 000, as Rank-SVM's online solvers).
+    fit_intercept, random_state, average, sampling, record_every, threshold
+        As :class:`RankSVM`'s.
     """
 
     _solver_name = "mmp"
 
-    def __init__(self, max_iter=None, fit_intercept=True, random_state=0, average=True, sampling="auto",
-                 record_every=0, threshold=0.0, backend="auto"):
-        self.max_iter = max_iter
+    def __init__(self, *, n_updates=ONLINE_UPDATES, fit_intercept=True, random_state=0, average=True,
+                 sampling="auto", record_every=0, threshold=0.0):
+        self.n_updates = n_updates
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.average = average
         self.sampling = sampling
         self.record_every = record_every
         self.threshold = threshold
-        self.backend = backend
 
     def _record_objective(self, block):
         def rank_loss(M):
