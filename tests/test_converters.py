@@ -373,6 +373,11 @@ def test_identifier_attribute_is_left_out_with_a_warning(tmp_path, monkeypatch):
         assert main(["convert", str(tr), str(te), str(tmp_path / "c"), "--n-labels", "1",
                      "--keep-identifiers"]) == 0
     assert load(tmp_path / "c")[2]["feature_names"] == meta["feature_names"]
+    only_id = write(tmp_path / "only-id.arff", "@relation r\n@attribute id {a,b,c}\n@attribute y {0,1}\n"
+                                                "@data\na,1\nb,0\nc,1\n")
+    with pytest.warns(UserWarning, match="'id'"), pytest.raises(DmlrInputError, match="no features left") as excinfo:
+        convert(only_id, tmp_path / "i", n_labels=1)
+    assert_error(excinfo, only_id, line=4)
 
 
 def test_repeated_identifier_value_or_two_rows_are_not_identifiers(tmp_path):

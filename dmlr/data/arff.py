@@ -743,10 +743,8 @@ class ArffReader:
 
         records = ((no, t, term) for no, t, term in iter_lines(self.path)
                    if no > self.header.data_line and _is_data(t))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a dropped line is reported once, by blocks()
-            yield from parse_in_blocks(records, parse, path=self.path, block_rows=block_rows,
-                                       drop_truncated_last_line=drop_truncated_last_line)
+        yield from parse_in_blocks(records, parse, path=self.path, block_rows=block_rows,
+                                   drop_truncated_last_line=drop_truncated_last_line)
 
     def check_compatible(self, other: "ArffReader") -> None:
         """Raise unless ``other`` declares the same attributes and labels."""
@@ -924,20 +922,22 @@ def find_identifiers(readers, *, block_rows=BLOCK_ROWS, drop_truncated_last_line
     candidates = readers[0].identifier_candidates()
     counts = {j: np.zeros(len(readers[0].header.attributes[j].values), dtype=np.int64) for j in candidates}
     n_rows = 0
-    for reader in readers:
-        if not counts:
-            break
-        blocks = reader.value_counts(candidates, block_rows=block_rows,
-                                     drop_truncated_last_line=drop_truncated_last_line)
-        try:
-            for n, block_counts in blocks:
-                n_rows += n
-                for j in list(counts):
-                    counts[j] += block_counts[j]
-                    if counts[j].max() > 1:
-                        del counts[j]
-                if not counts:
-                    break
-        finally:
-            blocks.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a dropped truncated line is reported once, by blocks()
+        for reader in readers:
+            if not counts:
+                break
+            blocks = reader.value_counts(candidates, block_rows=block_rows,
+                                         drop_truncated_last_line=drop_truncated_last_line)
+            try:
+                for n, block_counts in blocks:
+                    n_rows += n
+                    for j in list(counts):
+                        counts[j] += block_counts[j]
+                        if counts[j].max() > 1:
+                            del counts[j]
+                    if not counts:
+                        break
+            finally:
+                blocks.close()
     return identifier_attributes(counts, n_rows)

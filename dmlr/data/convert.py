@@ -203,7 +203,7 @@ def _name_parts(parts: list) -> None:
 
 def _leave_out_identifiers(readers, *, keep, drop_truncated_last_line) -> str:
     """Warn about identifier attributes and, unless ``keep``, leave them out; return a note."""
-    ids = find_identifiers(readers, drop_truncated_last_line=drop_truncated_last_line)
+    ids = find_identifiers(readers, block_rows=BLOCK_ROWS, drop_truncated_last_line=drop_truncated_last_line)
     if not ids:
         return ""
     attrs = readers[0].header.attributes
