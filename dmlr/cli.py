@@ -22,7 +22,8 @@ def cmd_convert(args) -> int:
     from dmlr.data.convert import convert
 
     src = args.src if len(args.src) > 1 else args.src[0]
-    dst = convert(src, args.dst, fmt=args.fmt, xml=args.xml, n_labels=args.n_labels, overwrite=args.overwrite)
+    dst = convert(src, args.dst, fmt=args.fmt, xml=args.xml, n_labels=args.n_labels, overwrite=args.overwrite,
+                  keep_identifiers=args.keep_identifiers)
     return cmd_info(argparse.Namespace(data=str(dst), json=False))
 
 
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--xml", help="MULAN XML label file")
     c.add_argument("--n-labels", type=int)
     c.add_argument("--overwrite", action="store_true")
+    c.add_argument("--keep-identifiers", action="store_true",
+                   help="ARFF: keep (one-hot) nominal attributes with a different value in every row")
     c.set_defaults(func=cmd_convert)
 
     i = sub.add_parser("info", help="describe a dmlr Zarr store")

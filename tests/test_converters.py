@@ -56,8 +56,8 @@ DENSE_HEADER = """% a comment
 
 @data
 """
-DENSE_ROWS = ["1.5,-2,1,0,1", "0,3e2,3,1,1", "% comment line", "", "-0.25, 7 ,2,0,0"]
-DENSE_X = np.array([[1.5, -2, 0], [0, 300, 2], [-0.25, 7, 1]])
+DENSE_ROWS = ["1.5,-2,1,0,1", "0,3e2,3,1,1", "% comment line", "", "-0.25, 7 ,3,0,0"]
+DENSE_X = np.array([[1.5, -2, 1, 0, 0], [0, 300, 0, 0, 1], [-0.25, 7, 0, 0, 1]])  # f3 one-hot
 DENSE_Y = np.array([[0, 1], [1, 1], [0, 0]])
 
 
@@ -103,7 +103,8 @@ def test_dense_arff_with_sibling_xml(tmp_path, toy_dense):
     np.testing.assert_array_equal(X, DENSE_X)
     np.testing.assert_array_equal(Y, DENSE_Y)
     assert meta["x_encoding"] == "dense" and splits == {}
-    assert meta["feature_names"] == ["f1", "f two", "f3"] and meta["label_names"] == ["lab1", "lab 2"]
+    assert meta["feature_names"] == ["f1", "f two", "f3=1", "f3=2", "f3=3"]
+    assert meta["label_names"] == ["lab1", "lab 2"]
     assert "toy-train.arff" in meta["source"] and "toy.xml" in meta["source"]
 
 
@@ -120,9 +121,10 @@ def test_quoted_nominal_values_and_escapes(tmp_path):
             "@attribute y {0,1}\n@data\n'dark blue',1.5,1\n\"x,y\",2,0\nred,3,'1'\n{0 'x,y',2 1}\n")
     path = write(tmp_path / "q.arff", text)
     X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1, dtype="float32"))
-    np.testing.assert_array_equal(X, [[1, 1.5], [2, 2], [0, 3], [2, 0]])
+    np.testing.assert_array_equal(X, [[0, 1, 0, 1.5], [0, 0, 1, 2], [1, 0, 0, 3], [0, 0, 1, 0]])
     np.testing.assert_array_equal(Y.ravel(), [1, 0, 1, 1])
-    assert meta["feature_names"] == ["it's", "n"] and meta["x_dtype"] == "float32"
+    assert meta["feature_names"] == ["it's=red", "it's=dark blue", "it's=x,y", "n"]
+    assert meta["x_dtype"] == "float32"
 
 
 def test_corrupt_gzip_stream_names_file(tmp_path, toy_dense):
@@ -184,7 +186,7 @@ def test_train_and_test_files_become_splits(tmp_path, toy_dense, monkeypatch):
     monkeypatch.setattr(convert_module, "BLOCK_ROWS", 2)  # several blocks per file
     test = write(tmp_path / "toy-test.arff", DENSE_HEADER + "9,9,1,1,0\n")
     X, Y, meta, splits = load(convert([toy_dense, test], tmp_path / "o", chunk_rows=2))
-    assert X.shape == (4, 3) and meta["splits"] == ["test", "train"]
+    assert X.shape == (4, 5) and meta["splits"] == ["test", "train"]
     np.testing.assert_array_equal(splits["train"], [0, 1, 2])
     np.testing.assert_array_equal(splits["test"], [3])
     np.testing.assert_array_equal(Y[3], [1, 0])
@@ -264,7 +266,7 @@ def test_bad_sparse_rows(tmp_path, rows, line, message):
 def test_bad_headers(tmp_path):
     cases = {
         "str.arff": ("@relation r\n@attribute s string\n@attribute y {0,1}\n@data\n", "type string", 2),
-        "nodata.arff": ("@relation r\n@attribute a numeric\n", "no @data", None),
+        "nodata.arff": ("@relation r\n@attribute a numeric\n", "no @data", 2),
         "lab.arff": ("@relation r\n@attribute a numeric\n@attribute y {a,b}\n@data\n", "labels must be 0/1", 3),
     }
     for name, (text, message, line) in cases.items():
@@ -290,12 +292,174 @@ def test_truncated_last_line_raises_unless_dropped(tmp_path):
     with pytest.warns(UserWarning, match="dropped truncated last line"):
         out = convert(path, tmp_path / "o", drop_truncated_last_line=True)
     X, _, meta, _ = load(out)
-    assert X.shape == (1, 3) and "dropped truncated last line 12" in meta["source"]
+    assert X.shape == (1, 5) and "dropped truncated last line 12" in meta["source"]
     # a complete last line without a newline is kept
     whole = _toy_with(tmp_path, "1,2,1,0,1\n3,4,2,1,1", name="bad-whole.arff")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert load(convert(whole, tmp_path / "w", drop_truncated_last_line=True))[0].shape == (2, 3)
+        assert load(convert(whole, tmp_path / "w", drop_truncated_last_line=True))[0].shape == (2, 5)
+
+
+# ---------------------------------------------------------------------------
+# Files as users have them: nominal features, identifiers, BOM, CRLF, header lines
+# ---------------------------------------------------------------------------
+
+NOMINAL = """@relation nom
+@attribute yn {YES,NO}
+@attribute ny {no,yes}
+@attribute tf {False,True}
+@attribute ab {a,b}
+@attribute one_zero {1,0}
+@attribute zero_one {0,1}
+@attribute color {red,green,blue}
+@attribute x numeric
+@attribute y {0,1}
+@data
+YES,no,False,a,1,0,red,0.5,1
+NO,yes,True,b,0,1,blue,-1,0
+YES,yes,True,a,0,0,blue,2,1
+NO,no,False,b,1,1,green,0,0
+"""
+
+
+def test_nominal_features_are_one_hot_as_weka_nominal_to_binary(tmp_path):
+    path = write(tmp_path / "nom.arff", NOMINAL)
+    X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1))
+    assert meta["feature_names"] == ["yn=YES", "ny=yes", "tf=True", "ab=b", "one_zero", "zero_one",
+                                     "color=red", "color=green", "color=blue", "x"]
+    np.testing.assert_array_equal(X, [
+        # yes/no and true/false pairs: 1 means yes/true in either order; {a,b}: 1 for the second value;
+        # {1,0} and {0,1}: the value itself; three values: one column each
+        [1, 0, 0, 0, 1, 0, 1, 0, 0, 0.5],
+        [0, 1, 1, 1, 0, 1, 0, 0, 1, -1],
+        [1, 1, 1, 0, 0, 0, 0, 0, 1, 2],
+        [0, 0, 0, 1, 1, 1, 0, 1, 0, 0],
+    ])
+    np.testing.assert_array_equal(Y.ravel(), [1, 0, 1, 0])  # labels stay 0/1 labels
+
+
+def test_sparse_row_omitting_a_nominal_holds_its_first_value(tmp_path):
+    # ARFF sparse rows: an omitted attribute has value index 0, for a nominal its first declared value
+    text = ("@relation s\n@attribute c {red,green,blue}\n@attribute yn {YES,NO}\n@attribute n numeric\n"
+            "@attribute y {0,1}\n@data\n{0 blue,1 NO,2 2}\n{2 3,3 1}\n{0 green}\n{0 blue,1 NO}\n")
+    path = write(tmp_path / "s.arff", text)
+    X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1))
+    assert meta["x_encoding"] == "csr"
+    np.testing.assert_array_equal(X, [[0, 0, 1, 0, 2], [1, 0, 0, 1, 3], [0, 1, 0, 1, 0], [0, 0, 1, 0, 0]])
+    np.testing.assert_array_equal(Y.ravel(), [0, 1, 0, 0])
+
+
+def _ids_file(tmp_path, name, ids, start=0):
+    values = ",".join(f"r{i}" for i in range(8))
+    rows = "".join(f"r{i},{i % 3},{i},{i % 2}\n" for i in ids)
+    return write(tmp_path / name, f"@relation ids\n@attribute id {{{values}}}\n@attribute c {{0,1,2}}\n"
+                                  f"@attribute n numeric\n@attribute y {{0,1}}\n@data\n{rows}")
+
+
+def test_identifier_attribute_is_left_out_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(convert_module, "BLOCK_ROWS", 2)  # the pass spans blocks and files
+    tr, te = _ids_file(tmp_path, "ids-train.arff", [0, 1, 2, 3]), _ids_file(tmp_path, "ids-test.arff", [4, 5])
+    with pytest.warns(UserWarning, match=r"'id' \(line 2\) take a different value in every row"):
+        X, _, meta, _ = load(convert([tr, te], tmp_path / "o", n_labels=1))
+    assert meta["feature_names"] == ["c=0", "c=1", "c=2", "n"]  # c repeats a value: kept
+    np.testing.assert_array_equal(X[:, 3], np.arange(6))
+    assert "left out identifier attribute(s) 'id'" in meta["source"]
+    with pytest.warns(UserWarning, match="kept one-hot as asked"):
+        X, _, meta, _ = load(convert([tr, te], tmp_path / "k", n_labels=1, keep_identifiers=True))
+    assert meta["feature_names"][:8] == [f"id=r{i}" for i in range(8)]
+    np.testing.assert_array_equal(X[:, :8], np.eye(8)[:6])
+    from dmlr.cli import main
+    with pytest.warns(UserWarning, match="kept one-hot"):
+        assert main(["convert", str(tr), str(te), str(tmp_path / "c"), "--n-labels", "1",
+                     "--keep-identifiers"]) == 0
+    assert load(tmp_path / "c")[2]["feature_names"] == meta["feature_names"]
+    only_id = write(tmp_path / "only-id.arff", "@relation r\n@attribute id {a,b,c}\n@attribute y {0,1}\n"
+                                                "@data\na,1\nb,0\nc,1\n")
+    with pytest.warns(UserWarning, match="'id'"), pytest.raises(DmlrInputError, match="no features left") as excinfo:
+        convert(only_id, tmp_path / "i", n_labels=1)
+    assert_error(excinfo, only_id, line=4)
+
+
+def test_repeated_identifier_value_or_two_rows_are_not_identifiers(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # the last row repeats r0 (across files): not an identifier
+        tr, te = _ids_file(tmp_path, "a-train.arff", [0, 1, 2]), _ids_file(tmp_path, "a-test.arff", [0])
+        assert load(convert([tr, te], tmp_path / "o", n_labels=1))[2]["feature_names"][0] == "id=r0"
+        # two rows identify nothing
+        two = _ids_file(tmp_path, "two.arff", [0, 1])
+        assert load(convert(two, tmp_path / "t", n_labels=1))[2]["feature_names"][0] == "id=r0"
+    with pytest.raises(ValueError, match="keep_identifiers= applies to ARFF"):
+        convert(write(tmp_path / "d.svm", "0 1:1\n"), tmp_path / "s", keep_identifiers=True)
+
+
+PLAIN_ARFF = "@relation r\n@attribute 'n é' numeric\n@attribute c {é,b,c}\n@attribute y {0,1}\n@data\n" \
+             "1,é,1\n2,b,0\n3,b,1\n"
+
+
+@pytest.mark.parametrize("encode", [
+    lambda t: ("\ufeff" + t).encode("utf-8"),                      # UTF-8 with a byte-order mark
+    lambda t: t.replace("\n", "\r\n").encode("utf-8"),              # CRLF line ends
+    lambda t: ("\ufeff" + t.replace("\n", "\r\n")).encode("utf-8"),  # both (Windows Notepad)
+    lambda t: gzip.compress(("\ufeff" + t).encode("utf-8")),       # gzipped, with a BOM
+    lambda t: t.replace("\n", "\r").encode("utf-8"),                # old Mac CR line ends
+    lambda t: t.replace("\n", "\r\n").encode("utf-16"),             # UTF-16 with its BOM
+], ids=["bom", "crlf", "bom-crlf", "gz-bom", "cr", "utf16"])
+def test_bom_and_line_ends_of_common_tools(tmp_path, encode):
+    want = load(convert(write(tmp_path / "plain.arff", PLAIN_ARFF), tmp_path / "plain", n_labels=1))
+    path = tmp_path / "tool.arff"
+    path.write_bytes(encode(PLAIN_ARFF))
+    got = load(convert(path, tmp_path / "tool", n_labels=1))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2]["feature_names"] == want[2]["feature_names"] == ["n é", "c=é", "c=b", "c=c"]
+    for name, text in (("s.svm", "0,2 1:0.5 3:2\n1 2:1\n"), ("x.txt", "2 4 3\n0,2 0:0.5 3:2\n1 2:1\n")):
+        want = load(convert(write(tmp_path / f"plain-{name}", text), tmp_path / f"p-{name}"))
+        path = tmp_path / name
+        path.write_bytes(encode(text))
+        got = load(convert(path, tmp_path / f"t-{name}"))
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[2]["source"].split(":")[0] == want[2]["source"].split(":")[0]
+
+
+def test_libsvm_index_base_is_decided_over_all_files_and_recorded(tmp_path):
+    tr = write(tmp_path / "z_train.svm", "0 1:1 3:1\n1 2:1\n")
+    te = write(tmp_path / "z_test.svm", "1 0:2\n")  # the only index 0 is in the test file
+    X, _, meta, _ = load(convert([tr, te], tmp_path / "o"))
+    np.testing.assert_array_equal(X, [[0, 1, 0, 1], [0, 0, 1, 0], [2, 0, 0, 0]])  # nothing shifted
+    assert "0-based feature indices, auto: index 0 on line 1 of z_test.svm" in meta["source"]
+    with pytest.raises(DmlrInputError, match="zero_based=True or 'auto'") as excinfo:
+        convert([tr, te], tmp_path / "o2", zero_based=False)
+    assert_error(excinfo, te, line=1)
+    X, _, meta, _ = load(convert(tr, tmp_path / "o3"))
+    np.testing.assert_array_equal(X, [[1, 0, 1], [0, 1, 0]])
+    assert "1-based feature indices, auto: no index 0 in the files" in meta["source"]
+    assert "0-based feature indices, as given" in load(convert(tr, tmp_path / "o4", zero_based=True))[2]["source"]
+
+
+@pytest.mark.parametrize("text, options, message, line", [
+    ("@relation r\n@attribute a numeric\n\n@attribute y {0,1}\n", {"n_labels": 1}, "no @data", 4),
+    ("@relation r\n@attribute a numeric\n@attribute a {0,1}\n@data\n1,1\n", {"n_labels": 1},
+     r"'a' is declared twice \(first on line 2\)", 3),
+    ("% c\n@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {},
+     "cannot tell which attributes are labels", 2),
+    ("@relation 'r: -C 3'\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {},
+     "MEKA relation says -C 3", 1),
+    ("@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {"n_labels": 2},
+     "n_labels=2 with 2 attributes", 4),
+    ("@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {"fmt": "meka"},
+     "needs '-C <L>'", 1),
+    ("@relation r\n@attribute a {x,y\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "not closed", 2),
+    ("@relation r\n@attribute a date\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "type date", 2),
+    ("@relation r\nattribute a numeric\n@data\n", {"n_labels": 1}, "expected @relation", 2),
+    ("@relation r\n@data\n1\n", {"n_labels": 1}, "no @attribute", 2),
+])
+def test_every_header_error_names_its_line(tmp_path, text, options, message, line):
+    path = write(tmp_path / "h.arff", text)
+    with pytest.raises(DmlrInputError, match=message) as excinfo:
+        convert(path, tmp_path / "o", **options)
+    assert_error(excinfo, path, line=line)
 
 
 # ---------------------------------------------------------------------------
@@ -324,7 +488,7 @@ def test_overwrite_semantics(tmp_path, toy_dense):
     np.testing.assert_array_equal(load(dst)[0], DENSE_X)  # the old store survives a failed overwrite
     single = _toy_with(tmp_path, "5,5,1,1,1\n", name="bad-single.arff")
     convert(single, dst, overwrite=True)
-    np.testing.assert_array_equal(load(dst)[0], [[5, 5, 0]])
+    np.testing.assert_array_equal(load(dst)[0], [[5, 5, 1, 0, 0]])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
@@ -346,9 +510,10 @@ def test_libsvm_zero_based_auto_and_sizes(tmp_path):
     np.testing.assert_array_equal(X, [[1, 0, 3], [0, 2, 0]])
     X, Y, _, _ = load(convert(path, tmp_path / "o2", n_features=5, n_labels=4))
     assert X.shape == (2, 5) and Y.shape == (2, 4)
-    with pytest.raises(DmlrInputError, match="outside 1..2") as excinfo:
+    with pytest.raises(DmlrInputError, match="index 0 in a file read as 1-based.*zero_based=True") as excinfo:
         convert(path, tmp_path / "o3", zero_based=False)
-    assert excinfo.value.line == 1
+    assert_error(excinfo, path, line=1)
+    assert not (tmp_path / "o3").exists()
 
 
 def test_libsvm_train_test_share_sizes(tmp_path):

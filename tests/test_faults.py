@@ -15,6 +15,11 @@ row blocks, one per worker):
   SIGKILLs itself inside its next loss/gradient call, while the other workers
   compute theirs.
 
+Input with no graph to recompute from is covered too: numpy and
+scipy.sparse arrays (scattered from this process, rebuilt from the arrays
+the chunk set keeps) and the exact kernel model's rows of K (rebuilt by
+building the feature block again and its rows of K from it).
+
 The triggers hook only the chunk set's per-block operation
 (``ClusterChunks.map_blocks``, which every map-reduce goes through) and the
 per-block loss/gradient functions that the fit ships to the workers, so they
@@ -33,6 +38,7 @@ import cloudpickle
 import dask
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import key_split
@@ -47,19 +53,21 @@ KILL_AT = 10          # the kill comes at about this iteration
 N_WORKERS = 3
 #: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
 BLOCK_TASK = "concat_blocks"
+#: ... of blocks of arrays in this process, and of an exact kernel model's rows of K.
+ARRAY_BLOCK_TASK, KERNEL_BLOCK_TASK = "make_block", "make_kernel_block"
 
 
 class _BlockCounter(SchedulerPlugin):
-    """Counts the row blocks computed (task results reaching memory) on the scheduler."""
+    """Counts the row blocks computed (task results reaching memory) on the scheduler, by task prefix."""
 
     name = "dmlr-test-block-counter"
 
     def __init__(self):
-        self.computed = Counter()
+        self.computed = {t: Counter() for t in (BLOCK_TASK, ARRAY_BLOCK_TASK, KERNEL_BLOCK_TASK)}
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if finish == "memory" and key_split(key) == BLOCK_TASK:
-            self.computed[key] += 1
+        if finish == "memory" and key_split(key) in self.computed:
+            self.computed[key_split(key)][key] += 1
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +97,15 @@ def cluster3():
         yield cluster, client, counter
 
 
-def _sole_block_holder(client) -> tuple[str, str]:
-    """(worker address, block key) of a row block that only one worker holds."""
+def _sole_block_holder(client, task=BLOCK_TASK) -> tuple[str, str]:
+    """(worker address, block key) of a ``task`` block that only one worker holds."""
     holders = {}
     for addr, keys in client.has_what().items():
         for k in keys:
-            if key_split(k) == BLOCK_TASK:
+            if key_split(k) == task:
                 holders.setdefault(k, []).append(addr)
     sole = sorted((addrs[0], k) for k, addrs in holders.items() if len(addrs) == 1)
-    assert sole, f"no row block is held by exactly one worker: {holders}"
+    assert sole, f"no {task} block is held by exactly one worker: {holders}"
     return sole[0]
 
 
@@ -130,11 +138,13 @@ def _arm_self_kill(kill_at: int) -> int:
     return os.getpid()
 
 
-@pytest.mark.parametrize("how", ["between_calls", "inside_oracle"])
-def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch, how):
-    cluster, client, counter = cluster3
-    pids = client.run(os.getpid)
-    assert len(set(pids.values())) == N_WORKERS and os.getpid() not in pids.values()
+def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
+    """Make the fit's ``KILL_AT``-th map-reduce call kill the sole holder of a ``task`` block.
+
+    ``how``: "between_calls" (SIGKILL from here, just before the call) or
+    "inside_oracle" (the worker kills itself inside its next loss/gradient
+    call). Returns the dict that receives the victim's address and block key.
+    """
     killed = {}
     map_blocks = ClusterChunks.map_blocks   # every map-reduce is one map_blocks call
     calls = [0]
@@ -142,7 +152,7 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
     def counting_map_blocks(self, fn, *args):
         calls[0] += 1
         if calls[0] == KILL_AT:
-            victim, block = _sole_block_holder(self.client)
+            victim, block = _sole_block_holder(self.client, task)
             killed.update(addr=victim, block=block)
             if how == "between_calls":
                 os.kill(pids[victim], signal.SIGKILL)
@@ -156,22 +166,96 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
         return map_blocks(self, fn, *args)
 
     monkeypatch.setattr(ClusterChunks, "map_blocks", counting_map_blocks)
+    return killed
+
+
+def _assert_victim_gone(client, pids, killed):
+    assert killed, "the kill was never triggered"
+    assert killed["addr"] not in client.scheduler_info()["workers"], "the victim worker is still in the cluster"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[killed["addr"]], 0)
+
+
+def _assert_same_model(model, reference, coef="coef_"):
+    """Same iterations, coefficients and objective history as the uninterrupted in-process fit."""
+    assert model.backend_ == "dask"
+    assert model.n_iter_ == reference.n_iter_ == reference.max_iter
+    a, b = getattr(model, coef), getattr(reference, coef)
+    rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+    assert rel <= 1e-10, f"{coef} differs by {rel:.3g} (relative)"
+    assert len(model.objective_history_) == len(reference.objective_history_)
+    np.testing.assert_allclose(model.objective_history_, reference.objective_history_, rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("how", ["between_calls", "inside_oracle"])
+def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch, how):
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    assert len(set(pids.values())) == N_WORKERS and os.getpid() not in pids.values()
+    killed = _kill_at(monkeypatch, how, pids)
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
 
-    # the victim's process is gone and it left the cluster
-    workers = client.scheduler_info()["workers"]
-    assert killed["addr"] not in workers, "the victim worker is still in the cluster"
-    with pytest.raises(ProcessLookupError):
-        os.kill(pids[killed["addr"]], 0)
+    _assert_victim_gone(client, pids, killed)
     # the block that only it held was computed again from the Zarr chunks
-    assert len(counter.computed) == N_WORKERS, counter.computed
-    assert counter.computed[killed["block"]] >= 2, f"the lost block was not recomputed: {counter.computed}"
+    computed = counter.computed[BLOCK_TASK]
+    assert len(computed) == N_WORKERS, computed
+    assert computed[killed["block"]] >= 2, f"the lost block was not recomputed: {computed}"
+    _assert_same_model(model, local_model)
 
-    # same model as the in-process fit: same iterations, coefficients, objective
-    assert model.backend_ == "dask"
-    assert model.n_iter_ == local_model.n_iter_ == PARAMS["max_iter"]
-    rel = np.linalg.norm(model.coef_ - local_model.coef_) / np.linalg.norm(local_model.coef_)
-    assert rel <= 1e-10, f"coef_ differs by {rel:.3g} (relative)"
-    assert len(model.objective_history_) == len(local_model.objective_history_)
-    np.testing.assert_allclose(model.objective_history_, local_model.objective_history_, rtol=1e-10, atol=0)
+
+# ---------------------------------------------------------------------------
+# Input with no graph to recompute from: numpy / scipy.sparse arrays, and the kernel rows
+# ---------------------------------------------------------------------------
+#
+# Arrays in this process are scattered to the workers, so Dask holds no recipe for a lost block;
+# the chunk set keeps the client-side arrays (references, no copy for numpy) and rebuilds a lost
+# block from them. The exact kernel model's blocks (rows of K) are built from such blocks, and are
+# rebuilt by building the feature block again and then its rows of K.
+
+ARRAY_PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=40, tol=0.0)
+
+
+@pytest.fixture(scope="module")
+def arrays(store):
+    X, Y = dmlr.open_dataset(store).arrays(None)
+    return np.asarray(X.compute()), np.asarray(Y.compute())
+
+
+@pytest.mark.parametrize("kind, how", [("numpy", "between_calls"), ("numpy", "inside_oracle"),
+                                       ("scipy.sparse", "between_calls")])
+def test_fit_on_in_memory_arrays_survives_a_killed_worker(arrays, cluster3, monkeypatch, kind, how):
+    cluster, client, counter = cluster3
+    X, Y = arrays
+    if kind == "scipy.sparse":
+        X = sp.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0))
+    with dmlr.config_context(backend="local"):
+        reference = dmlr.fit((X, Y), "rbrl", **ARRAY_PARAMS)
+    pids = client.run(os.getpid)
+    killed = _kill_at(monkeypatch, how, pids, ARRAY_BLOCK_TASK)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit((X, Y), "rbrl", client=client, **ARRAY_PARAMS)
+
+    _assert_victim_gone(client, pids, killed)
+    # the lost block was built again from the arrays here: one more block, under a new key
+    assert len(counter.computed[ARRAY_BLOCK_TASK]) == N_WORKERS + 1, counter.computed
+    assert killed["block"] in counter.computed[ARRAY_BLOCK_TASK]
+    _assert_same_model(model, reference)
+
+
+def test_exact_kernel_fit_rebuilds_lost_rows_of_k(arrays, cluster3, monkeypatch):
+    cluster, client, counter = cluster3
+    X, Y = arrays[0][:900], arrays[1][:900]
+    params = dict(kernel="rbf", **ARRAY_PARAMS)
+    with dmlr.config_context(backend="local"):
+        reference = dmlr.fit((X, Y), "kernel_rbrl", **params)
+    pids = client.run(os.getpid)
+    killed = _kill_at(monkeypatch, "between_calls", pids, KERNEL_BLOCK_TASK)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit((X, Y), "kernel_rbrl", client=client, **params)
+
+    _assert_victim_gone(client, pids, killed)
+    # the lost rows of K were built again: their feature block first, then K's rows from it
+    assert len(counter.computed[KERNEL_BLOCK_TASK]) == N_WORKERS + 1, counter.computed
+    assert len(counter.computed[ARRAY_BLOCK_TASK]) == N_WORKERS + 1, counter.computed
+    _assert_same_model(model, reference, "dual_coef_")

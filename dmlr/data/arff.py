@@ -12,10 +12,15 @@ flavours differ only in how the label attributes are named:
 * MEKA: the relation name holds ``-C L``: the labels are the first L
   attributes (L > 0) or the last ``|L|`` (L < 0).
 
-Values are encoded as numbers: numeric attributes as written, nominal
-attributes as the index of the value in the declared list (so ``{0,1}``
-gives 0/1 and ``{1,2,3}`` gives 0..2). Label attributes must be numeric or
-nominal over ``{0,1}``; their value (not index) is the label.
+Numeric feature attributes are stored as written; nominal feature
+attributes are encoded one-hot as Weka's NominalToBinary does (a two-valued
+attribute as one 0/1 column), see :mod:`dmlr.data.nominal`. Label attributes
+must be numeric or nominal over ``{0,1}``; their value (not index) is the
+label. :func:`find_identifiers` finds nominal attributes with a different
+value in every row, which the converter leaves out.
+
+Files are read as UTF-8 with or without a byte-order mark (UTF-16 when it
+starts with a UTF-16 byte-order mark), with any line ends (LF, CRLF, CR).
 
 Rows are parsed in blocks of :data:`BLOCK_ROWS`; a bad row raises
 :class:`~dmlr.errors.DmlrInputError` naming the file and 1-based line.
@@ -38,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.data.nominal import SKIPPED, feature_layout, identifier_attributes
 from dmlr.errors import DmlrInputError
 
 #: Rows parsed at a time and handed to the store writer as one block.
@@ -54,7 +60,10 @@ _MAX_FIXED_WIDTH = 64
 def open_text(path):
     """Open a text file for reading; gzip-compressed files are decompressed.
 
-    Compression is recognised by the gzip magic bytes, not by the name.
+    Compression is recognised by the gzip magic bytes, not by the name. The
+    text is UTF-8, its byte-order mark (written by some Windows tools)
+    dropped; a file starting with a UTF-16 byte-order mark is read as
+    UTF-16. Bytes that are not valid UTF-8 are kept as surrogate escapes.
 
     Parameters
     ----------
@@ -63,13 +72,20 @@ def open_text(path):
     Returns
     -------
     io.TextIOBase
-        A text stream with universal newlines.
+        A text stream with universal newlines (``\\n``, ``\\r\\n`` and
+        ``\\r`` all end a line).
     """
     path = Path(path)
     with open(path, "rb") as fh:
         magic = fh.read(2)
     opener = gzip.open if magic == b"\x1f\x8b" else open
-    return opener(path, "rt", encoding="utf-8", errors="surrogateescape")
+    try:
+        with opener(path, "rb") as fh:
+            head = fh.read(2)
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        head = b""  # reported with its line by iter_lines
+    encoding = "utf-16" if head in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    return opener(path, "rt", encoding=encoding, errors="surrogateescape")
 
 
 def iter_lines(path):
@@ -310,6 +326,8 @@ class ArffHeader:
         Line of the ``@data`` keyword.
     sparse : bool
         Whether the first data row is a sparse ``{...}`` row.
+    relation_line : int or None
+        Line of the ``@relation`` declaration (None without one).
     """
 
     path: Path
@@ -317,6 +335,7 @@ class ArffHeader:
     attributes: list
     data_line: int
     sparse: bool
+    relation_line: int | None = None
 
     @property
     def names(self) -> list:
@@ -372,7 +391,8 @@ def read_header(path) -> ArffHeader:
         On a malformed or unsupported declaration, or a missing ``@data``.
     """
     path = Path(path)
-    relation, attributes, data_line = "", [], None
+    relation, relation_line, attributes, data_line, no = "", None, [], None, 0
+    declared = {}
     lines = iter_lines(path)
     try:
         for no, text, _ in lines:
@@ -381,9 +401,14 @@ def read_header(path) -> ArffHeader:
             parts = text.strip().split(None, 1)
             key, rest = parts[0].lower(), (parts[1] if len(parts) > 1 else "")
             if key == "@relation":
-                relation = unquote(rest.strip())
+                relation, relation_line = unquote(rest.strip()), no
             elif key == "@attribute":
-                attributes.append(_parse_attribute(rest, no, path))
+                attr = _parse_attribute(rest, no, path)
+                if attr.name in declared:
+                    raise DmlrInputError(f"attribute {attr.name!r} is declared twice (first on line "
+                                         f"{declared[attr.name]})", path=path, line=no)
+                declared[attr.name] = no
+                attributes.append(attr)
             elif key == "@data":
                 data_line = no
                 break
@@ -391,13 +416,13 @@ def read_header(path) -> ArffHeader:
                 raise DmlrInputError(f"expected @relation, @attribute or @data, got {text.strip()[:40]!r}",
                                      path=path, line=no)
         if data_line is None:
-            raise DmlrInputError("no @data line: the file ends inside the header", path=path)
+            raise DmlrInputError("no @data line: the file ends inside the header", path=path, line=no)
         if not attributes:
             raise DmlrInputError("no @attribute declarations", path=path, line=data_line)
         first = next((t for _, t, _ in lines if _is_data(t)), "")
     finally:
         lines.close()
-    return ArffHeader(path, relation, attributes, data_line, first.lstrip().startswith("{"))
+    return ArffHeader(path, relation, attributes, data_line, first.lstrip().startswith("{"), relation_line)
 
 
 # ---------------------------------------------------------------------------
@@ -465,11 +490,7 @@ def read_xml_labels(xml) -> list:
 
 
 def _columns_from_xml(header: ArffHeader, xml) -> np.ndarray:
-    names = header.names
-    position = {n: i for i, n in enumerate(names)}
-    if len(position) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise DmlrInputError(f"attribute name {dup!r} is declared twice", path=header.path)
+    position = {n: i for i, n in enumerate(header.names)}  # names are unique (read_header)
     cols, missing = [], []
     for label in read_xml_labels(xml):
         # An XML name is matched as written, else with its backslash escapes resolved.
@@ -486,15 +507,17 @@ def _columns_from_xml(header: ArffHeader, xml) -> np.ndarray:
 
 def _columns_from_meka(header: ArffHeader, n_labels) -> np.ndarray:
     c = meka_label_count(header.relation)
+    line = header.relation_line or header.data_line
     if c is None:
         raise DmlrInputError(f"MEKA ARFF needs '-C <L>' in the relation name, got {header.relation!r}",
-                             path=header.path)
+                             path=header.path, line=line)
     n_attr = len(header.attributes)
     if c == 0 or abs(c) >= n_attr:
         raise DmlrInputError(f"MEKA relation says -C {c} but the file has {n_attr} attributes",
-                             path=header.path)
+                             path=header.path, line=line)
     if n_labels is not None and n_labels != abs(c):
-        raise DmlrInputError(f"n_labels={n_labels} but the MEKA relation says -C {c}", path=header.path)
+        raise DmlrInputError(f"n_labels={n_labels} but the MEKA relation says -C {c}", path=header.path,
+                             line=line)
     return np.arange(c) if c > 0 else np.arange(n_attr + c, n_attr)
 
 
@@ -529,16 +552,18 @@ def label_columns(header: ArffHeader, *, meka=False, xml=None, n_labels=None) ->
         cols = _columns_from_xml(header, xml)
         if n_labels is not None and n_labels != len(cols):
             raise DmlrInputError(f"n_labels={n_labels} but {xml.name} lists {len(cols)} labels",
-                                 path=header.path)
+                                 path=header.path, line=header.data_line)
         return cols, f"MULAN labels from {xml.name}"
     if n_labels is not None:
         if not 0 < n_labels < n_attr:
-            raise DmlrInputError(f"n_labels={n_labels} with {n_attr} attributes", path=header.path)
+            raise DmlrInputError(f"n_labels={n_labels} with {n_attr} attributes (the header ends on line "
+                                 f"{header.data_line})", path=header.path, line=header.data_line)
         return np.arange(n_attr - n_labels, n_attr), f"last {n_labels} attributes"
     if meka_label_count(header.relation) is not None:
         return _columns_from_meka(header, None), "MEKA -C in relation"
     raise DmlrInputError("cannot tell which attributes are labels: no MULAN .xml file next to it and no "
-                         "MEKA '-C <L>' in the relation; pass xml= or n_labels=", path=header.path)
+                         "MEKA '-C <L>' in the relation; pass xml= or n_labels=", path=header.path,
+                         line=header.relation_line or header.data_line)
 
 
 # ---------------------------------------------------------------------------
@@ -644,7 +669,11 @@ class ArffReader:
     ----------
     header : ArffHeader
     n_features, n_labels : int
+        Columns of X (after one-hot encoding) and of Y.
     feature_names, label_names : list of str
+        One name per column; a one-hot column is named ``attribute=value``.
+    layout : dmlr.data.nominal.FeatureLayout
+        Where each feature attribute goes in X.
     sparse : bool
         The first data row is sparse.
     store_sparse : bool
@@ -663,27 +692,73 @@ class ArffReader:
         self._codec = _Codec(self.header, cols)
         names = self.header.names
         self.label_names = [names[j] for j in cols]
-        self.feature_names = [n for j, n in enumerate(names) if not self._codec.is_label[j]]
         self.n_labels = len(self.label_names)
-        self.n_features = len(self.feature_names)
-        if self.n_features == 0:
-            raise DmlrInputError("every attribute is a label; no features left", path=self.path)
+        if self.n_labels == len(names):
+            raise DmlrInputError("every attribute is a label; no features left", path=self.path,
+                                 line=self.header.data_line)
+        self.leave_out(())
         self.sparse = self.header.sparse
         self.store_sparse = self.sparse
         self.dropped_lines = []
+
+    def leave_out(self, attributes) -> None:
+        """Encode every feature attribute except ``attributes`` (indices) into X."""
+        self.layout = feature_layout(self.header.attributes, ~self._codec.is_label, set(attributes))
+        self.feature_names = self.layout.names
+        self.n_features = self.layout.n_columns
+        default_attrs, self._default_cols = self.layout.omitted_defaults()
+        self._default_slot = np.full(len(self.header.attributes), -1, dtype=np.int64)
+        self._default_slot[default_attrs] = np.arange(default_attrs.size)
+
+    def identifier_candidates(self) -> list:
+        """Nominal feature attributes with more than two declared values."""
+        return [j for j, a in enumerate(self.header.attributes)
+                if a.is_nominal and len(a.values) > 2 and not self._codec.is_label[j]]
+
+    def value_counts(self, attributes, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
+        """Yield, block by block, how many rows hold each value of nominal ``attributes``.
+
+        Only the entries of ``attributes`` are encoded; a sparse row that
+        omits an attribute holds its first declared value.
+
+        Yields
+        ------
+        n_rows : int
+            Rows in the block.
+        counts : dict of int -> ndarray of int64
+            For each attribute, the rows of the block holding each value.
+        """
+        attributes = np.asarray(sorted(attributes), dtype=np.int64)
+
+        def parse(texts, nos):
+            rows, attrs, strings = self._tokenize(texts, nos)
+            sel = np.flatnonzero(np.isin(attrs, attributes))
+            codes = self._codec.encode(attrs[sel], strings[sel], rows[sel], nos).astype(np.int64)
+            counts = {}
+            for j in attributes:
+                c = np.bincount(codes[attrs[sel] == j], minlength=len(self.header.attributes[j].values))
+                c[0] += len(texts) - c.sum()
+                counts[int(j)] = c
+            return len(texts), counts
+
+        records = ((no, t, term) for no, t, term in iter_lines(self.path)
+                   if no > self.header.data_line and _is_data(t))
+        yield from parse_in_blocks(records, parse, path=self.path, block_rows=block_rows,
+                                   drop_truncated_last_line=drop_truncated_last_line)
 
     def check_compatible(self, other: "ArffReader") -> None:
         """Raise unless ``other`` declares the same attributes and labels."""
         mine, theirs = self.header.attributes, other.header.attributes
         if len(mine) != len(theirs):
             raise DmlrInputError(f"{len(theirs)} attributes, but {self.path.name} has {len(mine)}",
-                                 path=other.path)
+                                 path=other.path, line=other.header.data_line)
         for a, b in zip(mine, theirs):
             if not a.same_type(b):
                 raise DmlrInputError(f"attribute {b.name!r} differs from {self.path.name}'s {a.name!r}",
                                      path=other.path, line=b.line)
         if self.label_names != other.label_names:
-            raise DmlrInputError(f"label attributes differ from {self.path.name}'s", path=other.path)
+            raise DmlrInputError(f"label attributes differ from {self.path.name}'s", path=other.path,
+                                 line=other.header.data_line)
 
     def blocks(self, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
         """Yield ``(X, Y)`` blocks of at most ``block_rows`` rows.
@@ -791,7 +866,18 @@ class ArffReader:
     def _assemble(self, n_rows, rows, attrs, values, nos):
         codec = self._codec
         lab = codec.is_label[attrs]
-        fr, fc, fv = rows[~lab], codec.column[attrs[~lab]], values[~lab]
+        feat = self.layout.kind[attrs] != SKIPPED
+        fr = rows[feat]
+        fc, fv = self.layout.columns(attrs[feat], values[feat])
+        if self._default_cols.size and len(fr) < n_rows * (self.layout.kind != SKIPPED).sum():
+            # Sparse rows omit attributes: an omitted nominal takes its first value.
+            slot = self._default_slot[attrs[feat]]
+            present = np.zeros((n_rows, self._default_cols.size), dtype=bool)
+            present[fr[slot >= 0], slot[slot >= 0]] = True
+            r, k = np.nonzero(~present)
+            fr = np.concatenate([fr, r])
+            fc = np.concatenate([fc, self._default_cols[k]])
+            fv = np.concatenate([fv, np.ones(r.size)])
         if self.store_sparse:
             keep = fv != 0
             X = sp.csr_matrix((fv[keep], (fr[keep], fc[keep])), shape=(n_rows, self.n_features))
@@ -806,3 +892,52 @@ class ArffReader:
             raise DmlrInputError(f"label {self.label_names[c]!r} has value {Y[r, c]:g}; labels must be 0 or 1",
                                  path=self.path, line=nos[r])
         return X, Y.astype(np.int8)
+
+
+def find_identifiers(readers, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False) -> list:
+    """Nominal feature attributes with a different value in every row of all files.
+
+    Such an attribute (an instance id, a file name) identifies rows instead
+    of describing them: one-hot it becomes one column per row. Only nominal
+    attributes with more than two declared values can qualify; if a file
+    has none, nothing is read. Otherwise the files are read once more,
+    encoding only those attributes, and the pass stops as soon as each of
+    them has repeated a value, which for a real categorical attribute is
+    within the first block of rows. Only an attribute that is an identifier
+    costs a whole extra pass over the data.
+
+    Parameters
+    ----------
+    readers : list of ArffReader
+        The files of one conversion, with the same attributes.
+    block_rows : int
+    drop_truncated_last_line : bool
+        As for :meth:`ArffReader.blocks`.
+
+    Returns
+    -------
+    list of int
+        Attribute indices, ascending.
+    """
+    candidates = readers[0].identifier_candidates()
+    counts = {j: np.zeros(len(readers[0].header.attributes[j].values), dtype=np.int64) for j in candidates}
+    n_rows = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a dropped truncated line is reported once, by blocks()
+        for reader in readers:
+            if not counts:
+                break
+            blocks = reader.value_counts(candidates, block_rows=block_rows,
+                                         drop_truncated_last_line=drop_truncated_last_line)
+            try:
+                for n, block_counts in blocks:
+                    n_rows += n
+                    for j in list(counts):
+                        counts[j] += block_counts[j]
+                        if counts[j].max() > 1:
+                            del counts[j]
+                    if not counts:
+                        break
+            finally:
+                blocks.close()
+    return identifier_attributes(counts, n_rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arff import BLOCK_ROWS, ArffReader, open_text
+from dmlr.data.arff import BLOCK_ROWS, ArffReader, find_identifiers, open_text
 from dmlr.data.libsvm import SvmLightReader, SvmStats, parse_xc_header, read_xc_header
 from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
 from dmlr.data.store import StoreWriter
@@ -165,9 +166,11 @@ def _resolve_format(items, fmt) -> str:
     return found.pop()
 
 
-def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line) -> None:
+def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line, keep_identifiers) -> None:
     if xml is not None and fmt not in ("arff", "meka"):
         raise ValueError(f"xml= applies to ARFF input, not {fmt}")
+    if keep_identifiers and fmt not in ("arff", "meka"):
+        raise ValueError(f"keep_identifiers= applies to ARFF input, not {fmt}")
     if zero_based not in ("auto", True, False):
         raise ValueError(f"zero_based must be 'auto', True or False, got {zero_based!r}")
     if (zero_based != "auto" or n_features is not None) and fmt not in ("libsvm", "xc"):
@@ -198,32 +201,69 @@ def _name_parts(parts: list) -> None:
 # Opening each format
 # ---------------------------------------------------------------------------
 
-def _open_arff(paths, *, meka, xml, n_labels, drop_truncated_last_line, **_) -> _Source:
+def _leave_out_identifiers(readers, *, keep, drop_truncated_last_line) -> str:
+    """Warn about identifier attributes and, unless ``keep``, leave them out; return a note."""
+    ids = find_identifiers(readers, block_rows=BLOCK_ROWS, drop_truncated_last_line=drop_truncated_last_line)
+    if not ids:
+        return ""
+    attrs = readers[0].header.attributes
+    named = ", ".join(f"{attrs[j].name!r} (line {attrs[j].line})" for j in ids)
+    if keep:
+        warnings.warn(f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in "
+                      f"every row; kept one-hot as asked (keep_identifiers=True)", stacklevel=4)
+        return f"kept identifier attribute(s) {named}"
+    warnings.warn(f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in every "
+                  f"row (an identifier, not a feature); left out of X. Pass keep_identifiers=True to keep "
+                  f"them one-hot", stacklevel=4)
+    for r in readers:
+        r.leave_out(ids)
+    return f"left out identifier attribute(s) {named}"
+
+
+def _open_arff(paths, *, meka, xml, n_labels, drop_truncated_last_line, keep_identifiers, **_) -> _Source:
     readers = [ArffReader(p, meka=meka, xml=xml, n_labels=n_labels) for p in paths]
     first = readers[0]
     for other in readers[1:]:
         first.check_compatible(other)
+    note = _leave_out_identifiers(readers, keep=keep_identifiers,
+                                  drop_truncated_last_line=drop_truncated_last_line)
+    if first.n_features == 0:
+        raise DmlrInputError("no features left once identifier attributes are left out; pass "
+                             "keep_identifiers=True", path=first.path, line=first.header.data_line)
     sparse = any(r.sparse for r in readers)
     parts = []
     for r in readers:
         r.store_sparse = sparse
         blocks = partial(r.blocks, drop_truncated_last_line=drop_truncated_last_line)
         parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
+    detail = first.label_source + (f"; {note}" if note else "")
     return _Source("meka" if meka else "arff", first.n_features, first.n_labels, sparse, parts,
-                   first.feature_names, first.label_names, first.label_source)
+                   first.feature_names, first.label_names, detail)
 
 
 def _svm_sizes(readers, *, n_features, n_labels, zero_based, drop_truncated_last_line):
-    """(n_features, n_labels, offset) of LIBSVM files, from one streaming pass each."""
+    """(n_features, n_labels, offset, how) of LIBSVM files, from one streaming pass each.
+
+    ``how`` says why the indices are read with that base, for the store's
+    ``source``.
+    """
     stats = SvmStats()
     for r in readers:
         stats = stats.merge(r.scan(drop_truncated_last_line=drop_truncated_last_line))
-    offset = 0 if zero_based is True or (zero_based == "auto" and stats.min_index == 0) else 1
+    if stats.zero_at is not None:
+        path, line = stats.zero_at
+        if zero_based is False:
+            raise DmlrInputError("feature index 0 in a file read as 1-based (zero_based=False); the file is "
+                                 "0-based: pass zero_based=True or 'auto'", path=path, line=line)
+        how = "as given" if zero_based is True else f"auto: index 0 on line {line} of {Path(path).name}"
+    else:
+        how = "as given" if zero_based != "auto" else "auto: no index 0 in the files"
+    offset = 0 if zero_based is True or stats.zero_at is not None else 1
     seen_features = max(stats.max_index + 1 - offset, 0)
     if n_features is not None and n_features < seen_features:
         raise DmlrInputError(f"n_features={n_features} but the files use feature index {stats.max_index} "
                              f"({offset}-based)", path=readers[0].path)
-    return (n_features or seen_features), (n_labels or stats.max_label + 1), offset
+    return (n_features or seen_features), (n_labels or stats.max_label + 1), offset, how
 
 
 def _xc_sizes(readers, *, n_features, n_labels, **_):
@@ -235,20 +275,20 @@ def _xc_sizes(readers, *, n_features, n_labels, **_):
     for given, have, what in ((n_features, d, "n_features"), (n_labels, l, "n_labels")):
         if given is not None and given != have:
             raise DmlrInputError(f"{what}={given} but the XC header says {have}", path=readers[0].path)
-    return d, l, 0
+    return d, l, 0, ""
 
 
 def _open_svm(paths, *, xc, n_features, n_labels, zero_based, drop_truncated_last_line, **_) -> _Source:
     readers = [SvmLightReader(p, xc=xc) for p in paths]
     sizes = _xc_sizes if xc else _svm_sizes
-    d, l, offset = sizes(readers, n_features=n_features, n_labels=n_labels, zero_based=zero_based,
+    d, l, offset, how = sizes(readers, n_features=n_features, n_labels=n_labels, zero_based=zero_based,
                          drop_truncated_last_line=drop_truncated_last_line)
     parts = []
     for r in readers:
         blocks = partial(r.blocks, n_features=d, n_labels=l, offset=offset,
                          drop_truncated_last_line=drop_truncated_last_line)
         parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
-    detail = "" if xc else f"{'0' if offset == 0 else '1'}-based feature indices"
+    detail = "" if xc else f"{'0' if offset == 0 else '1'}-based feature indices, {how}"
     return _Source("xc" if xc else "libsvm", d, l, True, parts, detail=detail)
 
 
@@ -320,7 +360,8 @@ def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
 
 
 def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zero_based="auto",
-            drop_truncated_last_line=False, overwrite=False, chunk_rows=None, dtype="float64") -> Path:
+            drop_truncated_last_line=False, keep_identifiers=False, overwrite=False, chunk_rows=None,
+            dtype="float64") -> Path:
     """Convert a multi-label data set to a dmlr Zarr store.
 
     Parameters
@@ -346,7 +387,9 @@ def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zer
     xml : str or Path, optional
         ARFF: the MULAN label file. Default: the sibling ``<name>.xml``
         found by :func:`dmlr.data.arff.find_xml` (``emotions-train.arff.gz``
-        -> ``emotions.xml``).
+        -> ``emotions.xml``). Nominal feature attributes are encoded
+        one-hot as Weka's NominalToBinary does (:mod:`dmlr.data.nominal`);
+        the store's feature names name the columns (``color=red``).
     n_labels : int, optional
         ARFF without XML: the last ``n_labels`` attributes are the labels.
         LIBSVM: the number of labels (default: largest label + 1). Other
@@ -355,11 +398,19 @@ def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zer
         LIBSVM: the number of features (default: largest index seen).
     zero_based : {"auto", True, False}
         LIBSVM feature indices; ``"auto"`` means 0-based if an index 0
-        occurs, else 1-based.
+        occurs in any of the files, else 1-based (scikit-learn's rule).
+        An index 0 with ``False`` is an error naming its line. The store's
+        ``source`` records the base and why it was chosen; a 1-based file
+        read with ``True`` keeps an empty column 0.
     drop_truncated_last_line : bool
         Text formats: if the last line has no newline and does not parse
         (an interrupted download or copy), drop it with a warning and note
         it in the store's ``source`` instead of failing.
+    keep_identifiers : bool
+        ARFF: a nominal feature attribute with a different value in every
+        row (of more than two) is an identifier; it is left out of X with
+        a warning naming it unless this is True, when it is kept one-hot
+        (still with a warning). Either way the store's ``source`` says so.
     overwrite : bool
         Replace an existing store at ``dst`` (only once the new one is
         complete).
@@ -384,14 +435,15 @@ def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zer
     items = _inputs(src)
     fmt = _resolve_format(items, fmt)
     _check_options(fmt, xml=xml, zero_based=zero_based, n_features=n_features,
-                   drop_truncated_last_line=drop_truncated_last_line)
+                   drop_truncated_last_line=drop_truncated_last_line, keep_identifiers=keep_identifiers)
     if fmt != "npz" and any(isinstance(it, tuple) for it in items):
         raise ValueError(f"(X, Y) path pairs are only for npz input, not {fmt}")
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
     source = _OPENERS[fmt](items, xml=xml, n_labels=n_labels, n_features=n_features, zero_based=zero_based,
-                           drop_truncated_last_line=drop_truncated_last_line)
+                           drop_truncated_last_line=drop_truncated_last_line,
+                           keep_identifiers=keep_identifiers)
     if n_labels is not None and source.n_labels != n_labels:
         raise DmlrInputError(f"n_labels={n_labels} but the input has {source.n_labels} labels",
                              path=source.parts[0].files[0])

@@ -8,7 +8,11 @@ LIBSVM multi-label rows (as written by scikit-learn's
 Labels are 0-based integers separated by commas (no spaces); a row without
 labels starts directly with its features (or is empty after the comment).
 Feature indices are 1-based unless ``zero_based`` says otherwise; ``"auto"``
-(scikit-learn's rule) reads a file holding an index 0 as 0-based.
+(scikit-learn's rule) reads the files as 0-based if an index 0 occurs in any
+of them, else as 1-based. Deciding needs a first pass over every file, which
+the converter makes anyway to learn the sizes (:meth:`SvmLightReader.scan`).
+A file holding index 0 read with ``zero_based=False`` is refused, naming the
+line, never shifted.
 
 The Extreme Classification (XC) repository format is the same with a header
 line ``n d l`` (rows, features, labels) and 0-based feature indices; the
@@ -162,23 +166,30 @@ class SvmStats:
         -1 if no row has a label.
     min_index, max_index : int
         Smallest and largest feature index as written (-1 if none).
+    zero_at : tuple (path, line) or None
+        Where a feature index 0 first occurs.
     """
 
     n_rows: int = 0
     max_label: int = -1
     min_index: int = -1
     max_index: int = -1
+    zero_at: tuple | None = None
 
-    def update(self, block: SvmBlock) -> None:
+    def update(self, block: SvmBlock, path=None) -> None:
         self.n_rows += block.n_rows
         self.max_label = max(self.max_label, int(block.labels.max(initial=-1)))
         if block.idx.size:
             lo, hi = int(block.idx.min()), int(block.idx.max())
             self.min_index = lo if self.min_index < 0 else min(self.min_index, lo)
             self.max_index = max(self.max_index, hi)
+            if lo == 0 and self.zero_at is None:
+                k = int(np.argmax(block.idx == 0))
+                self.zero_at = (path, block.nos[block.feature_rows()[k]])
 
     def merge(self, other: "SvmStats") -> "SvmStats":
-        out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index)
+        out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index, self.zero_at)
+        out.zero_at = out.zero_at or other.zero_at
         out.n_rows += other.n_rows
         out.max_label = max(out.max_label, other.max_label)
         if other.min_index >= 0:
@@ -238,7 +249,7 @@ class SvmLightReader:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a dropped line is reported once, by blocks()
             for block in self._parsed(block_rows, drop_truncated_last_line):
-                stats.update(block)
+                stats.update(block, self.path)
         self.dropped_lines.clear()
         return stats
 

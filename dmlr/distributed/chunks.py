@@ -18,10 +18,17 @@ are not sums (top-k lists).
   23 ms of Dask overhead as tasks (one per block plus a summing task, whose
   inputs travel worker to worker) against about 3 ms through actors
   (a one-off timing of a kernel that returns zeros, load average 3).
-  If a worker dies, its actors die with it: the block futures are then
-  recomputed by Dask from their source (the Zarr chunks), the actors rebuilt
-  on the surviving workers and the call repeated, so the fit goes on with the
-  same blocks and gives the same result.
+  If a worker dies, its actors die with it: the lost blocks are built again,
+  the actors rebuilt on the surviving workers and the call repeated, so the
+  fit goes on with the same blocks and gives the same result. Blocks read
+  from a dask array (Zarr chunks) are recomputed by Dask from its graph.
+  Blocks of arrays in this process (numpy, scipy.sparse) were scattered, so
+  Dask has nothing to recompute them from: the chunk set keeps the arrays
+  (a reference: they are the caller's, already in this process's memory) and
+  scatters the lost blocks' rows again (:class:`ArraySource`). A block made by
+  :meth:`ClusterChunks.transform` (an exact kernel model's rows of K) is
+  rebuilt by rebuilding its source block and transforming it again
+  (:class:`TransformSource`).
 
 Both sum in the same order over the same blocks, so they give the same
 numbers (up to BLAS threading inside one block).
@@ -253,18 +260,104 @@ def _direct_actor_handle():
     return DirectActor
 
 
+class ArraySource:
+    """Row blocks of arrays held in this process, built on workers; builds lost ones again.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse matrix (n, d)
+    Y : ndarray (n, l)
+    bounds : list of (start, stop)
+        Row range of each block.
+    fit_intercept : bool
+        Passed to :func:`dmlr.kernels.blocks.make_block`.
+
+    Notes
+    -----
+    Only references to ``X`` and ``Y`` are kept; a block's rows are sliced
+    (a view for numpy) and scattered when the block is built.
+    """
+
+    def __init__(self, X, Y, bounds, fit_intercept: bool):
+        self.X, self.Y, self.bounds, self.fit_intercept = X, Y, list(bounds), fit_intercept
+
+    def build(self, client, indices) -> list:
+        """Futures of blocks ``indices``, block i placed on worker ``i mod n_workers``."""
+        workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
+            raise RuntimeError("the Dask cluster has no workers")
+        futures = []
+        for i in indices:
+            a, b = self.bounds[i]
+            w = workers[i % len(workers)]
+            xf, yf = client.scatter([self.X[a:b], self.Y[a:b]], workers=[w])
+            futures.append(client.submit(make_block, xf, yf, self.fit_intercept, workers=[w],
+                                         allow_other_workers=True, pure=False))
+        return futures
+
+
+class TransformSource:
+    """Blocks ``fn(block, bounds, *args)`` of a rebuildable source (see :meth:`ClusterChunks.transform`).
+
+    Parameters
+    ----------
+    parent : ArraySource or TransformSource
+    fn : callable
+    bounds : list of (start, stop)
+    args : tuple
+        As given to ``transform`` (arrays in this process, shipped again on
+        each build).
+    """
+
+    def __init__(self, parent, fn, bounds, args):
+        self.parent, self.fn, self.bounds, self.args = parent, fn, list(bounds), args
+
+    def build(self, client, indices) -> list:
+        """Futures of blocks ``indices``: their source blocks built again, then transformed."""
+        parents = self.parent.build(client, indices)
+        args = tuple(_ship(client, a) for a in self.args)
+        return [client.submit(self.fn, f, self.bounds[i], *args, pure=False) for f, i in zip(parents, indices)]
+
+
+def _ship(client, arg):
+    """A large array argument scattered to every worker (a future), else the argument itself."""
+    if isinstance(arg, np.ndarray) and arg.nbytes > _SCATTER_BYTES:
+        return client.scatter(arg, broadcast=True, hash=False)
+    return arg
+
+
 class ClusterChunks(ChunkSet):
-    """Blocks held as futures on Dask workers."""
+    """Blocks held as futures on Dask workers.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    futures : list of Future
+        One per block, in row order.
+    n_rows : int
+    sizes : list of int, optional
+        Rows per block (asked from the workers when needed otherwise).
+    source : ArraySource or TransformSource, optional
+        Builds lost blocks again; None when Dask can recompute them from
+        their graph (blocks read from a dask array).
+    held : tuple, optional
+        Futures the blocks' tasks depend on (shipped arguments), kept alive
+        so that Dask can recompute a lost block from its graph.
+    """
 
     backend = "dask"
 
-    def __init__(self, client, futures: list, n_rows: int, sizes: list[int] | None = None):
+    def __init__(self, client, futures: list, n_rows: int, sizes: list[int] | None = None, source=None,
+                 held=()):
         self.client = client
         self.futures = futures
         self.n_rows = n_rows
         self.n_blocks = len(futures)
         self._sizes = sizes
+        self._source = source
+        self._held = tuple(held)
         self._actors = None
+        self._actor_workers = ()
         self._direct = True
         self._colocated = None
         self._private = None
@@ -306,11 +399,6 @@ class ClusterChunks(ChunkSet):
             self._colocated = any(h == here for h in self.client.run(_host_name).values())
         return self._colocated
 
-    def _ship(self, arg):
-        if isinstance(arg, np.ndarray) and arg.nbytes > _SCATTER_BYTES:
-            return self.client.scatter(arg, broadcast=True, hash=False)
-        return arg
-
     def _make_actors(self) -> list:
         """One :class:`BlockActor` per block, on the worker that holds the block."""
         client = self.client
@@ -334,14 +422,14 @@ class ClusterChunks(ChunkSet):
             return [handle(h._cls, h._address, h.key) for h in handles]
 
     def _lost_worker(self, wait: float = 0.0) -> bool:
-        """Whether a worker that held one of this set's actors has left the cluster.
+        """Whether a worker that held one of this set's (latest) actors has left the cluster.
 
         Waits up to ``wait`` seconds for the scheduler to notice a death.
         """
         deadline = time.monotonic() + wait
         while True:
             alive = set(self.client.scheduler_info()["workers"])
-            if any(a._address not in alive for a in self._actors or ()):
+            if any(a not in alive for a in self._actor_workers):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -356,9 +444,11 @@ class ClusterChunks(ChunkSet):
     def _call(self, index, fn, args):
         """fn(block, *args) on every block (``index`` None) or on one, through the actors."""
         for attempt in range(MAX_RECOVERIES + 1):
-            if self._actors is None:
-                self._actors = self._make_actors()
             try:
+                if self._actors is None:
+                    self._rebuild_lost_blocks()
+                    self._actors = self._make_actors()
+                    self._actor_workers = tuple(a._address for a in self._actors)
                 if index is not None:
                     return self._actors[index].apply(fn, *args).result()
                 calls = [a.apply(fn, *args) for a in self._actors]
@@ -370,18 +460,40 @@ class ClusterChunks(ChunkSet):
                     self._direct, self._actors = False, None
                     continue
                 # an error of ``fn`` itself is raised as it is; a lost worker rebuilds the
-                # actors (Dask recomputes the lost blocks from their source) and repeats.
-                # A worker we could not reach (OSError) may not be gone from the scheduler yet.
+                # lost blocks and the actors, and repeats the call. A worker we could not
+                # reach (OSError) may not be gone from the scheduler yet.
                 wait = LOST_WORKER_WAIT if isinstance(e, OSError) else 0.0
                 if attempt == MAX_RECOVERIES or not self._lost_worker(wait):
                     raise
                 self._actors = None
 
+    def _rebuild_lost_blocks(self) -> None:
+        """Build again, from the set's source, the blocks that no live worker holds.
+
+        Without a source, Dask recomputes lost blocks from their graph when
+        the actors are made.
+        """
+        if self._source is None:
+            return
+        # a scattered block's future is cancelled when its only holder dies (no recipe to recompute)
+        alive = [f for f in self.futures if f.status == "finished"]
+        where = self.client.who_has(alive) if alive else {}
+        lost = [i for i, f in enumerate(self.futures) if f.status != "finished" or not where.get(f.key)]
+        if not lost:
+            return
+        rebuilt = self._source.build(self.client, lost)
+        _wait_or_raise(self.client, rebuilt)
+        for i, f in zip(lost, rebuilt):
+            self.futures[i].release()
+            self.futures[i] = f
+
     def transform(self, fn, *args) -> "ClusterChunks":
-        args = tuple(self._ship(a) for a in args)
-        futures = [self.client.submit(fn, f, bnd, *args, pure=False) for f, bnd in zip(self.futures, self.bounds)]
+        shipped = tuple(_ship(self.client, a) for a in args)
+        futures = [self.client.submit(fn, f, bnd, *shipped, pure=False) for f, bnd in zip(self.futures, self.bounds)]
         _wait_or_raise(self.client, futures)
-        return ClusterChunks(self.client, futures, self.n_rows, self._block_sizes())
+        source = None if self._source is None else TransformSource(self._source, fn, self.bounds, args)
+        held = [s for s, a in zip(shipped, args) if s is not a]  # the scattered arrays
+        return ClusterChunks(self.client, futures, self.n_rows, self._block_sizes(), source, held)
 
     def _block_sizes(self) -> list[int]:
         if self._sizes is None:
@@ -393,6 +505,10 @@ class ClusterChunks(ChunkSet):
         for f in self.futures:
             f.release()
         self.futures = []
+        self._source = None
+        for f in self._held:
+            f.release()
+        self._held = ()
 
 
 def _n_values(X) -> int | None:
@@ -540,24 +656,21 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
         raise RuntimeError("the Dask cluster has no workers")
     n_threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
     n_blocks = n_blocks or n_threads
-    futures = []
+    source = None
     if is_dask(X):
         import dask
 
+        futures = []
         for i, (a, b) in enumerate(row_bounds(n_blocks)):
             part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
             futures.append(client.compute(part, workers=[workers[i % len(workers)]],
                                           allow_other_workers=True))
     else:
-        Y = np.asarray(Y)
-        for i, (a, b) in enumerate(row_bounds(n_blocks)):
-            w = workers[i % len(workers)]
-            xf, yf = client.scatter([X[a:b], Y[a:b]], workers=[w])
-            futures.append(client.submit(make_block, xf, yf, fit_intercept, workers=[w],
-                                         allow_other_workers=True, pure=False))
+        source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept)
+        futures = source.build(client, range(len(source.bounds)))
     _wait_or_raise(client, futures)
     client.run(release_freed_heap)
-    return ClusterChunks(client, futures, int(X.shape[0]))
+    return ClusterChunks(client, futures, int(X.shape[0]), source=source)
 
 
 def release_freed_heap() -> bool:
