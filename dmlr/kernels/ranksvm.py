@@ -351,7 +351,7 @@ def mmp_row(s, y, coef_out):
 
 
 @njit(cache=True, nogil=True)
-def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
+def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
                     margin, ups, s, coef, scratch):
     d, K = M.shape
     for r in range(order.shape[0]):
@@ -398,18 +398,154 @@ def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, 
                 M_avg[j, k] += (M[j, k] - M_avg[j, k]) * inv_t
 
 
-def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
-                   omega: float = 1e3, margin: float = RANKSVM_MARGIN) -> None:
-    """ANSGD (Algorithm 1) or SGD (eq. 7) updates over rows ``order``, in place, in one compiled loop.
+#: Scale below which the lazy representation is folded back into plain arrays (O(d K),
+#: rare: the scales shrink geometrically only through the regularizer and ANSGD's averaging).
+LAZY_MIN_SCALE = 1e-3
+ANSGD, SGD, MMP = 0, 1, 2
 
-    The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step``
-    with :class:`dmlr.solvers.sgd.RankSVMOracle` (equal up to rounding), without
-    Python or numpy temporaries per update: the dense d x K work of one update
-    is two passes (ANSGD) or one (SGD) plus the running average.
+
+@njit(cache=True, nogil=True)
+def _lazy_fold(R, Q, U, co, two):
+    """Fold the scalars back into the arrays: R = M, Q = Psi, U = -S, scales 1, sums 0.
+
+    ``co`` = [m, r, p, PM, PR]; M = m R + r Q, Psi = p Q, S = PM R + PR Q - U.
+    """
+    m, r, p, PM, PR = co[0], co[1], co[2], co[3], co[4]
+    d, K = R.shape
+    for j in range(d):
+        for k in range(K):
+            rv = R[j, k]
+            qv = Q[j, k] if two else 0.0
+            U[j, k] = U[j, k] - PM * rv - PR * qv
+            R[j, k] = m * rv + r * qv
+            if two:
+                Q[j, k] = p * qv
+    co[0], co[1], co[2], co[3], co[4] = 1.0, 0.0, 1.0, 0.0, 0.0
+
+
+@njit(cache=True, nogil=True)
+def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
+                         margin, R, Q, U, co, resume, s, s2, coef, scratch):
+    d, K = M.shape
+    two = kind == ANSGD
+    n = order.shape[0]
+    if not resume:
+        # M = m R + r Q, Psi = p Q, S_t = sum_{j<=t} M_j = PM R + PR Q - U; co = [m, r, p, PM, PR]
+        for j in range(d):
+            for k in range(K):
+                R[j, k] = M[j, k]
+                U[j, k] = -t0 * M_avg[j, k]
+                if two:
+                    Q[j, k] = Psi[j, k]
+        co[0], co[1], co[2], co[3], co[4] = 1.0, 0.0, 1.0, 0.0, 0.0
+    if n == 0:
+        return
+    for rr in range(n):
+        i = order[rr]
+        t = t0 + rr + 1
+        if abs(co[0]) < LAZY_MIN_SCALE or (two and abs(co[2]) < LAZY_MIN_SCALE):
+            _lazy_fold(R, Q, U, co, two)
+        m, r, p = co[0], co[1], co[2]
+        if kind == ANSGD:
+            a = 2.0 / (t + 1.0)
+            theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
+            eta = a / (lam + theta)
+            den = lam * (1.0 - a) + theta
+            w1 = (1.0 - a) * (lam + theta) / den
+            w2 = a * theta / den
+            # Upsilon = w1 M + w2 Psi = cR R + cQ Q
+            cR = w1 * m
+            cQ = w1 * r + w2 * p
+            row_scores(i, Xd, indptr, indices, data, sparse, R, s)
+            row_scores(i, Xd, indptr, indices, data, sparse, Q, s2)
+            for k in range(K):
+                s[k] = cR * s[k] + cQ * s2[k]
+            ranksvm_row(s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
+                        scratch[5])
+            shrink = 1.0 - eta * lam
+            m_new = shrink * cR
+            r_new = shrink * cQ
+            p_new = theta / (lam + theta) * p
+            gq = -1.0 / ((lam + theta) * p_new)   # Q += gq x c^T
+            g_m = -eta - r_new * gq                # m_new R += g_m x c^T
+        else:
+            row_scores(i, Xd, indptr, indices, data, sparse, R, s)
+            for k in range(K):
+                s[k] = m * s[k]
+            if kind == SGD:
+                eta = 1.0 / (lam * (t + omega))
+                ranksvm_row(s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3],
+                            scratch[4], scratch[5])
+                m_new = (1.0 - eta * lam) * m
+                g_m = -eta
+            else:
+                if mmp_row(s, Y[i], coef) == 0.0:   # no error: M unchanged, only the sums move
+                    co[3] += m
+                    continue
+                m_new = m
+                g_m = -1.0
+            r_new = 0.0
+            p_new = 1.0
+            gq = 0.0
+        if m_new == 0.0:
+            # the step drops R from M altogether: move R's share of S into U, restart R at 0
+            for j in range(d):
+                for k in range(K):
+                    U[j, k] -= co[3] * R[j, k]
+                    R[j, k] = 0.0
+            m_new = 1.0
+        gr = g_m / m_new
+        if two:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, gq, Q)
+        add_row_outer(i, Xd, indptr, indices, data, sparse, coef, gr, R)
+        add_row_outer(i, Xd, indptr, indices, data, sparse, coef, co[3] * gr + co[4] * gq, U)
+        co[0], co[1], co[2] = m_new, r_new, p_new
+        co[3] += m_new
+        co[4] += r_new
+    m, r, p, PM, PR = co[0], co[1], co[2], co[3], co[4]
+    inv_t = 1.0 / (t0 + n)
+    for j in range(d):
+        for k in range(K):
+            rv = R[j, k]
+            qv = Q[j, k] if two else 0.0
+            M[j, k] = m * rv + r * qv
+            M_avg[j, k] = (PM * rv + PR * qv - U[j, k]) * inv_t
+            if two:
+                Psi[j, k] = p * qv
+
+
+def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
+                   omega: float = 1e3, margin: float = RANKSVM_MARGIN, lazy: bool = True, carry=None):
+    """ANSGD (Algorithm 1), SGD (eq. 7) or MMP updates over rows ``order``, in place, in one compiled loop.
+
+    The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step`` /
+    ``mmp_step`` with :class:`dmlr.solvers.sgd.RankSVMOracle` (MMP:
+    :func:`mmp_row`), equal up to rounding, without Python or numpy
+    temporaries per update.
+
+    ``lazy=True`` (the default) costs O(nnz(x) K + K log K) per update: the
+    regularizer's shrink, ANSGD's combination of M and Psi and the running
+    average are kept as scalars next to arrays that change only in the rows
+    of x's nonzeros (the just-in-time bookkeeping of sparse SGD; Bottou's
+    scaled weights and Xu's averaged-SGD sums)::
+
+        M = m R + r Q,   Psi = p Q,   sum_{j<=t} M_j = PM R + PR Q - U,
+
+    with PM = sum of the m's, PR = sum of the r's. One update is a
+    2 x 2 linear map of (M, Psi) (Algorithm 1: Upsilon, the shrink
+    1 - eta lam, Psi's factor theta / (lam + theta)), which only changes the
+    scalars, plus the rank-1 terms x c^T, which change R, Q and U in x's rows:
+    Q += gq x c^T with gq = -1 / ((lam + theta) p'), R += (-eta - r' gq) / m'
+    x c^T, U += (PM gR + PR gQ) x c^T (the sums taken before the update).
+    SGD and MMP are the case r = 0 (no Q); MMP never shrinks (m = 1). When a
+    scale falls below :data:`LAZY_MIN_SCALE` the scalars are folded back into
+    the arrays (O(d K)), so R and U stay within a factor 1e6 of M and S.
+    ``lazy=False`` runs the plain loop (every entry of M, Psi and the average
+    updated at each step: O(d K)); ANSGD and SGD only.
 
     Parameters
     ----------
-    solver : {"ansgd", "sgd"}
+    solver : {"ansgd", "sgd", "mmp"}
     X : float64 (n, d) dense or CSR
     Y : int8 (n, K)
     order : int64 array
@@ -417,10 +553,36 @@ def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: flo
     Psi : float64 (d, K) (ANSGD) or None
     t0 : int
         Updates done before the first of ``order``.
+    lazy : bool
+    carry : tuple, optional
+        What a previous lazy call returned, when M, Psi and M_avg are that
+        call's output unchanged: the run continues from its arrays and scalars
+        (bit for bit the same as one longer call) instead of from M, Psi, M_avg.
+
+    Returns
+    -------
+    tuple or None
+        (R, Q, U, scalars) of the lazy run, for ``carry``; None when ``lazy`` is False.
     """
     K = M.shape[1]
-    ansgd = solver == "ansgd"
-    _online_updates(ansgd, *csr_parts(X), np.ascontiguousarray(Y, dtype=np.int8),
-                    np.asarray(order, dtype=np.int64), M, Psi if ansgd else M, M_avg, int(t0), float(lam), float(L),
-                    float(omega), float(margin), np.empty_like(M) if ansgd else np.empty((0, 0)), np.empty(K),
-                    np.empty(K), np.empty((6, K + 1)))
+    kind = {"ansgd": ANSGD, "sgd": SGD, "mmp": MMP}[solver]
+    two = kind == ANSGD
+    parts = csr_parts(X)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    order = np.asarray(order, dtype=np.int64)
+    scratch = np.empty((6, K + 1))
+    resume = carry is not None
+    if not lazy:
+        if kind == MMP:
+            raise ValueError("the plain compiled loop covers ANSGD and SGD only")
+        _online_updates_dense(two, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
+                              float(omega), float(margin), np.empty_like(M) if two else np.empty((0, 0)),
+                              np.empty(K), np.empty(K), scratch)
+        return None
+    if carry is None:
+        carry = (np.empty_like(M), np.empty_like(M) if two else np.empty((0, 0)), np.empty_like(M), np.empty(5))
+    R, Q, U, co = carry
+    _online_updates_lazy(kind, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
+                         float(omega), float(margin), R, Q, U, co, resume, np.empty(K), np.empty(K), np.empty(K),
+                         scratch)
+    return carry
