@@ -76,6 +76,25 @@ def test_fast_path_equals_double_loop_and_eq15(alpha):
             np.testing.assert_allclose(Ci[0], c, rtol=0, atol=1e-12)
 
 
+def test_mmp_row_equals_the_error_set_written_out():
+    """mmp_row's counts by one sorted list and a difference array == the pairs of E counted directly."""
+    from dmlr.kernels.ranksvm import mmp_row
+
+    rng = np.random.default_rng(4)
+    for K in (2, 5, 40):
+        S, Y = _random_rows(rng, 300, K)
+        c = np.empty(K)
+        for s, y in zip(S, Y):
+            P, Nb = np.flatnonzero(y), np.flatnonzero(y == 0)
+            err = s[P][:, None] <= s[Nb][None, :]          # (k, l) in E: s_k <= s_l, ties are errors
+            ref = np.zeros(K)
+            if err.any():
+                ref[P] = -err.sum(axis=1) / err.sum()
+                ref[Nb] = err.sum(axis=0) / err.sum()
+            assert mmp_row(s, y, c) == float(err.any())
+            np.testing.assert_allclose(c, ref, rtol=0, atol=1e-15)
+
+
 def test_smoothing_bounds_hinge():
     X, Y = _strongly_convex_instance()
     blk = make_block(X, Y, True)
