@@ -56,22 +56,6 @@ def loss_code(name: str) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _log1pexp(a):
-    """log(1 + exp(a)) without overflow."""
-    if a > 0.0:
-        return a + np.log1p(np.exp(-a))
-    return np.log1p(np.exp(a))
-
-
-@njit(cache=True, nogil=True)
-def _sigmoid(a):
-    if a >= 0.0:
-        return 1.0 / (1.0 + np.exp(-a))
-    e = np.exp(a)
-    return e / (1.0 + e)
-
-
-@njit(cache=True, nogil=True)
 def _log_softmax(s, out):
     """out = s - LSE(s); returns LSE(s)."""
     K = s.shape[0]
@@ -110,12 +94,18 @@ def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
     float
     """
     K = s.shape[0]
-    if code == 0:  # hamming
-        loss = 0.0
+    if code == 0:  # hamming: with a = -z s and e = exp(-|a|) (one exp per label),
+        loss = 0.0  # log(1 + exp(a)) = max(a, 0) + log1p(e), sigmoid(a) = 1/(1 + e) or e/(1 + e)
         for k in range(K):
             z = 1.0 if y[k] != 0 else -1.0
-            loss += _log1pexp(-z * s[k])
-            g[k] = -z * _sigmoid(-z * s[k]) / K
+            a = -z * s[k]
+            e = np.exp(-abs(a))
+            if a > 0.0:
+                loss += a + np.log1p(e)
+                g[k] = -z / (1.0 + e) / K
+            else:
+                loss += np.log1p(e)
+                g[k] = -z * e / (1.0 + e) / K
         return loss / K
     if code == 1:  # subset: c LSE - y.s
         logq = scratch[0]
