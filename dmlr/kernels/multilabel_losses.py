@@ -220,6 +220,29 @@ def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.nda
 
 
 @njit(cache=True, nogil=True)
+def _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref, W_ref,
+               mem_mode, mem_scale, U, scratch, iscratch):
+    """Row i's loss at scores ``s``, g = dl/ds, and the step's coefficient ``coef`` (see vr_inner_loop).
+
+    c = g, minus dl/ds at ``W_ref`` when ``c_ref``; with a memory table,
+    c = mem_scale (g - U_i). ``s`` is overwritten.
+    """
+    K = s.shape[0]
+    loss = row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
+    for k in range(K):
+        coef[k] = g[k]
+    if c_ref:
+        row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
+        row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
+        for k in range(K):
+            coef[k] -= g_ref[k]
+    if mem_mode != 0:
+        for k in range(K):
+            coef[k] = mem_scale * (g[k] - U[i, k])
+    return loss
+
+
+@njit(cache=True, nogil=True)
 def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
                    alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
                    W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture):
@@ -238,18 +261,9 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
         i = rows[r]
         alpha = alpha0 / (1.0 + decay * (t0 + r))
         row_scores(i, Xd, indptr, indices, data, sparse, W, s)
-        total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
-        for k in range(K):
-            coef[k] = g[k]
         c_ref = use_ref and ref_mask[r]
-        if c_ref:
-            row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
-            row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
-            for k in range(K):
-                coef[k] -= g_ref[k]
-        if mem_mode != 0:
-            for k in range(K):
-                coef[k] = mem_scale * (g[k] - U[i, k])
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
+                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
         # W <- W - alpha (x coef^T + [mu] + [A] + lam W)   (regularizer exact, not stored)
         shrink = 1.0 - alpha * lam
         for j in range(d):
@@ -329,18 +343,9 @@ def _vr_inner_loop_lazy(Xd, indptr, indices, data, sparse, Y, rows, W, code, geb
         else:
             for k in range(K):
                 s[k] = m * s[k]
-        total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
-        for k in range(K):
-            coef[k] = g[k]
         c_ref = use_ref and ref_mask[rr]
-        if c_ref:
-            row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
-            row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
-            for k in range(K):
-                coef[k] -= g_ref[k]
-        if mem_mode != 0:
-            for k in range(K):
-                coef[k] = mem_scale * (g[k] - U[i, k])
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
+                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
         # W <- (1 - alpha lam) W - alpha ([mu] + [A]) - alpha x coef^T: the first two change m and r only
         shrink = 1.0 - alpha * lam
         m_new = shrink * m

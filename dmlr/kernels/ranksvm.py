@@ -362,6 +362,15 @@ def mmp_row(s, y, coef_out):
 
 
 @njit(cache=True, nogil=True)
+def _ansgd_schedule(t, lam, L):
+    """(alpha_t, theta_t, eta_t, w1, w2) of Algorithm 1 at update t (1-based); Upsilon_t = w1 M_t + w2 Psi_t."""
+    a = 2.0 / (t + 1.0)
+    theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
+    den = lam * (1.0 - a) + theta
+    return a, theta, a / (lam + theta), (1.0 - a) * (lam + theta) / den, a * theta / den
+
+
+@njit(cache=True, nogil=True)
 def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
                     margin, ups, s, coef, scratch):
     d, K = M.shape
@@ -372,12 +381,7 @@ def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M,
             # Algorithm 1 (see dmlr.solvers.sgd.ansgd_step), fused: one pass builds Upsilon,
             # one pass updates M and Psi (M_t+1 = (1 - eta lam) Ups - eta x c^T,
             # Psi_t+1 = (theta Psi - x c^T) / (lam + theta))
-            a = 2.0 / (t + 1.0)
-            theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
-            eta = a / (lam + theta)
-            den = lam * (1.0 - a) + theta
-            w1 = (1.0 - a) * (lam + theta) / den
-            w2 = a * theta / den
+            a, theta, eta, w1, w2 = _ansgd_schedule(t, lam, L)
             for j in range(d):
                 for k in range(K):
                     ups[j, k] = w1 * M[j, k] + w2 * Psi[j, k]
@@ -458,12 +462,7 @@ def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, P
             _lazy_fold(R, Q, U, co, two)
         m, r, p = co[0], co[1], co[2]
         if kind == ANSGD:
-            a = 2.0 / (t + 1.0)
-            theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
-            eta = a / (lam + theta)
-            den = lam * (1.0 - a) + theta
-            w1 = (1.0 - a) * (lam + theta) / den
-            w2 = a * theta / den
+            a, theta, eta, w1, w2 = _ansgd_schedule(t, lam, L)
             # Upsilon = w1 M + w2 Psi = cR R + cQ Q
             cR = w1 * m
             cQ = w1 * r + w2 * p

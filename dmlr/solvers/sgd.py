@@ -47,7 +47,12 @@ the usual first step of accelerated methods, Upsilon_1 = Psi_0):
   :func:`dmlr.kernels.ranksvm.mmp_row` (no regularizer, unit step).
 
 All three keep the average M_hat (Section 5); the output is M_hat when
-``average`` else M_t. Initialization (Section 5): M_0 entries N(0, 0.01)
+``average`` else M_t. :func:`run_online` runs the three in one compiled loop
+(:func:`dmlr.kernels.ranksvm.online_updates`) that keeps the shrink, ANSGD's
+combination of M and Psi, and the average as scalars next to arrays that
+change only in the rows of x's nonzeros: O(nnz(x) K + K log K) per update
+instead of O(d K), the same iterates up to rounding. The step functions
+above are the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01)
 (standard deviation 0.1) from the seed. Instance order: a seeded stream
 (:func:`instance_order`), uniform draws with replacement (the paper: "a
 randomly picked data point ... at each iteration") or epochs of random
