@@ -450,3 +450,22 @@ def test_recording_does_not_change_the_iterates():
     b = RankSVM(lam=1e-2, max_iter=1000, random_state=1, record_every=37).fit(X, Y)
     assert len(b.objective_history_) == 1000 // 37
     assert np.array_equal(a.coef_, b.coef_) and np.array_equal(a.iterate_, b.iterate_)
+
+
+def test_a_pickled_state_continues_to_rounding_without_its_lazy_arrays():
+    """The lazy arrays stay in-process; an unpickled state continues from M, Psi, M_avg to rounding."""
+    import pickle
+
+    X, Y = _strongly_convex_instance(n=200, d=8, K=6)
+    blk = make_block(X, Y, True)
+    order = sgd.instance_order(200, 1200, 5)
+    whole = sgd.init_state((9, 6), 1, "ansgd")
+    sgd.run_online("ansgd", whole, blk.X, blk.Y, order, lam=1e-2)
+    half = sgd.init_state((9, 6), 1, "ansgd")
+    sgd.run_online("ansgd", half, blk.X, blk.Y, order[:500], lam=1e-2)
+    assert half.lazy_carry is not None
+    moved = pickle.loads(pickle.dumps(half))
+    assert moved.lazy_carry is None and np.array_equal(moved.M, half.M)
+    sgd.run_online("ansgd", moved, blk.X, blk.Y, order[500:], lam=1e-2)
+    for name in ("M", "M_avg", "Psi"):
+        np.testing.assert_allclose(getattr(moved, name), getattr(whole, name), rtol=0, atol=1e-10, err_msg=name)

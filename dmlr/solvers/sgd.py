@@ -119,7 +119,10 @@ class OnlineState:
     lazy_carry : tuple or None
         The lazy representation the compiled loop ended with and the arrays it
         wrote (:func:`_run_fused`), so that the next call continues it bit for
-        bit; ignored unless M, M_avg, Psi and t are still those arrays.
+        bit; ignored unless M, M_avg, Psi and t are still those arrays. Not
+        pickled (three more d x K arrays on the wire): a state sent to another
+        process continues from M, Psi and M_avg, the same iterates up to
+        rounding.
     """
 
     M: np.ndarray
@@ -127,6 +130,9 @@ class OnlineState:
     t: int = 0
     Psi: np.ndarray | None = None
     lazy_carry: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self):
+        return dict(self.__dict__, lazy_carry=None)
 
     def output(self, average: bool = True) -> np.ndarray:
         return self.M_avg if average else self.M
