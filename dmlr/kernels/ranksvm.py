@@ -549,7 +549,10 @@ def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: flo
     x c^T, U += (PM gR + PR gQ) x c^T (the sums taken before the update).
     SGD and MMP are the case r = 0 (no Q); MMP never shrinks (m = 1). When a
     scale falls below :data:`LAZY_MIN_SCALE` the scalars are folded back into
-    the arrays (O(d K)), so R and U stay within a factor 1e6 of M and S.
+    the arrays (O(d K), a few times per run), so R stays within a factor
+    1/LAZY_MIN_SCALE of M and the cancellation in PM R - U stays small. A
+    step whose map drops R altogether (ANSGD's first: alpha_1 = 1 gives
+    Upsilon_1 = Psi_1) moves R's share of the sum into U and restarts R at 0.
     ``lazy=False`` runs the plain loop (every entry of M, Psi and the average
     updated at each step: O(d K)); ANSGD and SGD only.
 
