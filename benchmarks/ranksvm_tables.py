@@ -48,17 +48,20 @@ converted / generated once into ``--workdir``)::
     python benchmarks/ranksvm_tables.py --fig1         # re-plots both Fig. 1 panels from the cache
     python benchmarks/ranksvm_tables.py --table2 --cached-only --select-once mediamill_discretized \
         --sets corel5k,rcv1subset1_top944,bibtex,tmc2007_500,mediamill_discretized   # one table
-    # not run (time): rcv1subset1 (full 47,236 features; online 15-55 min per method and fold)
+    # not run (time): rcv1subset1 (full 47,236 features; before the lazy online updates,
+    # online 15-55 min per method and fold)
 
 Staged data vs the paper's (Table 1 of the paper; ../shared/datasets/MANIFEST.md):
 
 * corel5k: MULAN Corel5k, 5000 x 499, 374 labels -- the paper's set.
 * bibtex: MULAN bibtex, 7395 x 1836, 159 labels -- the paper's set.
 * rcv1subset1: RCV1-v2 subset 1, 6000 x 47,236 tf-idf, 101 labels -- the paper's "rcv1v2"
-  shape. The library's online steps cost O(D K) per update (dense M updates): about 12 ms
-  (SGD, MMP) and 46 ms (ANSGD) per update here, so 7e4 updates take 15-55 min per method and
-  fold; ``rcv1subset1_top944`` (the same rows
-  and labels, 944 binary top words) is the affordable stand-in and is NOT the paper's input.
+  shape. When the tables were run, the online steps cost O(D K) per update (dense M updates),
+  7e4 updates 15-55 min per method and fold, so ``rcv1subset1_top944`` (the same rows and
+  labels, 944 binary top words) stood in for it; it is NOT the paper's input. The online
+  updates are now lazy, O(nnz(x) K) (``benchmarks/online_lazy.py``), which makes the online
+  columns on rcv1subset1 affordable; the batch column (L-BFGS on 47,237 x 101 weights) was
+  not re-timed.
 * tmc2007_500: 28,596 x 500 binary (the standard 500-feature version); the paper's tmc2007
   has 49,060 features (not staged), so the inputs differ.
 * mediamill_discretized: 43,851 x 120, every feature discretised to {0, 1, 2}, ~56 rows of

@@ -213,3 +213,72 @@ def test_bad_parameters_and_divergence_give_clear_errors():
         LinearMultiLabel(solver="batching_svrg", batch_size=0).fit(X, Y)
     with pytest.raises(FloatingPointError, match="smaller eta0"):
         LinearMultiLabel(loss="rank_squared_hinge", learning_rate="constant", eta0=1e3, n_epochs=3).fit(X * 100, Y)
+
+
+def _inner_loop_cases(rng, n, d, K):
+    """Every combination of terms vr_inner_loop supports, with their arrays (fresh for each call)."""
+    W_ref = rng.normal(size=(d, K)) * 0.3
+    mu = rng.normal(size=(d, K)) * 0.1
+    U = rng.normal(size=(n, K)) * 0.1
+    A = rng.normal(size=(d, K)) * 0.1
+    mask = rng.random(n) < 0.6
+    return {
+        "sgd": lambda: {},
+        "svrg, W_sum": lambda: dict(W_ref=W_ref, mu=mu, W_sum=np.ones((d, K))),
+        "mixed mask, capture": lambda: dict(W_ref=W_ref, mu=mu, ref_mask=mask, capture_at=n // 2,
+                                            W_capture=np.zeros((d, K))),
+        "saga, W_sum": lambda: dict(U=U.copy(), A=A.copy(), n_total=3 * n, W_sum=np.zeros((d, K))),
+        "sag": lambda: dict(U=U.copy(), A=A.copy(), mem_scale=1.0 / (3 * n), n_total=3 * n),
+        "vrlite pass": lambda: dict(W_sum=np.zeros((d, K)), G_sum=np.zeros((d, K))),
+    }
+
+
+@pytest.mark.parametrize("sparse_x", [False, True])
+@pytest.mark.parametrize("loss", ["hamming", "rank_hinge"])
+def test_lazy_inner_loop_equals_the_plain_one(loss, sparse_x):
+    """vr_inner_loop's O(nnz(x) K) form == the plain O(d K) loop to 1e-10: W and every accumulator.
+
+    The strong regularization (alpha lam = 0.01 per step over 1,500 steps)
+    shrinks the lazy scale below the fold threshold a few times along the run.
+    """
+    import scipy.sparse as sps
+
+    from dmlr.kernels.multilabel_losses import loss_code, vr_inner_loop
+
+    rng = np.random.default_rng(5)
+    X, Y = _data(n=300, d=12, K=6)
+    X = np.hstack([X, np.ones((300, 1))])
+    if sparse_x:
+        X = sps.csr_matrix(np.where(rng.random(X.shape) < 0.3, X, 0.0))
+    rows = np.concatenate([rng.permutation(300) for _ in range(5)])
+    W0 = rng.normal(size=(13, 6)) * 0.2
+    for name, make in _inner_loop_cases(rng, 300, 13, 6).items():
+        out = {}
+        for lazy in (True, False):
+            kw = make()
+            W = W0.copy()
+            total = vr_inner_loop(X, Y, rows, W, loss_code(loss), lam=0.5, alpha0=0.02, lazy=lazy, **kw)
+            out[lazy] = (total, W, kw)
+        (t1, W1, kw1), (t2, W2, kw2) = out[True], out[False]
+        assert t1 == pytest.approx(t2, rel=1e-10), name
+        np.testing.assert_allclose(W1, W2, rtol=0, atol=1e-10, err_msg=name)
+        for key in ("W_sum", "G_sum", "W_capture", "A", "U"):
+            if key in kw1:
+                np.testing.assert_allclose(kw1[key], kw2[key], rtol=1e-12, atol=1e-10, err_msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_every_optimizer_keeps_its_iterates_with_the_lazy_loop(solver, monkeypatch):
+    """minimize's result with the lazy inner loop == with the plain one (to 1e-10), every solver."""
+    import functools
+
+    import dmlr.objectives.multilabel as ml
+
+    X, Y = _data(n=400)
+    pb = _problem(X, Y, "subset", lam=0.05, n_blocks=2)
+    shape = (X.shape[1] + 1, Y.shape[1])
+    lazy = minimize(pb, np.zeros(shape), solver, epochs=3, random_state=2, record=False)
+    monkeypatch.setattr(ml, "vr_inner_loop", functools.partial(ml.vr_inner_loop, lazy=False))
+    plain = minimize(_problem(X, Y, "subset", lam=0.05, n_blocks=2), np.zeros(shape), solver, epochs=3,
+                     random_state=2, record=False)
+    np.testing.assert_allclose(lazy.W, plain.W, rtol=0, atol=1e-10)

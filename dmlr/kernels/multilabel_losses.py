@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit
 
 from dmlr.kernels.ranking import RANK_MARGIN, pairwise_squared_hinge_row
-from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_row
+from dmlr.kernels.ranksvm import LAZY_MIN_SCALE, RANKSVM_MARGIN, ranksvm_row
 from dmlr.kernels.rows import add_row_outer, csr_parts, row_scores
 
 #: Loss names, in the order of their integer codes in the kernels.
@@ -53,22 +53,6 @@ def loss_code(name: str) -> int:
         return LOSSES.index(name)
     except ValueError:
         raise ValueError(f"loss must be one of {LOSSES}, got {name!r}") from None
-
-
-@njit(cache=True, nogil=True)
-def _log1pexp(a):
-    """log(1 + exp(a)) without overflow."""
-    if a > 0.0:
-        return a + np.log1p(np.exp(-a))
-    return np.log1p(np.exp(a))
-
-
-@njit(cache=True, nogil=True)
-def _sigmoid(a):
-    if a >= 0.0:
-        return 1.0 / (1.0 + np.exp(-a))
-    e = np.exp(a)
-    return e / (1.0 + e)
 
 
 @njit(cache=True, nogil=True)
@@ -110,12 +94,18 @@ def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
     float
     """
     K = s.shape[0]
-    if code == 0:  # hamming
-        loss = 0.0
+    if code == 0:  # hamming: with a = -z s and e = exp(-|a|) (one exp per label),
+        loss = 0.0  # log(1 + exp(a)) = max(a, 0) + log1p(e), sigmoid(a) = 1/(1 + e) or e/(1 + e)
         for k in range(K):
             z = 1.0 if y[k] != 0 else -1.0
-            loss += _log1pexp(-z * s[k])
-            g[k] = -z * _sigmoid(-z * s[k]) / K
+            a = -z * s[k]
+            e = np.exp(-abs(a))
+            if a > 0.0:
+                loss += a + np.log1p(e)
+                g[k] = -z / (1.0 + e) / K
+            else:
+                loss += np.log1p(e)
+                g[k] = -z * e / (1.0 + e) / K
         return loss / K
     if code == 1:  # subset: c LSE - y.s
         logq = scratch[0]
@@ -230,6 +220,29 @@ def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.nda
 
 
 @njit(cache=True, nogil=True)
+def _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref, W_ref,
+               mem_mode, mem_scale, U, scratch, iscratch):
+    """Row i's loss at scores ``s``, g = dl/ds, and the step's coefficient ``coef`` (see vr_inner_loop).
+
+    c = g, minus dl/ds at ``W_ref`` when ``c_ref``; with a memory table,
+    c = mem_scale (g - U_i). ``s`` is overwritten.
+    """
+    K = s.shape[0]
+    loss = row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
+    for k in range(K):
+        coef[k] = g[k]
+    if c_ref:
+        row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
+        row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
+        for k in range(K):
+            coef[k] -= g_ref[k]
+    if mem_mode != 0:
+        for k in range(K):
+            coef[k] = mem_scale * (g[k] - U[i, k])
+    return loss
+
+
+@njit(cache=True, nogil=True)
 def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
                    alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
                    W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture):
@@ -248,18 +261,9 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
         i = rows[r]
         alpha = alpha0 / (1.0 + decay * (t0 + r))
         row_scores(i, Xd, indptr, indices, data, sparse, W, s)
-        total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
-        for k in range(K):
-            coef[k] = g[k]
         c_ref = use_ref and ref_mask[r]
-        if c_ref:
-            row_scores(i, Xd, indptr, indices, data, sparse, W_ref, s)
-            row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
-            for k in range(K):
-                coef[k] -= g_ref[k]
-        if mem_mode != 0:
-            for k in range(K):
-                coef[k] = mem_scale * (g[k] - U[i, k])
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
+                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
         # W <- W - alpha (x coef^T + [mu] + [A] + lam W)   (regularizer exact, not stored)
         shrink = 1.0 - alpha * lam
         for j in range(d):
@@ -290,10 +294,110 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
     return total
 
 
+@njit(cache=True, nogil=True)
+def _vr_inner_loop_lazy(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
+                        alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
+                        W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture, V, Uc):
+    K = W.shape[1]
+    d = W.shape[0]
+    s = np.empty(K)
+    s2 = np.empty(K)
+    g = np.empty(K)
+    g_ref = np.empty(K)
+    coef = np.empty(K)
+    dz = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    total = 0.0
+    use_ref = W_ref.shape[0] > 0
+    use_mu = mu.shape[0] > 0
+    # W = m V + r Z with Z = mu (SVRG family: fixed over the loop) or A (SAG/SAGA: changes in x's rows);
+    # sum of the iterates W_sum = PM V + PR Z - Uc
+    zmode = 1 if (use_ref and use_mu) else (2 if mem_mode != 0 else 0)
+    Z = mu if zmode == 1 else A
+    for j in range(d):
+        for k in range(K):
+            V[j, k] = W[j, k]
+            if want_sum:
+                Uc[j, k] = -W_sum[j, k]
+    m = 1.0
+    r = 0.0
+    PM = 0.0
+    PR = 0.0
+    for rr in range(rows.shape[0]):
+        i = rows[rr]
+        if abs(m) < LAZY_MIN_SCALE:
+            for j in range(d):
+                for k in range(K):
+                    zv = Z[j, k] if zmode != 0 else 0.0
+                    if want_sum:
+                        Uc[j, k] -= PM * V[j, k] + PR * zv
+                    V[j, k] = m * V[j, k] + r * zv
+            m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
+        alpha = alpha0 / (1.0 + decay * (t0 + rr))
+        row_scores(i, Xd, indptr, indices, data, sparse, V, s)
+        if zmode != 0:
+            row_scores(i, Xd, indptr, indices, data, sparse, Z, s2)
+            for k in range(K):
+                s[k] = m * s[k] + r * s2[k]
+        else:
+            for k in range(K):
+                s[k] = m * s[k]
+        c_ref = use_ref and ref_mask[rr]
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
+                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
+        # W <- (1 - alpha lam) W - alpha ([mu] + [A]) - alpha x coef^T: the first two change m and r only
+        shrink = 1.0 - alpha * lam
+        m_new = shrink * m
+        r_new = shrink * r
+        if (zmode == 1 and c_ref) or zmode == 2:
+            r_new -= alpha
+        if m_new == 0.0:
+            for j in range(d):
+                for k in range(K):
+                    if want_sum:
+                        Uc[j, k] -= PM * V[j, k]
+                    V[j, k] = 0.0
+            m_new = 1.0
+        if zmode == 2:
+            # A += x (g - U_i)^T / n and U_i <- g; V absorbs both rank-1 terms: m' dV = -alpha x coef^T - r' dA
+            for k in range(K):
+                dz[k] = (g[k] - U[i, k]) / n_total
+                U[i, k] = g[k]
+                coef[k] = (-alpha * coef[k] - r_new * dz[k]) / m_new
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0, V)
+            add_row_outer(i, Xd, indptr, indices, data, sparse, dz, 1.0, A)
+            if want_sum:
+                for k in range(K):
+                    coef[k] = PM * coef[k] + PR * dz[k]
+                add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0, Uc)
+        else:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha / m_new, V)
+            if want_sum:
+                add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha / m_new * PM, Uc)
+        m = m_new
+        r = r_new
+        PM += m
+        PR += r
+        if want_gsum:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
+        if rr == capture_at:
+            for j in range(d):
+                for k in range(K):
+                    W_capture[j, k] = m * V[j, k] + (r * Z[j, k] if zmode != 0 else 0.0)
+    for j in range(d):
+        for k in range(K):
+            zv = Z[j, k] if zmode != 0 else 0.0
+            W[j, k] = m * V[j, k] + r * zv
+            if want_sum:
+                W_sum[j, k] = PM * V[j, k] + PR * zv - Uc[j, k]
+    return total
+
+
 def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay: float = 0.0, t0: int = 0,
                   W_ref=None, ref_mask=None, mu=None, U=None, mem_scale: float = 1.0, A=None,
                   n_total: int = 1, W_sum=None, G_sum=None, capture_at: int = -1, W_capture=None,
-                  gebru_eps: float = GEBRU_EPS) -> float:
+                  gebru_eps: float = GEBRU_EPS, lazy: bool = True) -> float:
     """One row per step over ``rows`` of a block; updates W (and the optional accumulators) in place.
 
     Step r (row i = rows[r]), alpha_r = alpha0 / (1 + decay (t0 + r)), g = dl_i/ds at W::
@@ -319,6 +423,18 @@ def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay:
     ``G_sum`` += x_i g^T (VR-Lite), ``W_capture`` = W after step
     ``capture_at`` (SVRG option 3, S2GD, Batching/Mixed SVRG).
 
+    ``lazy=True`` (the default) costs O(nnz(x_i) K) per step instead of
+    O(d K): W is kept as m V + r Z, with Z the fixed ``mu`` (SVRG family) or
+    the table mean ``A`` (SAG/SAGA), so the shrink and the dense terms change
+    the scalars m, r only, and V (and A) change in x_i's rows; ``W_sum`` is
+    kept as PM V + PR Z - Uc (PM, PR the sums of the m's and r's, Uc
+    collecting the rank-1 changes of V and Z weighted by them), the
+    bookkeeping of :func:`dmlr.kernels.ranksvm.online_updates`. The scalars
+    fold back into V when m falls below
+    :data:`dmlr.kernels.ranksvm.LAZY_MIN_SCALE`. ``lazy=False`` runs the
+    plain loop (every entry of W each step); both give the same W up to
+    rounding.
+
     Returns
     -------
     float
@@ -327,6 +443,17 @@ def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay:
     none2 = np.zeros((0, 0))
     rows = np.asarray(rows, dtype=np.int64)
     use_ref = W_ref is not None
+    if lazy and not (use_ref and mu is not None and U is not None):
+        return _vr_inner_loop_lazy(
+            *csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay),
+            int(t0), W_ref if use_ref else none2,
+            np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
+            mu if mu is not None else none2, U if U is not None else none2, 0 if U is None else 1,
+            float(mem_scale), A if A is not None else none2, int(n_total),
+            W_sum if W_sum is not None else none2, W_sum is not None,
+            G_sum if G_sum is not None else none2, G_sum is not None,
+            int(capture_at), W_capture if W_capture is not None else none2,
+            np.empty_like(W), np.empty_like(W) if W_sum is not None else none2)
     return _vr_inner_loop(
         *csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay), int(t0),
         W_ref if use_ref else none2,

@@ -42,12 +42,13 @@ contribute loss 0 and coefficient 0 (the sum in eq. 5 is empty; the 0/0 of
 (the objective divides by n, all rows), so a stochastic step on such a row is
 the regularizer's step only.
 
-Cost. :func:`ranksvm_row` sorts the two lists {s_k - margin}_{k in P} and
-{s_l}_{l in Nb} (the paper's "sorting of two lists", Section 4, after
-Zhang et al. 2011) and, with prefix sums of each sorted list and of its
-squares, finds by binary search for each label the segment of the other list
-in the linear region (beta = 1) and in the quadratic region (0 < beta < 1):
-O(K log K) per row. :func:`ranksvm_row_naive` is the O(|P| |Nb|) double loop
+Cost. :func:`ranksvm_row` sorts the list {s_k - margin}_{k in P} (the
+paper's "sorting of two lists", Section 4, after Zhang et al. 2011, with
+only the relevant list sorted) and, with its prefix sums of values and of
+squares, finds by binary search for each irrelevant label the run of the
+sorted list in the linear region (beta = 1) and in the quadratic region
+(0 < beta < 1); the relevant labels' coefficients follow from the same runs:
+O(|P| log |P| + |Nb| log |P|) <= O(K log K) per row. :func:`ranksvm_row_naive` is the O(|P| |Nb|) double loop
 (the reference the tests compare against).
 """
 
@@ -126,29 +127,17 @@ def ranksvm_row_naive(s, y, alpha, margin, coef_out):
 
 
 @njit(cache=True, nogil=True)
-def _sort_with_prefix(vals, n, prefix1, prefix2):
-    """Sort vals[:n] in place; prefix sums of the sorted values and of their squares."""
-    if n > 1:
-        srt = np.sort(vals[:n])
-        vals[:n] = srt
-    prefix1[0] = 0.0
-    prefix2[0] = 0.0
-    for i in range(n):
-        prefix1[i + 1] = prefix1[i] + vals[i]
-        prefix2[i + 1] = prefix2[i] + vals[i] * vals[i]
-
-
-@njit(cache=True, nogil=True)
 def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
-    """As :func:`ranksvm_row_naive`, in O(K log K) by sorting (the fast path).
+    """As :func:`ranksvm_row_naive`, in O(K log |P|) by sorting the relevant labels (the fast path).
 
     Parameters
     ----------
     s, y, alpha, margin, coef_out
         As :func:`ranksvm_row_naive`.
     u, v, pu1, pu2, pv1, pv2 : float64 scratch arrays of length >= K + 1
-        Reused across rows: the sorted lists u = {s_k - margin}_{k in P},
-        v = {s_l}_{l in Nb} and their prefix sums (of values and squares).
+        Reused across rows: u holds the sorted list {s_k - margin}_{k in P}, pu1
+        and pu2 its prefix sums of values and squares, v, pv1, pv2 the
+        difference arrays of the relevant labels' coefficients.
 
     Returns
     -------
@@ -157,37 +146,51 @@ def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
 
     Notes
     -----
-    With a_kl = v_l - u_k: for a negative l, the positives in the linear
-    region (beta = 1) are u_k <= v_l - mu, those in the quadratic region
-    (beta = a / mu) are v_l - mu < u_k < v_l; symmetrically for a positive k,
-    the negatives v_l >= u_k + mu and u_k < v_l < u_k + mu. The loss is
-    summed over negatives only:
+    With a_kl = v_l - u_k (v_l = s_l): for an irrelevant l, the relevant labels
+    in the linear region (beta = 1) are u_k <= v_l - mu, those in the
+    quadratic region (beta = a / mu) are v_l - mu < u_k < v_l, two runs of
+    the sorted u found by binary search. The loss is summed over the
+    irrelevant labels only:
 
         linear:     c1 (v - mu/2) - S1(u)
         quadratic:  (c2 v^2 - 2 v S1(u) + S2(u)) / (2 mu)
 
-    and the coefficients are c_l = (c1 + (c2 v - S1(u)) / mu) / N_i,
-    c_k = -(c1' + (S1(v) - c2' u) / mu) / N_i.
+    and c_l = (c1 + (c2 v - S1(u)) / mu) / N_i. The same runs give the
+    relevant labels' coefficients c_k = -(n1_k + (V_k - n2_k u_k) / mu) / N_i
+    (n1_k, n2_k: the irrelevant labels that have k in their linear and
+    quadratic run, V_k: the sum of the latter's v_l), accumulated in
+    difference arrays over the sorted u. Only the relevant list is sorted:
+    it is the short one in multi-label data (corel5k: 3.5 of 374 labels), and
+    sorting the long one cost more than the whole update.
     """
     K = s.shape[0]
     n_pos = 0
-    n_neg = 0
+    lab = np.empty(2 * K, dtype=np.int64)
     for j in range(K):
         coef_out[j] = 0.0
         if y[j] != 0:
-            u[n_pos] = s[j] - margin
+            pu2[n_pos] = s[j] - margin
+            lab[n_pos] = j
             n_pos += 1
-        else:
-            v[n_neg] = s[j]
-            n_neg += 1
+    n_neg = K - n_pos
     if n_pos == 0 or n_neg == 0:
         return 0.0
     n_pairs = float(n_pos * n_neg)
     mu = alpha * n_pairs
-    _sort_with_prefix(u, n_pos, pu1, pu2)
-    _sort_with_prefix(v, n_neg, pv1, pv2)
+    perm = np.argsort(pu2[:n_pos])
+    for q in range(n_pos):
+        u[q] = pu2[perm[q]]
+        lab[K + q] = lab[perm[q]]   # the labels in sorted order
+    pu1[0] = 0.0
+    pu2[0] = 0.0
+    for q in range(n_pos):
+        pu1[q + 1] = pu1[q] + u[q]
+        pu2[q + 1] = pu2[q] + u[q] * u[q]
+    for q in range(n_pos + 1):
+        v[q] = 0.0
+        pv1[q] = 0.0
+        pv2[q] = 0.0
     us = u[:n_pos]
-    vs = v[:n_neg]
     loss = 0.0
     for l in range(K):
         if y[l] != 0:
@@ -205,27 +208,30 @@ def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
             loss += c1 * (vl - 0.5 * mu) - pu1[lo]
             loss += (c2 * vl * vl - 2.0 * vl * s1 + s2) / (2.0 * mu)
             coef_out[l] = (c1 + (c2 * vl - s1) / mu) / n_pairs
+            v[0] += 1.0
+            v[lo] -= 1.0
+            pv1[lo] += 1.0
+            pv1[hi] -= 1.0
+            pv2[lo] += vl
+            pv2[hi] -= vl
         else:
             c1 = float(hi)
             loss += c1 * vl - pu1[hi]
             coef_out[l] = c1 / n_pairs
-    for k in range(K):
-        if y[k] == 0:
-            continue
-        uk = s[k] - margin
-        lo = np.searchsorted(vs, uk, side="right")             # v_l > u_k: a > 0
-        if lo == n_neg:
-            continue
+            v[0] += 1.0
+            v[hi] -= 1.0
+    n1 = 0.0
+    n2 = 0.0
+    vsum = 0.0
+    for q in range(n_pos):
+        n1 += v[q]
+        k = lab[K + q]
         if mu > 0.0:
-            hi = np.searchsorted(vs, uk + mu, side="left")     # v_l >= u_k + mu: beta = 1
-            if hi < lo:
-                hi = lo
-            c1 = float(n_neg - hi)
-            c2 = float(hi - lo)
-            s1 = pv1[hi] - pv1[lo]
-            coef_out[k] = -(c1 + (s1 - c2 * uk) / mu) / n_pairs
+            n2 += pv1[q]
+            vsum += pv2[q]
+            coef_out[k] = -(n1 + (vsum - n2 * us[q]) / mu) / n_pairs
         else:
-            coef_out[k] = -float(n_neg - lo) / n_pairs
+            coef_out[k] = -n1 / n_pairs
     return loss / n_pairs
 
 
@@ -305,8 +311,12 @@ def mmp_row(s, y, coef_out):
         coef_k = -#{l : (k, l) in E} / |E|   (k in P),
         coef_l = +#{k : (k, l) in E} / |E|   (l in Nb),
 
-    computed by sorting the relevant scores: O(K log K). Rows without pairs
-    (or without errors) give 0 and zero coefficients.
+    computed by sorting the relevant scores only: for each irrelevant l a
+    binary search gives the run of relevant labels with s_k <= s_l (the first
+    c_l of the sorted list), and a difference array over the sorted list
+    turns those runs into the relevant labels' counts. O(|P| log |P| + |Nb|
+    log |P|). Rows without pairs (or without errors) give 0 and zero
+    coefficients.
 
     Returns
     -------
@@ -322,36 +332,46 @@ def mmp_row(s, y, coef_out):
     if n_pos == 0 or n_neg == 0:
         return 0.0
     pos = np.empty(n_pos)
-    neg = np.empty(n_neg)
+    lab = np.empty(n_pos, dtype=np.int64)
     a = 0
-    b = 0
     for j in range(K):
         if y[j] != 0:
             pos[a] = s[j]
+            lab[a] = j
             a += 1
-        else:
-            neg[b] = s[j]
-            b += 1
-    pos.sort()
-    neg.sort()
+    perm = np.argsort(pos)
+    srt = pos[perm]
+    runs = np.zeros(n_pos + 1)
     n_err = 0
     for l in range(K):
         if y[l] == 0:
-            c = np.searchsorted(pos, s[l], side="right")   # s_k <= s_l
+            c = np.searchsorted(srt, s[l], side="right")   # s_k <= s_l
             coef_out[l] = c
             n_err += c
+            runs[0] += 1.0
+            runs[c] -= 1.0
     if n_err == 0:
         return 0.0
-    for k in range(K):
-        if y[k] != 0:
-            coef_out[k] = -(n_neg - np.searchsorted(neg, s[k], side="left"))  # s_l >= s_k
+    count = 0.0
+    for q in range(n_pos):
+        count += runs[q]
+        coef_out[lab[perm[q]]] = -count
     for j in range(K):
         coef_out[j] /= n_err
     return 1.0
 
 
 @njit(cache=True, nogil=True)
-def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
+def _ansgd_schedule(t, lam, L):
+    """(alpha_t, theta_t, eta_t, w1, w2) of Algorithm 1 at update t (1-based); Upsilon_t = w1 M_t + w2 Psi_t."""
+    a = 2.0 / (t + 1.0)
+    theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
+    den = lam * (1.0 - a) + theta
+    return a, theta, a / (lam + theta), (1.0 - a) * (lam + theta) / den, a * theta / den
+
+
+@njit(cache=True, nogil=True)
+def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
                     margin, ups, s, coef, scratch):
     d, K = M.shape
     for r in range(order.shape[0]):
@@ -361,12 +381,7 @@ def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, 
             # Algorithm 1 (see dmlr.solvers.sgd.ansgd_step), fused: one pass builds Upsilon,
             # one pass updates M and Psi (M_t+1 = (1 - eta lam) Ups - eta x c^T,
             # Psi_t+1 = (theta Psi - x c^T) / (lam + theta))
-            a = 2.0 / (t + 1.0)
-            theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
-            eta = a / (lam + theta)
-            den = lam * (1.0 - a) + theta
-            w1 = (1.0 - a) * (lam + theta) / den
-            w2 = a * theta / den
+            a, theta, eta, w1, w2 = _ansgd_schedule(t, lam, L)
             for j in range(d):
                 for k in range(K):
                     ups[j, k] = w1 * M[j, k] + w2 * Psi[j, k]
@@ -398,18 +413,152 @@ def _online_updates(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, 
                 M_avg[j, k] += (M[j, k] - M_avg[j, k]) * inv_t
 
 
-def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
-                   omega: float = 1e3, margin: float = RANKSVM_MARGIN) -> None:
-    """ANSGD (Algorithm 1) or SGD (eq. 7) updates over rows ``order``, in place, in one compiled loop.
+#: Scale below which the lazy representation is folded back into plain arrays (O(d K),
+#: rare: the scales shrink geometrically only through the regularizer and ANSGD's averaging).
+LAZY_MIN_SCALE = 1e-3
+ANSGD, SGD, MMP = 0, 1, 2
 
-    The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step``
-    with :class:`dmlr.solvers.sgd.RankSVMOracle` (equal up to rounding), without
-    Python or numpy temporaries per update: the dense d x K work of one update
-    is two passes (ANSGD) or one (SGD) plus the running average.
+
+@njit(cache=True, nogil=True)
+def _lazy_fold(R, Q, U, co, two):
+    """Fold the scalars back into the arrays: R = M, Q = Psi, U = -S, scales 1, sums 0.
+
+    ``co`` = [m, r, p, PM, PR]; M = m R + r Q, Psi = p Q, S = PM R + PR Q - U.
+    """
+    m, r, p, PM, PR = co[0], co[1], co[2], co[3], co[4]
+    d, K = R.shape
+    for j in range(d):
+        for k in range(K):
+            rv = R[j, k]
+            qv = Q[j, k] if two else 0.0
+            U[j, k] = U[j, k] - PM * rv - PR * qv
+            R[j, k] = m * rv + r * qv
+            if two:
+                Q[j, k] = p * qv
+    co[0], co[1], co[2], co[3], co[4] = 1.0, 0.0, 1.0, 0.0, 0.0
+
+
+@njit(cache=True, nogil=True)
+def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
+                         margin, R, Q, U, co, resume, s, s2, coef, scratch):
+    d, K = M.shape
+    two = kind == ANSGD
+    n = order.shape[0]
+    if not resume:
+        # M = m R + r Q, Psi = p Q, S_t = sum_{j<=t} M_j = PM R + PR Q - U; co = [m, r, p, PM, PR]
+        for j in range(d):
+            for k in range(K):
+                R[j, k] = M[j, k]
+                U[j, k] = -t0 * M_avg[j, k]
+                if two:
+                    Q[j, k] = Psi[j, k]
+        co[0], co[1], co[2], co[3], co[4] = 1.0, 0.0, 1.0, 0.0, 0.0
+    if n == 0:
+        return
+    for rr in range(n):
+        i = order[rr]
+        t = t0 + rr + 1
+        if abs(co[0]) < LAZY_MIN_SCALE or (two and abs(co[2]) < LAZY_MIN_SCALE):
+            _lazy_fold(R, Q, U, co, two)
+        m, r, p = co[0], co[1], co[2]
+        if kind == ANSGD:
+            a, theta, eta, w1, w2 = _ansgd_schedule(t, lam, L)
+            # Upsilon = w1 M + w2 Psi = cR R + cQ Q
+            cR = w1 * m
+            cQ = w1 * r + w2 * p
+            row_scores(i, Xd, indptr, indices, data, sparse, R, s)
+            row_scores(i, Xd, indptr, indices, data, sparse, Q, s2)
+            for k in range(K):
+                s[k] = cR * s[k] + cQ * s2[k]
+            ranksvm_row(s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
+                        scratch[5])
+            shrink = 1.0 - eta * lam
+            m_new = shrink * cR
+            r_new = shrink * cQ
+            p_new = theta / (lam + theta) * p
+            gq = -1.0 / ((lam + theta) * p_new)   # Q += gq x c^T
+            g_m = -eta - r_new * gq                # m_new R += g_m x c^T
+        else:
+            row_scores(i, Xd, indptr, indices, data, sparse, R, s)
+            for k in range(K):
+                s[k] = m * s[k]
+            if kind == SGD:
+                eta = 1.0 / (lam * (t + omega))
+                ranksvm_row(s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3],
+                            scratch[4], scratch[5])
+                m_new = (1.0 - eta * lam) * m
+                g_m = -eta
+            else:
+                if mmp_row(s, Y[i], coef) == 0.0:   # no error: M unchanged, only the sums move
+                    co[3] += m
+                    continue
+                m_new = m
+                g_m = -1.0
+            r_new = 0.0
+            p_new = 1.0
+            gq = 0.0
+        if m_new == 0.0:
+            # the step drops R from M altogether: move R's share of S into U, restart R at 0
+            for j in range(d):
+                for k in range(K):
+                    U[j, k] -= co[3] * R[j, k]
+                    R[j, k] = 0.0
+            m_new = 1.0
+        gr = g_m / m_new
+        if two:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, gq, Q)
+        add_row_outer(i, Xd, indptr, indices, data, sparse, coef, gr, R)
+        add_row_outer(i, Xd, indptr, indices, data, sparse, coef, co[3] * gr + co[4] * gq, U)
+        co[0], co[1], co[2] = m_new, r_new, p_new
+        co[3] += m_new
+        co[4] += r_new
+    m, r, p, PM, PR = co[0], co[1], co[2], co[3], co[4]
+    inv_t = 1.0 / (t0 + n)
+    for j in range(d):
+        for k in range(K):
+            rv = R[j, k]
+            qv = Q[j, k] if two else 0.0
+            M[j, k] = m * rv + r * qv
+            M_avg[j, k] = (PM * rv + PR * qv - U[j, k]) * inv_t
+            if two:
+                Psi[j, k] = p * qv
+
+
+def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
+                   omega: float = 1e3, margin: float = RANKSVM_MARGIN, lazy: bool = True, carry=None):
+    """ANSGD (Algorithm 1), SGD (eq. 7) or MMP updates over rows ``order``, in place, in one compiled loop.
+
+    The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step`` /
+    ``mmp_step`` with :class:`dmlr.solvers.sgd.RankSVMOracle` (MMP:
+    :func:`mmp_row`), equal up to rounding, without Python or numpy
+    temporaries per update.
+
+    ``lazy=True`` (the default) costs O(nnz(x) K + K log K) per update: the
+    regularizer's shrink, ANSGD's combination of M and Psi and the running
+    average are kept as scalars next to arrays that change only in the rows
+    of x's nonzeros (the just-in-time bookkeeping of sparse SGD; Bottou's
+    scaled weights and Xu's averaged-SGD sums)::
+
+        M = m R + r Q,   Psi = p Q,   sum_{j<=t} M_j = PM R + PR Q - U,
+
+    with PM = sum of the m's, PR = sum of the r's. One update is a
+    2 x 2 linear map of (M, Psi) (Algorithm 1: Upsilon, the shrink
+    1 - eta lam, Psi's factor theta / (lam + theta)), which only changes the
+    scalars, plus the rank-1 terms x c^T, which change R, Q and U in x's rows:
+    Q += gq x c^T with gq = -1 / ((lam + theta) p'), R += (-eta - r' gq) / m'
+    x c^T, U += (PM gR + PR gQ) x c^T (the sums taken before the update).
+    SGD and MMP are the case r = 0 (no Q); MMP never shrinks (m = 1). When a
+    scale falls below :data:`LAZY_MIN_SCALE` the scalars are folded back into
+    the arrays (O(d K), a few times per run), so R stays within a factor
+    1/LAZY_MIN_SCALE of M and the cancellation in PM R - U stays small. A
+    step whose map drops R altogether (ANSGD's first: alpha_1 = 1 gives
+    Upsilon_1 = Psi_1) moves R's share of the sum into U and restarts R at 0.
+    ``lazy=False`` runs the plain loop (every entry of M, Psi and the average
+    updated at each step: O(d K)); ANSGD and SGD only.
 
     Parameters
     ----------
-    solver : {"ansgd", "sgd"}
+    solver : {"ansgd", "sgd", "mmp"}
     X : float64 (n, d) dense or CSR
     Y : int8 (n, K)
     order : int64 array
@@ -417,10 +566,36 @@ def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: flo
     Psi : float64 (d, K) (ANSGD) or None
     t0 : int
         Updates done before the first of ``order``.
+    lazy : bool
+    carry : tuple, optional
+        What a previous lazy call returned, when M, Psi and M_avg are that
+        call's output unchanged: the run continues from its arrays and scalars
+        (bit for bit the same as one longer call) instead of from M, Psi, M_avg.
+
+    Returns
+    -------
+    tuple or None
+        (R, Q, U, scalars) of the lazy run, for ``carry``; None when ``lazy`` is False.
     """
     K = M.shape[1]
-    ansgd = solver == "ansgd"
-    _online_updates(ansgd, *csr_parts(X), np.ascontiguousarray(Y, dtype=np.int8),
-                    np.asarray(order, dtype=np.int64), M, Psi if ansgd else M, M_avg, int(t0), float(lam), float(L),
-                    float(omega), float(margin), np.empty_like(M) if ansgd else np.empty((0, 0)), np.empty(K),
-                    np.empty(K), np.empty((6, K + 1)))
+    kind = {"ansgd": ANSGD, "sgd": SGD, "mmp": MMP}[solver]
+    two = kind == ANSGD
+    parts = csr_parts(X)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    order = np.asarray(order, dtype=np.int64)
+    scratch = np.empty((6, K + 1))
+    resume = carry is not None
+    if not lazy:
+        if kind == MMP:
+            raise ValueError("the plain compiled loop covers ANSGD and SGD only")
+        _online_updates_dense(two, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
+                              float(omega), float(margin), np.empty_like(M) if two else np.empty((0, 0)),
+                              np.empty(K), np.empty(K), scratch)
+        return None
+    if carry is None:
+        carry = (np.empty_like(M), np.empty_like(M) if two else np.empty((0, 0)), np.empty_like(M), np.empty(5))
+    R, Q, U, co = carry
+    _online_updates_lazy(kind, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
+                         float(omega), float(margin), R, Q, U, co, resume, np.empty(K), np.empty(K), np.empty(K),
+                         scratch)
+    return carry

@@ -47,7 +47,12 @@ the usual first step of accelerated methods, Upsilon_1 = Psi_0):
   :func:`dmlr.kernels.ranksvm.mmp_row` (no regularizer, unit step).
 
 All three keep the average M_hat (Section 5); the output is M_hat when
-``average`` else M_t. Initialization (Section 5): M_0 entries N(0, 0.01)
+``average`` else M_t. :func:`run_online` runs the three in one compiled loop
+(:func:`dmlr.kernels.ranksvm.online_updates`) that keeps the shrink, ANSGD's
+combination of M and Psi, and the average as scalars next to arrays that
+change only in the rows of x's nonzeros: O(nnz(x) K + K log K) per update
+instead of O(d K), the same iterates up to rounding. The step functions
+above are the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01)
 (standard deviation 0.1) from the seed. Instance order: a seeded stream
 (:func:`instance_order`), uniform draws with replacement (the paper: "a
 randomly picked data point ... at each iteration") or epochs of random
@@ -111,12 +116,23 @@ class OnlineState:
         Number of updates so far.
     Psi : float64 (d, K) or None
         ANSGD's second sequence (None for SGD and MMP).
+    lazy_carry : tuple or None
+        The lazy representation the compiled loop ended with and the arrays it
+        wrote (:func:`_run_fused`), so that the next call continues it bit for
+        bit; ignored unless M, M_avg, Psi and t are still those arrays. Not
+        pickled (three more d x K arrays on the wire): a state sent to another
+        process continues from M, Psi and M_avg, the same iterates up to
+        rounding.
     """
 
     M: np.ndarray
     M_avg: np.ndarray
     t: int = 0
     Psi: np.ndarray | None = None
+    lazy_carry: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self):
+        return dict(self.__dict__, lazy_carry=None)
 
     def output(self, average: bool = True) -> np.ndarray:
         return self.M_avg if average else self.M
@@ -253,7 +269,7 @@ def _row_getter(X):
 
 
 def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, oracle=None, average: bool = True,
-               objective=None, record_every: int = 0, **step_kwargs) -> OnlineResult:
+               objective=None, record_every: int = 0, lazy: bool = True, **step_kwargs) -> OnlineResult:
     """Stream the rows ``order`` of (X, Y) through ``solver``'s step, updating ``state`` in place.
 
     Parameters
@@ -276,6 +292,13 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
         updates (counted by the global t, so continued runs keep the grid).
     record_every : int
         0: never.
+    lazy : bool
+        With the default oracle, the updates run in the compiled loop of
+        :func:`dmlr.kernels.ranksvm.online_updates` in O(nnz(x) K + K log K)
+        each (the regularizer's scale and the average kept lazily). False:
+        the plain O(d K) updates (ANSGD, SGD: the compiled loop; MMP:
+        :func:`mmp_step`), the same iterates up to rounding; kept for
+        comparison.
     **step_kwargs
         ``L`` for ANSGD, ``omega`` for SGD.
 
@@ -287,9 +310,10 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
         raise ValueError(f"solver must be one of {sorted(STEPS)}, got {solver!r}")
     step = STEPS[solver]
     K = state.M.shape[1]
-    if solver in ("ansgd", "sgd") and (oracle is None or type(oracle) is RankSVMOracle):
+    default_oracle = MMPOracle if solver == "mmp" else RankSVMOracle
+    if (oracle is None or type(oracle) is default_oracle) and (lazy or solver != "mmp"):
         return _run_fused(solver, state, X, Y, order, lam=lam, oracle=oracle, average=average,
-                          objective=objective, record_every=record_every, **step_kwargs)
+                          objective=objective, record_every=record_every, lazy=lazy, **step_kwargs)
     if oracle is None:
         oracle = MMPOracle(K) if solver == "mmp" else RankSVMOracle(K)
     Y = np.ascontiguousarray(Y, dtype=np.int8)
@@ -347,13 +371,20 @@ def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *
     return result
 
 
-def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, record_every, **step_kwargs):
-    """:func:`run_online` for ANSGD / SGD with the Rank-SVM oracle, by the compiled loop
-    :func:`dmlr.kernels.ranksvm.online_updates` (same updates, about 3x faster here), in
-    segments between the recording points."""
+def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, record_every, lazy=True,
+               **step_kwargs):
+    """:func:`run_online` with the default oracles, by the compiled loop
+    :func:`dmlr.kernels.ranksvm.online_updates` (the same updates), in segments between
+    the recording points."""
     from dmlr.kernels.ranksvm import online_updates
 
-    margin = oracle.margin if oracle is not None else RANKSVM_MARGIN
+    margin = getattr(oracle, "margin", RANKSVM_MARGIN)
+    carry = None
+    held = state.lazy_carry
+    if lazy and held is not None and held[1] == state.t and held[2] is state.M and held[3] is state.M_avg \
+            and held[4] is state.Psi:
+        carry = held[0]
+    state.lazy_carry = None
     # fresh arrays, updated in place from here on: arrays handed out earlier (iterate_, coef_)
     # never change under their holders
     state.M = np.array(state.M, dtype=np.float64, order="C", copy=True)
@@ -368,18 +399,21 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
     order = np.asarray(order, dtype=np.int64)
     result = OnlineResult(state=state)
     kw = {"L": step_kwargs.get("L", 1.0)} if solver == "ansgd" else {"omega": step_kwargs.get("omega", SGD_OMEGA)}
+    kw["lazy"] = lazy
     pos = 0
     while pos < order.size:
         stop = order.size
         if objective is not None and record_every:
             stop = min(stop, pos + record_every - state.t % record_every)
-        online_updates(solver, X, Y, order[pos:stop], state.M, state.Psi, state.M_avg, state.t, lam=lam,
-                       margin=margin, **kw)
+        carry = online_updates(solver, X, Y, order[pos:stop], state.M, state.Psi, state.M_avg, state.t, lam=lam,
+                               margin=margin, carry=carry, **kw)
         state.t += stop - pos
         pos = stop
         if objective is not None and record_every and state.t % record_every == 0:
             result.objective_history.append(float(objective(state.output(average))))
             result.objective_iterations.append(int(state.t))
+    if carry is not None:
+        state.lazy_carry = (carry, state.t, state.M, state.M_avg, state.Psi)
     return result
 
 

@@ -1,0 +1,175 @@
+"""Online solvers before and after the lazy O(nnz(x) K) updates, side by side in one run.
+
+Two sections:
+
+* **Rank-SVM online solvers** (Park & Choi 2013, seed 000): ``--updates``
+  (default the paper's 7 x 10^4) uniform draws through
+  :func:`dmlr.solvers.sgd.run_online` for ANSGD, SGD and MMP on each of
+  ``--sets`` (all rows of the staged set, bias appended, as
+  ``benchmarks/ranksvm_tables.py`` loads them). "before" is the plain path
+  (``lazy=False``: every entry of M, Psi and the average updated at each
+  update, the compiled loop for ANSGD / SGD and the numpy ``mmp_step`` loop
+  for MMP); "after" is the default lazy path. Both start from the same M_0
+  and see the same rows; the last column is the largest difference between
+  their averaged outputs M_hat (the iterate equality, also asserted in
+  ``tests/test_ranksvm.py``). mediamill_discretized is there for dense rows
+  (72% nonzero), where the lazy form saves the shrink and average passes
+  only. Its rows are long (||x||^2 up to 373, where ANSGD's L = 1 assumes
+  ||x|| <= 1), and there ANSGD amplifies rounding differences by about 10^3
+  every 10^4 updates, whichever two implementations are compared: after
+  7 x 10^4 updates the plain compiled loop and the numpy ``ansgd_step``
+  loop (both the code before the lazy form) differ by 1.2e-3 in M_hat, the
+  lazy and the plain loop by 1.6e-3; after 3,000 updates all three agree
+  to 3e-14. The column shows that, not a fault of the lazy form.
+* **One SGD epoch on MediaMill-26** (Pillai et al., seed 003; the set of
+  ``benchmarks/vr_table.py``: 26 labels of ``mediamill_discretized`` drawn
+  with ``--seed``, rows with at least one of them, standardized: dense):
+  :func:`dmlr.kernels.multilabel_losses.vr_inner_loop` over one epoch's
+  row order (hamming loss, lam ``--lam``, step 1), plain and lazy, against
+  one ``X @ W`` pass (BLAS, one thread) and against the per-row work an
+  SGD step cannot skip: the row-by-row score pass with the loss and
+  gradient (``block_loss_grad``), with and without the rank-1 updates.
+
+Timings are medians of ``--repeats`` runs (the plain Rank-SVM runs, which
+take tens of seconds each, of ``--before-repeats``); the first call of each
+kernel (compilation) is not timed.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/online_lazy.py [--sets corel5k,bibtex,mediamill_discretized]
+        [--updates 70000] [--repeats 5] [--before-repeats 3] [--sections ranksvm,mediamill] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ranksvm_tables import load  # noqa: E402
+from vr_table import load_set  # noqa: E402
+
+from dmlr.kernels.blocks import make_block  # noqa: E402
+from dmlr.kernels.multilabel_losses import block_loss_grad, loss_code, vr_inner_loop  # noqa: E402
+from dmlr.solvers import sgd as solvers  # noqa: E402
+from dmlr.solvers.vr import epoch_order  # noqa: E402
+
+
+def median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repeats: int, workdir: str) -> None:
+    print(f"## Rank-SVM online solvers: {n_updates} uniform updates, lambda={lam:g}, median of {repeats} "
+          f"(before: {before_repeats}) runs\n")
+    print("| set | n x d (+bias), K | nnz/row | solver | before s | after s | before/after | max |dM_hat| |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in sets:
+        try:
+            X, Y = load(name, workdir)
+        except FileNotFoundError as e:
+            print(f"| {name} | skipped: {e} |")
+            continue
+        blk = make_block(X, Y, True)
+        n, d = blk.X.shape
+        K = blk.Y.shape[1]
+        nnz = blk.X.nnz / n if hasattr(blk.X, "nnz") else float(np.count_nonzero(blk.X)) / n
+        order = solvers.instance_order(n, n_updates, 0, "uniform")
+        for solver in ("ansgd", "sgd", "mmp"):
+            kw = {"L": 1.0} if solver == "ansgd" else ({"omega": solvers.SGD_OMEGA} if solver == "sgd" else {})
+            out = {}
+
+            def run(lazy, rows=order):
+                state = solvers.init_state((d, K), 0, solver)
+                solvers.run_online(solver, state, blk.X, blk.Y, rows, lam=lam, lazy=lazy, **kw)
+                out[lazy] = state.M_avg
+
+            for lazy in (False, True):
+                run(lazy, order[:5])   # compile
+            before = median_seconds(lambda: run(False), before_repeats)
+            after = median_seconds(lambda: run(True), repeats)
+            diff = float(np.abs(out[True] - out[False]).max())
+            print(f"| {name} | {n} x {d}, {K} | {nnz:.1f} | {solver.upper()} | {before:.2f} | {after:.3f} | "
+                  f"{before / after:.1f}x | {diff:.1e} |", flush=True)
+
+
+def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None:
+    from threadpoolctl import threadpool_limits
+
+    X, Y, desc = load_set("mediamill26", workdir, seed)
+    blk = make_block(X, Y, True)
+    Xb, Yb = blk.X, blk.Y
+    n, d = Xb.shape
+    K = Yb.shape[1]
+    code = loss_code("hamming")
+    order = epoch_order(n, 1024, np.random.default_rng(seed))
+    W0 = np.zeros((d, K))
+    Wt = np.random.default_rng(seed).normal(size=(d, K)) * 0.01
+    out = {}
+
+    def epoch(lazy):
+        W = W0.copy()
+        vr_inner_loop(Xb, Yb, order, W, code, lam=lam, alpha0=1.0, lazy=lazy)
+        out[lazy] = W
+
+    for lazy in (False, True):
+        vr_inner_loop(Xb, Yb, order[:5], W0.copy(), code, lam=lam, alpha0=1.0, lazy=lazy)
+    block_loss_grad(Xb[:5], Yb[:5], Wt, code)
+    with threadpool_limits(limits=1):
+        floor = median_seconds(lambda: Xb @ Wt, max(repeats, 9))
+    rows = [("one X @ W pass (BLAS, 1 thread)", floor),
+            ("row by row: scores + loss and gradient", median_seconds(
+                lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=False), repeats)),
+            ("row by row: scores + loss and gradient + rank-1 update", median_seconds(
+                lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=True), repeats)),
+            ("SGD epoch, before (plain: W shrunk in full each step)", median_seconds(lambda: epoch(False), repeats)),
+            ("SGD epoch, after (lazy)", median_seconds(lambda: epoch(True), repeats))]
+    print(f"\n## One SGD epoch (hamming, lam={lam:g}, step 1) on MediaMill-26: {desc}; "
+          f"{n} x {d} (+bias), {K} labels; median of {repeats} runs\n")
+    print("| what | ms | x X @ W |")
+    print("|---|---|---|")
+    for label, secs in rows:
+        print(f"| {label} | {secs * 1e3:.1f} | {secs / floor:.1f} |")
+    print(f"\nmax |W_after - W_before| after the epoch: {np.abs(out[True] - out[False]).max():.1e} "
+          f"(max |W| {np.abs(out[False]).max():.2f})")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default="ranksvm,mediamill")
+    ap.add_argument("--sets", default="corel5k,bibtex,mediamill_discretized")
+    ap.add_argument("--updates", type=int, default=70_000)
+    ap.add_argument("--lam", type=float, default=1e-4, help="Rank-SVM lambda (and the SGD epoch's)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before-repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="MediaMill-26's label draw and row order")
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args(argv)
+    workdir = a.workdir or tempfile.mkdtemp(prefix="dmlr-online-")
+    sections = a.sections.split(",")
+    print(f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs; "
+          f"load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}\n")
+    if "ranksvm" in sections:
+        ranksvm_section(a.sets.split(","), a.updates, a.lam, a.repeats, a.before_repeats, workdir)
+    if "mediamill" in sections:
+        try:
+            mediamill_section(a.seed, a.lam, a.repeats, workdir)
+        except FileNotFoundError as e:
+            print(f"\n# MediaMill-26 skipped: {e}")
+    print(f"\n# load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
