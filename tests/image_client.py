@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections import Counter
 
@@ -161,22 +162,28 @@ def phase_fault(client, store, reference):
 def main():
     global DATA_DIR
     data = DATA_DIR = sys.argv[1]
-    report = {}
+    seconds = {}
+    report = dict(seconds=seconds)
+    start = time.monotonic()
     client = dmlr.get_client(quiet=True)
     client.wait_for_workers(2, timeout=120)
+    seconds["connect"] = time.monotonic() - start
     with tempfile.TemporaryDirectory() as tmp:
         store = str(dmlr.convert(make_source(tmp), os.path.join(data, "small.zarr"), chunk_rows=128))
     report["store"] = dict(path=store, rows={k: len(v) for k, v in dmlr.open_dataset(store).splits.items()})
+    seconds["convert"] = time.monotonic() - start - sum(seconds.values())
     reference = None
     try:
         report["fit"], reference = phase_fit(client, store)
     except Exception:
         report["fit"] = dict(error=traceback.format_exc())
+    seconds["fit"] = time.monotonic() - start - sum(seconds.values())
     if reference is not None:
         try:
             report["fault"] = phase_fault(client, store, reference)
         except Exception:
             report["fault"] = dict(error=traceback.format_exc())
+    seconds["fault"] = time.monotonic() - start - sum(seconds.values())
     say("REPORT", json.dumps(report, default=str))
 
 

@@ -161,7 +161,8 @@ def run(tmp_path_factory):
             logs = "\n".join(f"--- {c}\n{res.logs(c)}" for c in [scheduler, *workers])
             pytest.fail(f"the client exited {code} without one report:\n{''.join(lines[-30:])}\n{stderr[-6000:]}\n"
                         f"{logs}")
-        summary.append(f"cluster + client: {seconds:.0f} s (scheduler, {N_WORKERS} workers, client; two fits)")
+        client_seconds = ", ".join(f"{k} {v:.0f} s" for k, v in reports[0]["seconds"].items())
+        summary.append(f"cluster + client: {seconds:.0f} s (the client's {client_seconds})")
         yield dict(values=values, report=reports[0], killed=killed, images=images, base=base, podman=podman,
                    workers=workers, data=data)
     finally:
