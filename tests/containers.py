@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from netns import _pid_alive
 
 #: The host's CA bundle (Debian's path), mounted read-only into builds that run pip.
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -64,6 +67,22 @@ class CommandFailed(RuntimeError):
 def run_id() -> str:
     """A name prefix unique to this run: ``dmlr-test-<pid>-<random>``."""
     return f"dmlr-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def remove_stale(podman: "Podman") -> list[str]:
+    """Remove the containers, networks and volumes of runs that died before cleaning up
+    (named ``dmlr-test-<pid>-...`` with that pid gone); returns their names."""
+    stale = []
+    for kind, listing, remove in ((None, ("ps", "-a"), ("rm", "-f", "-v", "-t", "0")),
+                                  ("network", ("network", "ls"), ("network", "rm", "-f")),
+                                  ("volume", ("volume", "ls"), ("volume", "rm", "-f"))):
+        names = podman.run(*listing, "--format", "{{.Name}}" if kind else "{{.Names}}", timeout=60).stdout.split()
+        for name in names:
+            m = re.fullmatch(r"dmlr-test-(\d+)-[0-9a-f]+-.*", name)
+            if m and not _pid_alive(int(m.group(1))):
+                podman.run(*remove, name, timeout=120, check=False)
+                stale.append(name)
+    return stale
 
 
 def container_ulimits() -> dict[str, int]:

@@ -155,8 +155,8 @@ def phase_fault(client, store, reference):
     finally:
         ClusterChunks.map_blocks = map_blocks
     left = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
-    return dict(compare(model, reference), map_blocks_calls=calls[0], killed=killed, workers_left=left,
-                block_computations=client.run_on_scheduler(_counts))
+    return dict(compare(model, reference), kill_at=KILL_AT, map_blocks_calls=calls[0], killed=killed,
+                workers_left=left, block_computations=client.run_on_scheduler(_counts))
 
 
 def main():
