@@ -11,7 +11,7 @@ machine needs, and why:
   import``\\ s it. The image is named after a hash of its recipe and kept in
   podman's storage, so later runs on the same machine reuse it.
 * pip inside a build reaches the package index only with the host's CA
-  bundle: :func:`build` bind-mounts it read-only at the same path for the
+  bundle: :meth:`Resources.build` bind-mounts it read-only at the same path for the
   build (``podman build -v``), which puts nothing in a layer.
 * podman's default runtime (crun) and its default ulimits (above what root
   may set without CAP_SYS_RESOURCE) fail on some hosts: :func:`engine_env`
@@ -52,6 +52,8 @@ BASE_HOOK = (f"python3 -m venv {BASE_VENV}; "
              f"chown -R {NB_UID}:{NB_GID} {BASE_VENV} /home/jovyan")
 BASE_CHANGES = (f"ENV PATH={BASE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 BASE_REPOSITORY = "localhost/dmlr-test-base"
+#: Repository of the per-run tags of the images a run builds (see :class:`Resources`).
+RUN_REPOSITORY = "localhost/dmlr-test-run"
 #: Lines for the end of the pytest run (build times, sizes, results; tests/conftest.py prints them).
 SUMMARY: list[str] = []
 
@@ -70,15 +72,16 @@ def run_id() -> str:
 
 
 def remove_stale(podman: "Podman") -> list[str]:
-    """Remove the containers, networks and volumes of runs that died before cleaning up
-    (named ``dmlr-test-<pid>-...`` with that pid gone); returns their names."""
+    """Remove the containers, networks, volumes and image tags of runs that died before
+    cleaning up (named ``dmlr-test-<pid>-...`` with that pid gone); returns their names."""
     stale = []
-    for kind, listing, remove in ((None, ("ps", "-a"), ("rm", "-f", "-v", "-t", "0")),
-                                  ("network", ("network", "ls"), ("network", "rm", "-f")),
-                                  ("volume", ("volume", "ls"), ("volume", "rm", "-f"))):
-        names = podman.run(*listing, "--format", "{{.Name}}" if kind else "{{.Names}}", timeout=60).stdout.split()
-        for name in names:
-            m = re.fullmatch(r"dmlr-test-(\d+)-[0-9a-f]+-.*", name)
+    for listing, remove in ((("ps", "-a", "--format", "{{.Names}}"), ("rm", "-f", "-v", "-t", "0")),
+                            (("network", "ls", "--format", "{{.Name}}"), ("network", "rm", "-f")),
+                            (("volume", "ls", "--format", "{{.Name}}"), ("volume", "rm", "-f")),
+                            (("images", "--filter", f"reference={RUN_REPOSITORY}", "--format",
+                              "{{.Repository}}:{{.Tag}}"), ("rmi",))):
+        for name in podman.run(*listing, timeout=60).stdout.split():
+            m = re.fullmatch(r"(?:.*:)?dmlr-test-(\d+)-[0-9a-f]+-.*", name)
             if m and not _pid_alive(int(m.group(1))):
                 podman.run(*remove, name, timeout=120, check=False)
                 stale.append(name)
@@ -195,45 +198,54 @@ def base_image(podman: Podman, workdir: Path) -> tuple[str, float | None]:
     return tag, time.monotonic() - start
 
 
-def build(podman: Podman, context: Path, dockerfile: Path, tag: str, build_args: dict, workdir: Path,
-          timeout: float = 900) -> tuple[str, float]:
-    """``podman build`` of ``dockerfile`` (its ``<name>.dockerignore`` applies): (image id, seconds).
-
-    The host's CA bundle is mounted read-only for the build only. The image
-    ``tag`` named before, if this build replaced it, is removed when nothing
-    else uses it, so repeated runs do not pile up images.
-    """
-    previous = podman.image_id(tag)
-    iidfile = workdir / f"{dockerfile.name}.iid"
-    args = ["build", "--pull=never", "--layers", "-f", dockerfile, "--iidfile", iidfile, "-t", tag]
-    ignore = Path(f"{dockerfile}.dockerignore")
-    if ignore.exists():
-        args += ["--ignorefile", ignore]
-    for k, v in build_args.items():
-        args += ["--build-arg", f"{k}={v}"]
-    if CA_BUNDLE.exists():
-        args += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
-    start = time.monotonic()
-    podman.run(*args, context, timeout=timeout)
-    seconds = time.monotonic() - start
-    image = iidfile.read_text().strip().removeprefix("sha256:")
-    if previous and previous.removeprefix("sha256:") != image:
-        podman.run("rmi", previous, timeout=120, check=False)  # fails harmlessly while still in use
-    return image, seconds
-
-
 @dataclass
 class Resources:
-    """Containers, networks and volumes of one run, removed by :meth:`close` (in reverse order)."""
+    """Images, containers, networks and volumes of one run, removed by :meth:`close`.
+
+    Images are tagged twice: with the deployment's tag, which stays (the next
+    run's layer cache), and with a tag of this run (:data:`RUN_REPOSITORY`),
+    which :meth:`close` removes. An image is deleted with its last tag, so an
+    image that another run has since re-tagged away goes with this run's tag,
+    and podman refuses to delete by id an image that a run still tags: a
+    build removes the image it displaced only when no run holds it.
+    """
 
     podman: Podman
     prefix: str
+    images: list = field(default_factory=list)
     containers: list = field(default_factory=list)
     networks: list = field(default_factory=list)
     volumes: list = field(default_factory=list)
 
     def name(self, role: str) -> str:
         return f"{self.prefix}-{role}"
+
+    def build(self, context: Path, dockerfile: Path, tag: str, build_args: dict, workdir: Path,
+              timeout: float = 600) -> tuple[str, float]:
+        """``podman build`` of ``dockerfile`` (its ``<name>.dockerignore`` applies): (image id, seconds).
+
+        The host's CA bundle is mounted read-only for the build only.
+        """
+        previous = self.podman.image_id(tag)
+        run_tag = f"{RUN_REPOSITORY}:{self.name(dockerfile.name.lower().replace('.', '-'))}"
+        iidfile = workdir / f"{dockerfile.name}.iid"
+        args = ["build", "--pull=never", "--layers", "-f", dockerfile, "--iidfile", iidfile, "-t", tag, "-t", run_tag]
+        ignore = Path(f"{dockerfile}.dockerignore")
+        if ignore.exists():
+            args += ["--ignorefile", ignore]
+        for k, v in build_args.items():
+            args += ["--build-arg", f"{k}={v}"]
+        if CA_BUNDLE.exists():
+            args += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
+        start = time.monotonic()
+        self.images.append(run_tag)
+        self.podman.run(*args, context, timeout=timeout)
+        seconds = time.monotonic() - start
+        image = iidfile.read_text().strip().removeprefix("sha256:")
+        if previous and previous.removeprefix("sha256:") != image:
+            # by id: refused while another run's tag or a container holds it
+            self.podman.run("rmi", previous, timeout=120, check=False)
+        return image, seconds
 
     def network(self, role: str) -> str:
         # internal: containers reach each other (names resolve), never the outside
@@ -270,11 +282,12 @@ class Resources:
         errors = []
         for kind, names, cmd in (("container", self.containers, ("rm", "-f", "-v", "-t", "0")),
                                  ("network", self.networks, ("network", "rm", "-f")),
-                                 ("volume", self.volumes, ("volume", "rm", "-f"))):
+                                 ("volume", self.volumes, ("volume", "rm", "-f")),
+                                 ("image", self.images, ("rmi",))):
             for name in reversed(names):
                 try:
                     proc = self.podman.run(*cmd, name, timeout=120, check=False)
-                    if proc.returncode != 0 and "no such" not in proc.stderr.lower():
+                    if proc.returncode != 0 and not re.search(r"no such|image not known", proc.stderr, re.I):
                         errors.append(f"{kind} {name}: {proc.stderr.strip()}")
                 except CommandFailed as e:
                     errors.append(f"{kind} {name}: {e}")

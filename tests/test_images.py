@@ -99,18 +99,17 @@ def run(tmp_path_factory):
     summary = containers.SUMMARY
     summary.append(f"base image {base}: " + (f"built in {base_seconds:.0f} s" if base_seconds else "cached")
                    + f", {_mib(podman.image_size(base))}")
-
-    images = {}
-    for kind, section, args in (("dask", "worker", {"BASE_IMAGE": base}),
-                                ("notebook", "jupyter", {"BASE_IMAGE": base, "BUILDER_IMAGE": base})):
-        tag = image_ref(values[section])
-        images[kind], seconds = containers.build(podman, ROOT, DOCKERFILES[kind], tag, args, workdir)
-        summary.append(f"{tag}: built in {seconds:.0f} s, {_mib(podman.image_size(images[kind]))}")
-    assert image_ref(values["scheduler"]) == image_ref(values["worker"])
-
     containers.remove_stale(podman)
     res = Resources(podman, containers.run_id())
     try:
+        images = {}
+        for kind, section, args in (("dask", "worker", {"BASE_IMAGE": base}),
+                                    ("notebook", "jupyter", {"BASE_IMAGE": base, "BUILDER_IMAGE": base})):
+            tag = image_ref(values[section])
+            images[kind], seconds = res.build(ROOT, DOCKERFILES[kind], tag, args, workdir)
+            summary.append(f"{tag}: built in {seconds:.0f} s, {_mib(podman.image_size(images[kind]))}")
+        assert image_ref(values["scheduler"]) == image_ref(values["worker"])
+
         start = time.monotonic()
         net = ["--network", res.network("net")]
         # the chart's PersistentVolumeClaims -> one podman volume each, writable by the
