@@ -40,7 +40,6 @@ PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=60, tol=0.0)
 KILL_AT = 10
 #: Task-name prefix of the row blocks read from the store (``concat_blocks``).
 BLOCK_TASK = "concat_blocks"
-ENV_KEYS = ("OMP_NUM_THREADS", "NUMBA_CACHE_DIR", "MALLOC_TRIM_THRESHOLD_", *WORKER_ENVIRON)
 DATA_DIR = None  # argv[1], set by main (shipped by value with the functions that read it)
 
 
@@ -66,7 +65,7 @@ def make_source(folder, seed=5):
 
 
 def process_facts():
-    """uid, gid, the environment dmlr cares about, and the Numba cache dir's state."""
+    """uid, gid, environment, the Numba cache dir's state and whether the data dir is writable."""
     cache = os.environ.get("NUMBA_CACHE_DIR")
     files, owners = [], set()
     if cache and os.path.isdir(cache):
@@ -74,7 +73,7 @@ def process_facts():
             for name in names:
                 files.append(os.path.relpath(os.path.join(root, name), cache))
                 owners.add(os.stat(os.path.join(root, name)).st_uid)
-    return dict(uid=os.getuid(), gid=os.getgid(), env={k: os.environ.get(k) for k in ENV_KEYS},
+    return dict(uid=os.getuid(), gid=os.getgid(), env=dict(os.environ),
                 numba_cache=dict(dir=cache, writable=bool(cache) and os.access(cache, os.W_OK),
                                  index_files=sum(f.endswith(".nbi") for f in files),
                                  data_files=sum(f.endswith(".nbc") for f in files), owners=sorted(owners)),
