@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -69,3 +71,12 @@ def small_presets(monkeypatch):
 
     monkeypatch.setattr(datasets, "make_multilabel", small)
     return calls
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What tests/test_images.py measured (build times, image sizes, results), when it ran."""
+    containers = sys.modules.get("containers")
+    if containers is not None and containers.SUMMARY:
+        terminalreporter.section("deploy images (tests/test_images.py)")
+        for line in containers.SUMMARY:
+            terminalreporter.write_line(line)

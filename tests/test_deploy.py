@@ -61,18 +61,22 @@ CHART_KEYS = {
 
 @dataclass
 class Stage:
-    base: str
+    base: str                   # the image, build arguments substituted
     name: str | None
     instructions: list[tuple[str, str]] = field(default_factory=list)
+    base_written: str = ""      # as written after FROM, e.g. ${BASE_IMAGE}
 
     def all(self, keyword):
         return [args for kw, args in self.instructions if kw == keyword]
 
 
-def parse_dockerfile(path: Path) -> list[Stage]:
+def parse_dockerfile(path: Path, build_args: dict | None = None) -> list[Stage]:
     """Stages of a Dockerfile: FROM image, AS name, (KEYWORD, arguments) in order.
 
     Joins backslash continuations and drops comment lines, as Docker does.
+    ``ARG NAME=default`` lines before the first FROM declare the variables a
+    FROM may use (``${NAME}`` or ``$NAME``); ``build_args`` overrides their
+    defaults, as ``--build-arg`` does.
     """
     logical, buf = [], ""
     for raw in path.read_text().splitlines():
@@ -86,13 +90,26 @@ def parse_dockerfile(path: Path) -> list[Stage]:
         buf = ""
     assert not buf, f"{path.name}: dangling line continuation"
     stages: list[Stage] = []
+    global_args: dict[str, str | None] = {}
+
+    def substitute(m):
+        name = m.group(1) or m.group(2)
+        assert name in global_args, f"{path.name}: FROM uses ${name}, not declared by an ARG before the first FROM"
+        value = (build_args or {}).get(name, global_args[name])
+        assert value, f"{path.name}: build argument {name} has no default"
+        return value
+
     for line in logical:
         keyword, _, args = line.partition(" ")
         keyword, args = keyword.upper(), args.strip()
-        if keyword == "FROM":
+        if keyword == "ARG" and not stages:
+            name, sep, default = args.partition("=")
+            global_args[name] = default if sep else None
+        elif keyword == "FROM":
             m = re.fullmatch(r"(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", args, re.IGNORECASE)
             assert m, f"{path.name}: cannot parse FROM {args!r}"
-            stages.append(Stage(m.group(1), m.group(2)))
+            base = re.sub(r"\$\{(\w+)\}|\$(\w+)", substitute, m.group(1))
+            stages.append(Stage(base, m.group(2), base_written=m.group(1)))
         else:
             assert stages, f"{path.name}: {keyword} before FROM"
             stages[-1].instructions.append((keyword, args))
@@ -209,6 +226,21 @@ def test_dockerfile_builds_wheel_then_installs_it_pinned(kind):
         f"{path.name}: installs {wheel_args}, expected the dmlr wheel from {dst}"
     assert words[words.index("-c") + 1] == lock_dst[0], "install must be constrained by the lock"
     assert "pip check" in installs[0], f"{path.name}: check the installed requirements"
+
+
+@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
+def test_dockerfile_base_is_a_build_argument_defaulting_to_the_official_image(kind):
+    """Where the official images cannot be pulled, ``--build-arg BASE_IMAGE=...`` (and, for the
+    notebook, ``BUILDER_IMAGE``) builds on another base, as tests/test_images.py does."""
+    path = DOCKERFILES[kind]
+    stages = parse_dockerfile(path)
+    assert stages[-1].base_written == "${BASE_IMAGE}", f"{path.name}: final stage FROM {stages[-1].base_written}"
+    assert all(re.fullmatch(r"\$\{\w+\}", s.base_written) for s in stages), \
+        f"{path.name}: every FROM should be a build argument: {[s.base_written for s in stages]}"
+    assert split_image(stages[-1].base)[0] == FINAL_BASE[kind]  # the default
+    local = "localhost/dmlr-base:test"
+    rebased = parse_dockerfile(path, {"BASE_IMAGE": local, "BUILDER_IMAGE": local})
+    assert {s.base for s in rebased} == {local}
 
 
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
