@@ -36,15 +36,16 @@ from dmlr.distributed.client import WORKER_ENVIRON
 
 # The one fit call of the test; tol=0 runs exactly max_iter iterations, so the fault
 # fit can be compared iterate by iterate.
-PARAMS = dict(lambda1=1.0, lambda2=0.01, lambda3=0.1, max_iter=60, tol=0.0)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
 KILL_AT = 10
 #: Task-name prefix of the row blocks read from the store (``concat_blocks``).
 BLOCK_TASK = "concat_blocks"
 DATA_DIR = None  # argv[1], set by main (shipped by value with the functions that read it)
 
 
-def fit(path, **kw):
-    return dmlr.fit(path, "rbrl", **PARAMS, **kw)
+def fit(path, backend, client=None):
+    with dmlr.config_context(backend=backend):
+        return dmlr.fit(path, "rbrl", client=client, **PARAMS)
 
 
 def say(tag, payload=""):
