@@ -116,7 +116,7 @@ def test_kernel_model_save_load_and_dask_prediction(tmp_path):
     from dmlr.models.base import load_model
 
     X, Y = _problem(5, n=50)
-    model = KernelRBRL("rbf", max_iter=50).fit(X, Y)
+    model = KernelRBRL("rbf", max_iter=50, scaling=None).fit(X, Y)
     assert model.dual_coef_.shape == (50, 4) and model.support_.shape == (50, 5)
     path = model.save(tmp_path / "k.npz")
     again = load_model(path)
@@ -143,7 +143,7 @@ def test_kernel_memory_settings_give_the_same_model():
 def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
     Xtr, Ytr, Xte, _ = reference_emotions
     # the reference appends the constant feature before the kernel (it does not change RBF distances)
-    model = KernelRBRL("rbf", gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999,
+    model = KernelRBRL("rbf", scaling=None, gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999,
                  step_rule="paper").fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "kernel_obj.txt"))
     assert model.n_iter_ == 1648 == len(ref_obj)
@@ -163,7 +163,8 @@ def test_br_variant_equals_liblinear_squared_hinge_svm():
 
     X, Y = _problem(7, n=150, p=6, l=3)
     lam1 = 0.5
-    ours = RBRL(alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000).fit(X, Y)
+    ours = RBRL(alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000,
+                scaling=None).fit(X, Y)
     for j in range(Y.shape[1]):
         svm = LinearSVC(C=1 / (2 * lam1), loss="squared_hinge", dual=False, tol=1e-12, max_iter=100000,
                         intercept_scaling=1.0).fit(X, Y[:, j].astype(np.int64))

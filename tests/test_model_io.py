@@ -28,7 +28,7 @@ def test_round_trip_keeps_params_and_predictions(fitted, tmp_path):
     assert again.objective_history_ == model.objective_history_ and again.n_iter_ == model.n_iter_
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
     with zipfile.ZipFile(path) as z:
-        assert sorted(z.namelist()) == ["__dmlr__.npy", "coef_.npy"]
+        assert sorted(z.namelist()) == ["__dmlr__.npy", "coef_.npy", "feature_offset_.npy", "feature_scale_.npy"]
 
 
 def _rewrite(path, **entries):

@@ -112,18 +112,18 @@ def toy(seed=0, n=300, p=15, q=6):
 
 def test_oml_fit_predict_and_determinism():
     X, Y = toy()
-    m = OML(random_state=3).fit(X[:200], Y[:200])
+    m = OML(scaling=None, random_state=3).fit(X[:200], Y[:200])
     assert m.n_updates_ == 160 and len(m.objective_history_) >= 1 and m.n_active_ > 0
     S = m.decision_function(X[200:])
     assert S.shape == (100, 6) and ((S >= 0) & (S <= 1)).all()
     assert np.allclose(S * 10, np.round(S * 10))                             # k = 10 votes
     np.testing.assert_array_equal(m.predict(X[200:]), (S > 0.5).astype(np.int8))
-    m2 = OML(random_state=3).fit(X[:200], Y[:200])
+    m2 = OML(scaling=None, random_state=3).fit(X[:200], Y[:200])
     np.testing.assert_array_equal(m.V_, m2.V_)
-    assert not np.array_equal(m.V_, OML(random_state=4).fit(X[:200], Y[:200]).V_)
+    assert not np.array_equal(m.V_, OML(scaling=None, random_state=4).fit(X[:200], Y[:200]).V_)
     # the stream's chunking does not change Algorithm 1 (a row's neighbour may be in its own chunk)
     with dmlr.config_context(chunk_rows=7):
-        small_chunks = OML(random_state=3).fit(X[:200], Y[:200])
+        small_chunks = OML(scaling=None, random_state=3).fit(X[:200], Y[:200])
     np.testing.assert_allclose(small_chunks.V_, m.V_, rtol=1e-9, atol=1e-12)  # (X P by BLAS: rounding only)
     # prediction is the k-NN of the embedded memory, x P V (section C's distance)
     Z, Zq = X[:200] @ m.P_ @ m.V_, X[200:] @ m.P_ @ m.V_
@@ -134,7 +134,7 @@ def test_oml_fit_predict_and_determinism():
 
 def test_partial_fit_and_save_load_round_trip(tmp_path):
     X, Y = toy(1)
-    a = OML(random_state=0, record_every=7).fit(X[:150], Y[:150])
+    a = OML(scaling=None, random_state=0, record_every=7).fit(X[:150], Y[:150])
     a.save(tmp_path / "a.npz")
     b = load_model(tmp_path / "a.npz")
     np.testing.assert_array_equal(a.decision_function(X[250:]), b.decision_function(X[250:]))
@@ -148,18 +148,18 @@ def test_partial_fit_and_save_load_round_trip(tmp_path):
     np.testing.assert_array_equal(a.V_, c.V_)
     assert a.cumulative_loss_ == pytest.approx(c.cumulative_loss_)
     # a fresh partial_fit is fit
-    np.testing.assert_array_equal(OML(random_state=0).partial_fit(X[:150], Y[:150]).V_,
-                                  OML(random_state=0).fit(X[:150], Y[:150]).V_)
+    np.testing.assert_array_equal(OML(scaling=None, random_state=0).partial_fit(X[:150], Y[:150]).V_,
+                                  OML(scaling=None, random_state=0).fit(X[:150], Y[:150]).V_)
 
 
 def test_mlknn_rule_and_knn_baseline(tmp_path):
     from sklearn.neighbors import NearestNeighbors
 
     X, Y = toy(2)
-    knn = KNN(k=5).fit(X[:200], Y[:200])
+    knn = KNN(scaling=None, k=5).fit(X[:200], Y[:200])
     nn = NearestNeighbors(n_neighbors=5, algorithm="brute").fit(X[:200]).kneighbors(X[200:])[1]
     np.testing.assert_allclose(knn.decision_function(X[200:]), Y[:200][nn].mean(axis=1))
-    m = OML(aggregation="mlknn", random_state=0).fit(X[:200], Y[:200])
+    m = OML(scaling=None, aggregation="mlknn", random_state=0).fit(X[:200], Y[:200])
     S = m.decision_function(X[200:])
     assert ((S > 0) & (S < 1)).all() and m.mlknn_cond_pos_.shape == (11, 6)
     m.save(tmp_path / "m.npz")
@@ -169,9 +169,9 @@ def test_mlknn_rule_and_knn_baseline(tmp_path):
 def test_distributed_prediction_equals_local(client2):
     X, Y = toy(3)
     with dmlr.config_context(backend="local"):
-        local = OML(random_state=0).fit(X[:200], Y[:200])
+        local = OML(scaling=None, random_state=0).fit(X[:200], Y[:200])
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
-        dist = OML(random_state=0).fit(X[:200], Y[:200])
+        dist = OML(scaling=None, random_state=0).fit(X[:200], Y[:200])
     np.testing.assert_allclose(dist.P_, local.P_, rtol=1e-10, atol=1e-12)
     local.P_ = dist.P_                                    # same P: the rest must be identical
     local.V_ = dist.V_
@@ -183,14 +183,14 @@ def test_distributed_prediction_equals_local(client2):
 def test_bad_input_and_parameters():
     X, Y = toy()
     with pytest.raises(DmlrInputError, match="0 or 1"):
-        OML().fit(X, Y * 2)
+        OML(scaling=None).fit(X, Y * 2)
     with pytest.raises(DmlrInputError, match="rows"):
-        OML().fit(X, Y[:-1])
+        OML(scaling=None).fit(X, Y[:-1])
     Xn = X.copy()
     Xn[7, 2] = np.nan
     with pytest.raises(DmlrInputError, match="row 7"):
-        OML().fit(Xn, Y)
-    m = OML().fit(X, Y)
+        OML(scaling=None).fit(Xn, Y)
+    m = OML(scaling=None).fit(X, Y)
     with pytest.raises(ValueError, match="features, but OML is expecting"):
         m.predict(X[:, :3])
     with pytest.raises(ValueError, match="features, but OML is expecting"):
@@ -198,16 +198,16 @@ def test_bad_input_and_parameters():
     for bad in ({"k": 0}, {"aggregation": "max"}, {"lambda_min": 1.0, "lambda_max": 0.5}, {"init_fraction": 0},
                 {"lambda_rule": "quartic"}, {"random_state": -1}):
         with pytest.raises(ValueError):
-            OML(**bad).fit(X, Y)
+            OML(scaling=None, **bad).fit(X, Y)
     with pytest.raises(ValueError):
-        KNN(aggregation="nope").fit(X, Y)
+        KNN(scaling=None, aggregation="nope").fit(X, Y)
 
 
 def test_singular_gram_uses_ridge():
     X, Y = toy(n=40, p=60)                                 # more features than rows
-    m = OML(random_state=0).fit(X, Y)
+    m = OML(scaling=None, random_state=0).fit(X, Y)
     assert m.ridge_used_ > 0 and np.isfinite(m.P_).all()
-    assert OML(random_state=0).fit(*toy()).ridge_used_ == 0
+    assert OML(scaling=None, random_state=0).fit(*toy()).ridge_used_ == 0
 
 
 def test_emotions_oml_runs(shared_datasets, tmp_path):
@@ -220,7 +220,7 @@ def test_emotions_oml_runs(shared_datasets, tmp_path):
         pytest.skip(str(e))
     Xtr, Ytr = (a.compute() for a in ds.arrays("train"))
     Xte, Yte = (a.compute() for a in ds.arrays("test"))
-    m = OML(random_state=0).fit(Xtr, Ytr)
+    m = OML(scaling=None, random_state=0).fit(Xtr, Ytr)
     P = m.predict(Xte)
     hamming = float(np.mean(P != np.asarray(Yte)))
     assert hamming < 0.35                                  # label frequencies give ~0.31
@@ -245,17 +245,17 @@ def test_mlknn_tables_match_a_direct_implementation():
     c = Ytr[NearestNeighbors(n_neighbors=k, algorithm="brute").fit(Xtr).kneighbors(Xte)[1]].sum(axis=1)
     j = np.arange(L)
     want = prior * pos[c, j] / (prior * pos[c, j] + (1 - prior) * neg[c, j])
-    np.testing.assert_allclose(KNN(k=k, aggregation="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
+    np.testing.assert_allclose(KNN(scaling=None, k=k, aggregation="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("rows", ["all", "memory"])
 def test_projection_is_least_squares_on_the_chosen_rows(rows):
     X, Y = toy(4)
-    m = OML(random_state=2, projection_rows=rows).fit(X[:200], Y[:200])
+    m = OML(scaling=None, random_state=2, projection_rows=rows).fit(X[:200], Y[:200])
     # the same seeded draw as fit: the initial memory is the first choice of the generator
     init = np.sort(np.random.default_rng(2).choice(200, 40, replace=False))
     Xp, Yp = (X[:200], Y[:200]) if rows == "all" else (X[init], Y[init])
     P, *_ = np.linalg.lstsq(Xp, Yp.astype(float), rcond=None)   # an independent solver
     assert m.ridge_used_ == 0
     np.testing.assert_allclose(m.P_, P, rtol=1e-8, atol=1e-10)
-    assert OML().projection_rows == "all"
+    assert OML(scaling=None).projection_rows == "all"

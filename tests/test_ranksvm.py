@@ -157,7 +157,7 @@ def test_online_solvers_approach_the_lbfgs_optimum(lbfgs_reference, solver):
     at 20 000). Asserted: gap <= 1.5e-3 (0.4%) at 20 000 and a 4x decrease from 2 000.
     """
     X, Y, blk, lam, res, f_star = lbfgs_reference
-    est = RankSVM(alpha=lam, solver=solver, n_updates=2000, random_state=0, record_every=1000)
+    est = RankSVM(alpha=lam, solver=solver, n_updates=2000, random_state=0, record_every=1000, scaling=None)
     early = obj.objective(blk, est.fit(X, Y).coef_, lam) - f_star
     est.set_params(n_updates=20000).fit(X, Y)
     late = obj.objective(blk, est.coef_, lam) - f_star
@@ -171,7 +171,7 @@ def test_online_solvers_approach_the_lbfgs_optimum(lbfgs_reference, solver):
 def test_ranksvm_lbfgs_estimator_matches_the_solver(lbfgs_reference):
     X, Y, blk, lam, res, f_star = lbfgs_reference
     alpha = 1e-3
-    est = RankSVM(alpha=lam, solver="lbfgs", smoothing=alpha, tol=1e-9).fit(X, Y)
+    est = RankSVM(alpha=lam, solver="lbfgs", smoothing=alpha, tol=1e-9, scaling=None).fit(X, Y)
     assert est.converged_ and est.n_iter_ > 10
     # F_0(M_alpha) - F* <= alpha mean(N_i) / 2 (= 2.3e-3 here); F* >= f_star - 3e-5
     gap = obj.objective(blk, est.coef_, lam) - f_star
@@ -213,11 +213,14 @@ def test_same_seed_same_model(make):
     assert not np.allclose(a.coef_, c.coef_)
 
 
-@pytest.mark.parametrize("make", [lambda: RankSVM(alpha=1e-2, n_updates=900, random_state=3),
-                                  lambda: RankSVM(alpha=1e-2, solver="sgd", n_updates=900, random_state=3),
-                                  lambda: MMP(n_updates=900, random_state=3)])
+@pytest.mark.parametrize("make", [lambda: RankSVM(alpha=1e-2, n_updates=900, random_state=3, scaling=None),
+                                  lambda: RankSVM(alpha=1e-2, solver="sgd", n_updates=900, random_state=3,
+                                                  scaling=None),
+                                  lambda: MMP(n_updates=900, random_state=3, scaling=None)])
 def test_partial_fit_continues_the_same_stream(make, tmp_path):
     """fit == partial_fit over the seeded stream in two halves, bit for bit; across save/load, to rounding.
+
+    (Without feature scaling: partial_fit fits the scaling on its first call's rows, fit on all rows.)
 
     The compiled loop keeps the regularizer's scale and the average lazily; the
     state carries that representation from one call to the next in memory, but
@@ -248,8 +251,10 @@ def test_partial_fit_continues_the_same_stream(make, tmp_path):
 def test_sparse_input_equals_dense():
     X, Y = _strongly_convex_instance()
     X[np.abs(X) < 0.15] = 0.0
-    for est in (RankSVM(alpha=1e-2, n_updates=600), RankSVM(alpha=1e-2, solver="sgd", n_updates=600),
-                MMP(n_updates=600)):
+    # the same scaling for both (the default scales dense features by "standard", sparse by "maxabs")
+    for est in (RankSVM(alpha=1e-2, n_updates=600, scaling="maxabs"),
+                RankSVM(alpha=1e-2, solver="sgd", n_updates=600, scaling="maxabs"),
+                MMP(n_updates=600, scaling="maxabs")):
         dense = est.fit(X, Y).coef_.copy()
         np.testing.assert_allclose(est.fit(sp.csr_matrix(X), Y).coef_, dense, rtol=1e-10, atol=1e-12)
 

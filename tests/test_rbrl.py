@@ -37,8 +37,8 @@ def test_sparse_and_dense_give_the_same_model():
     rng = np.random.default_rng(1)
     Xd = rng.random((200, 30)) * (rng.random((200, 30)) < 0.1)
     Y = (rng.random((200, 6)) < 0.3).astype(np.int8)
-    dense = RBRL(max_iter=60, tol=0).fit(Xd, Y)
-    sparse = RBRL(max_iter=60, tol=0).fit(sp.csr_matrix(Xd), Y)
+    dense = RBRL(max_iter=60, tol=0, scaling="maxabs").fit(Xd, Y)
+    sparse = RBRL(max_iter=60, tol=0, scaling="maxabs").fit(sp.csr_matrix(Xd), Y)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xd)), dense.decision_function(Xd),
                                atol=1e-10)
@@ -108,7 +108,7 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
     import dmlr
 
     Xtr, Ytr, Xte, Yte = reference_emotions
-    model = RBRL(alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6).fit(Xtr, Ytr)
+    model = RBRL(alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6, scaling=None).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "linear_obj.txt"))
     assert model.n_iter_ == 702 == len(ref_obj)
     np.testing.assert_allclose(model.objective_history_, ref_obj, rtol=1e-6)

@@ -34,17 +34,24 @@ from pathlib import Path
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import is_dask
-from dmlr.validation import check_predict_X
+from dmlr.preprocessing import SCALINGS, apply_scaling, fit_scaling, resolve_scaling
+from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 MODEL_FORMAT = "dmlr-model"
 MODEL_FORMAT_VERSION = 2
 _META_KEY = "__dmlr__"
 #: Fitted attributes of every model: the target encoding (:mod:`dmlr.validation`).
 TARGET_ATTRIBUTES = ("classes_", "target_type_", "label_dtype_")
+#: ... and the feature scaling applied (:mod:`dmlr.preprocessing`).
+COMMON_ATTRIBUTES = TARGET_ATTRIBUTES + ("scaling_",)
+#: Fitted arrays of the feature scaling, saved when ``scaling`` is not None.
+SCALING_ARRAYS = ("feature_offset_", "feature_scale_")
+#: ``_parameter_constraints`` entry of ``scaling``.
+SCALING = [StrOptions(set(SCALINGS)), None]
 #: ``_parameter_constraints`` entry of a seed: dmlr seeds numpy's SeedSequence, so an integer.
 SEED = [Interval(Integral, 0, None, closed="left"), None]
 
@@ -86,11 +93,41 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         return tags
 
     def _fitted_array_names(self) -> tuple:
-        """Names of the fitted arrays for these parameters (saved in the model file)."""
+        """Names of the model's fitted arrays for these parameters."""
         return tuple(self._fitted_arrays)
 
+    def _saved_array_names(self) -> tuple:
+        """Every fitted array saved in the model file: the model's and the feature scaling's."""
+        return self._fitted_array_names() + (SCALING_ARRAYS if self.scaling is not None else ())
+
     def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "target_type_") and all(hasattr(self, n) for n in self._fitted_array_names())
+        return hasattr(self, "target_type_") and all(hasattr(self, n) for n in self._saved_array_names())
+
+    # -- data -------------------------------------------------------------------
+    def _fit_data(self, X, y, *, classes=None):
+        """Validated (X, Y) for ``fit`` (:func:`dmlr.validation.check_fit_data`), X scaled by
+        ``scaling`` fitted on it (:mod:`dmlr.preprocessing`)."""
+        X, Y = check_fit_data(self, X, y, classes=classes)
+        self.scaling_ = resolve_scaling(self.scaling, X)
+        if self.scaling_ is not None:
+            self.feature_offset_, self.feature_scale_ = fit_scaling(X, self.scaling_)
+        return self._scaled(X), Y
+
+    def _partial_fit_data(self, X, y, *, classes=None):
+        """(X, Y) of a ``partial_fit`` call: the first fits the scaling, later ones apply it."""
+        if not hasattr(self, "target_type_"):
+            return self._fit_data(X, y, classes=classes)
+        X, Y = check_partial_fit_data(self, X, y, classes=classes)
+        return self._scaled(X), Y
+
+    def _predict_data(self, X):
+        """Validated and scaled features for a fitted model's predict-type method."""
+        return self._scaled(check_predict_X(self, X))
+
+    def _scaled(self, X):
+        if getattr(self, "scaling_", None) is None:
+            return X
+        return apply_scaling(X, self.feature_offset_, self.feature_scale_, self.scaling_)
 
     # -- scores and labels ------------------------------------------------------
     def decision_function(self, X):
@@ -99,12 +136,12 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
 
         Dask in, dask out: row chunks are kept and each is scored where it lives.
         """
-        return self._output_scores(self._label_scores(check_predict_X(self, X)))
+        return self._output_scores(self._label_scores(self._predict_data(X)))
 
     def predict(self, X):
         """Labels: the model's :meth:`labels_from_scores` of its (n, n_labels) scores for a
         multi-label target (dtype of the fitted target); the highest-scoring class for a 1-D one."""
-        S = self._label_scores(check_predict_X(self, X))
+        S = self._label_scores(self._predict_data(X))
         if self.target_type_ == "multilabel":
             P = self.labels_from_scores(S)
             return P.astype(self.label_dtype_)
@@ -131,7 +168,7 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         if is_dask(X) and sample_weight is None and self.target_type_ == "multilabel":
             from dmlr.metrics import multilabel_metrics
 
-            S = self._label_scores(check_predict_X(self, X))
+            S = self._label_scores(self._predict_data(X))
             return multilabel_metrics(y, S, self.labels_from_scores(S), metrics=["subset_accuracy"])[
                 "subset_accuracy"]
         return super().score(X, y, sample_weight=sample_weight)
@@ -168,17 +205,17 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         path = Path(path)
         attributes = {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)}
         attributes.update(classes_=np.asarray(self.classes_).tolist(), target_type_=self.target_type_,
-                          label_dtype_=self.label_dtype_)
+                          label_dtype_=self.label_dtype_, scaling_=self.scaling_)
         meta = {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
             "model": type(self).__name__,
             "params": self.get_params(),
             "attributes": attributes,
-            "arrays": list(self._fitted_array_names()),
+            "arrays": list(self._saved_array_names()),
         }
         blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-        arrays = {name: _dense(getattr(self, name)) for name in self._fitted_array_names()}
+        arrays = {name: _dense(getattr(self, name)) for name in self._saved_array_names()}
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
@@ -279,23 +316,24 @@ def load_model(path):
         raise DmlrInputError(f"unknown parameters {sorted(unknown)} for {cls.__name__}", path=path)
     try:
         model = cls(**params)
-        expected = set(model._fitted_array_names())
+        expected = set(model._saved_array_names())
     except (TypeError, ValueError) as e:
         raise DmlrInputError(f"invalid model parameters ({e})", path=path) from None
     if set(meta.get("arrays", [])) != expected or set(contents) != expected:
         raise DmlrInputError(f"model arrays {sorted(contents)} do not match {cls.__name__}'s "
                              f"{sorted(expected)}", path=path)
     for key, value in attrs.items():
-        if key not in cls._fitted_attributes + TARGET_ATTRIBUTES:
+        if key not in cls._fitted_attributes + COMMON_ATTRIBUTES:
             raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)
         setattr(model, key, value)
     for name, arr in contents.items():
         if arr.dtype.kind not in "fiub":
             raise DmlrInputError(f"array {name!r} has non-numeric dtype {arr.dtype}", path=path)
         setattr(model, name, arr)
-    if set(TARGET_ATTRIBUTES) - set(attrs):
-        raise DmlrInputError(f"model metadata lacks {sorted(set(TARGET_ATTRIBUTES) - set(attrs))}", path=path)
+    if set(COMMON_ATTRIBUTES) - set(attrs):
+        raise DmlrInputError(f"model metadata lacks {sorted(set(COMMON_ATTRIBUTES) - set(attrs))}", path=path)
     model.classes_ = _loaded_classes(attrs, path)
+    _check_loaded_scaling(model, path)
     model._validate_loaded(path)
     return model
 
@@ -318,3 +356,21 @@ def _loaded_classes(attrs: dict, path) -> np.ndarray:
     if classes.ndim != 1 or len(classes) < 2:
         raise DmlrInputError("classes_ must list at least 2 classes", path=path)
     return classes
+
+
+def _check_loaded_scaling(model, path) -> None:
+    """The feature scaling of a model file: its method matches ``scaling``, its arrays have one
+    finite entry per feature (positive scales)."""
+    method, d = model.scaling_, int(model.n_features_in_)
+    if model.scaling is None:
+        if method is not None:
+            raise DmlrInputError(f"scaling_={method!r} in a model with scaling=None", path=path)
+        return
+    if method not in ("standard", "maxabs") or (model.scaling != "auto" and method != model.scaling):
+        raise DmlrInputError(f"scaling_={method!r} does not match scaling={model.scaling!r}", path=path)
+    for name in SCALING_ARRAYS:
+        arr = getattr(model, name)
+        if arr.shape != (d,) or arr.dtype.kind != "f" or not np.all(np.isfinite(arr)):
+            raise DmlrInputError(f"{name} must be {d} finite floats, got {arr.dtype} {arr.shape}", path=path)
+    if not np.all(model.feature_scale_ > 0):
+        raise DmlrInputError("feature_scale_ must be positive", path=path)

@@ -29,7 +29,7 @@ from dmlr.config import chunk_options
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
-from dmlr.models.base import SEED, LinearModel, register_model
+from dmlr.models.base import SCALING, SEED, LinearModel, register_model
 from dmlr.validation import check_fit_data
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
@@ -71,6 +71,11 @@ class LinearMultiLabel(LinearModel):
         Seeds the row order, batches and output draws. W starts at 0.
     record : bool
         Record F(W) before training and after each epoch in ``objective_history_``.
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution (where the row blocks live, how many) is set with
     :func:`dmlr.config_context`, not here.
@@ -100,6 +105,7 @@ class LinearMultiLabel(LinearModel):
         "fit_intercept": ["boolean"],
         "random_state": SEED,
         "record": ["boolean"],
+        "scaling": SCALING,
     }
     _fitted_arrays = ("coef_",)
     _fitted_attributes = ("objective_history_", "history_epochs_", "step_size_", "fit_seconds_",
@@ -107,7 +113,7 @@ class LinearMultiLabel(LinearModel):
 
     def __init__(self, loss="hamming", solver="sgd", *, alpha=1e-4, n_epochs=5, learning_rate="1/k", eta0=None,
                  decay=0.0, batch_size=None, s2gd_nu=None, group_rows=GROUP_ROWS, fit_intercept=True,
-                 random_state=0, record=True):
+                 random_state=0, record=True, scaling="auto"):
         self.loss = loss
         self.solver = solver
         self.alpha = alpha
@@ -121,11 +127,12 @@ class LinearMultiLabel(LinearModel):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.record = record
+        self.scaling = scaling
 
     def fit(self, X, y):
         """Train from W = 0; returns self."""
         self._validate_params()
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), align_rows=int(self.group_rows),
                                **chunk_options())
         try:

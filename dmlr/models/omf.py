@@ -47,7 +47,7 @@ from dmlr.config import config_context, get_config, stream_where
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import is_dask, regroup_rows
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SEED, BaseModel, linear_scores, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
 from dmlr.validation import check_fit_data, check_partial_fit_data
 
@@ -183,6 +183,11 @@ class OMF(BaseModel):
         Append a constant-1 feature (not in the paper; off by default).
     random_state : int >= 0 or None
         Seed of P^(0), Q^(0) and of the window permutations (None: 0).
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution (where the learning loop runs, rows per streamed chunk of
     in-memory input) is set with :func:`dmlr.config_context`; the model does
@@ -245,11 +250,12 @@ class OMF(BaseModel):
         "threshold": [Real],
         "fit_intercept": ["boolean"],
         "random_state": SEED,
+        "scaling": SCALING,
     }
 
     def __init__(self, n_components=10, *, label_weight=0.5, alpha=1e-3, alpha_code=1.0, n_epochs=10,
                  batch_size=32, eta0=0.1, decay=None, shuffle_window=4096, init_scale=0.1, label_rule="top_k",
-                 top_k=1, threshold=0.5, fit_intercept=False, random_state=0):
+                 top_k=1, threshold=0.5, fit_intercept=False, random_state=0, scaling="auto"):
         self.n_components = n_components
         self.label_weight = label_weight
         self.alpha = alpha
@@ -265,6 +271,7 @@ class OMF(BaseModel):
         self.threshold = threshold
         self.fit_intercept = fit_intercept
         self.random_state = random_state
+        self.scaling = scaling
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -295,7 +302,7 @@ class OMF(BaseModel):
         for name in self._fitted_arrays:
             if hasattr(self, name):
                 delattr(self, name)
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         return self._run(X, Y, None, int(self.n_epochs))
 
     def partial_fit(self, X, y, classes=None):
@@ -306,7 +313,7 @@ class OMF(BaseModel):
         estimator it starts from the seeded P^(0), Q^(0). The ridge weight per
         row is 1 / (rows of this call). ``classes``: every class of a 1-D
         target (needed on the first call when later calls may hold other
-        classes). Returns self.
+        classes). The feature scaling is fitted on the first call's rows and kept. Returns self.
         """
         self._validate_params()
         state = None
@@ -315,7 +322,7 @@ class OMF(BaseModel):
                 raise DmlrInputError(f"partial_fit with n_components={self.n_components}; the model has "
                                      f"{self.P_.shape[1]}")
             state = {"P": self.P_, "Q": self.Q_, "t": self.n_updates_, "epoch": self.n_epochs_}
-        X, Y = check_partial_fit_data(self, X, y, classes=classes)
+        X, Y = self._partial_fit_data(X, y, classes=classes)
         return self._run(X, Y, state, 1)
 
     def _run(self, X, Y, state, epochs: int):

@@ -103,7 +103,7 @@ from numbers import Integral, Real
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SEED, BaseModel, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model
 from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 #: Eq. (7) bounds of lambda_t used in the paper's experiments (Sec. V-B).
@@ -398,6 +398,7 @@ class _NeighbourModel(BaseModel):
         "aggregation": [StrOptions(set(AGGREGATIONS))],
         "threshold": [Real],
         "mlknn_smoothing": [Interval(Real, 0, None, closed="neither")],
+        "scaling": SCALING,
     }
 
     def _embedding(self):
@@ -443,7 +444,7 @@ class _NeighbourModel(BaseModel):
             Memory row indices (ties to the lower index; -1 padding if D has < k rows).
         labels : int8 (n, k, n_labels)
         """
-        return self._kneighbors(check_predict_X(self, X))
+        return self._kneighbors(self._predict_data(X))
 
     def _kneighbors(self, X):
         from dmlr.distributed.knn import knn_search
@@ -556,6 +557,11 @@ class KNN(_NeighbourModel):
         ``predict``: label where score > threshold (0.5).
     mlknn_smoothing : float
         ML-kNN's Laplace smoothing s (1).
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution (where the memory's row chunks live, in how many blocks, query
     rows per search call) is set with :func:`dmlr.config_context`.
@@ -572,16 +578,17 @@ class KNN(_NeighbourModel):
 
     _fitted_arrays = ("memory_X_", "memory_Y_")
 
-    def __init__(self, k=10, *, aggregation="vote", threshold=0.5, mlknn_smoothing=1.0):
+    def __init__(self, k=10, *, aggregation="vote", threshold=0.5, mlknn_smoothing=1.0, scaling="auto"):
         self.k = k
         self.aggregation = aggregation
         self.threshold = threshold
         self.mlknn_smoothing = mlknn_smoothing
+        self.scaling = scaling
 
     def fit(self, X, y):
         """Store (X, Y) as the memory (and the ML-kNN tables for ``aggregation="mlknn"``). Returns self."""
         self._validate_params()
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         start = time.perf_counter()
         self.memory_X_ = X
         self.memory_Y_ = Y
@@ -633,6 +640,11 @@ class OML(_NeighbourModel):
         Seed of the initial memory and of V_1.
     record_every : int
         ``objective_history_`` gets the running mean of l_t every this many updates.
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution (where row chunks live for P's map-reduce and the search,
     streamed chunk rows, query rows per search call) is set with
@@ -681,7 +693,7 @@ class OML(_NeighbourModel):
 
     def __init__(self, k=10, n_components=None, *, init_fraction=0.2, lambda_min=LAMBDA_MIN,
                  lambda_max=LAMBDA_MAX, lambda_rule="exact", aggregation="vote", threshold=0.5, alpha=1e-6,
-                 projection_rows="all", mlknn_smoothing=1.0, random_state=0, record_every=100):
+                 projection_rows="all", mlknn_smoothing=1.0, random_state=0, record_every=100, scaling="auto"):
         self.k = k
         self.n_components = n_components
         self.init_fraction = init_fraction
@@ -695,6 +707,7 @@ class OML(_NeighbourModel):
         self.mlknn_smoothing = mlknn_smoothing
         self.random_state = random_state
         self.record_every = record_every
+        self.scaling = scaling
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -741,7 +754,7 @@ class OML(_NeighbourModel):
         for name in self._fitted_array_names() + ("mlknn_prior_", "mlknn_cond_pos_", "mlknn_cond_neg_"):
             if hasattr(self, name):
                 delattr(self, name)
-        X, Y = check_fit_data(self, X, y, classes=classes)
+        X, Y = self._fit_data(X, y, classes=classes)
         start = time.perf_counter()
         n, p, q = int(X.shape[0]), int(X.shape[1]), int(np.shape(Y)[1])
         d = int(self.n_components) if self.n_components is not None else default_code_dim(q)
@@ -783,14 +796,15 @@ class OML(_NeighbourModel):
         one round (nearest neighbour in D, update of V, appended to D); P is
         kept. This runs in this process and holds D in memory here (a dask
         memory is computed). ``classes``: every class of a 1-D target (needed
-        on the first call when later calls may hold other classes). Returns self.
+        on the first call when later calls may hold other classes). The feature scaling of the
+        first call (fit) is kept. Returns self.
         """
         if not hasattr(self, "V_"):
             return self.fit(X, y, classes=classes)
         from dmlr.distributed.stream import ChunkStream, run_streaming
 
         self._validate_params()
-        X, Y = check_partial_fit_data(self, X, y)
+        X, Y = self._partial_fit_data(X, y)
         start = time.perf_counter()
         Xm, Ym = _rows(self.memory_X_, 0, None), np.asarray(_rows(self.memory_Y_, 0, None), dtype=np.int8)
         Xn = _rows(X, 0, None)

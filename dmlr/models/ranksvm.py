@@ -37,7 +37,7 @@ from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import Block, is_dask, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import SEED, LinearModel, register_model
+from dmlr.models.base import SCALING, SEED, LinearModel, register_model
 from dmlr.validation import check_fit_data, check_partial_fit_data
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
@@ -73,6 +73,7 @@ class _OnlineRanker(LinearModel):
         "sampling": [StrOptions({"auto", *solvers.SAMPLING})],
         "record_every": [Interval(Integral, 0, None, closed="left")],
         "threshold": [Real],
+        "scaling": SCALING,
     }
 
     # -- subclass hooks -------------------------------------------------------------
@@ -122,7 +123,7 @@ class _OnlineRanker(LinearModel):
         for name in self._fitted_array_names() + ("_state",):
             if hasattr(self, name):
                 delattr(self, name)
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         T = int(self.n_updates)
         if self._sampling(X) == "stream":
             return self._fit_stream(X, Y, T)
@@ -164,10 +165,10 @@ class _OnlineRanker(LinearModel):
         ``partial_fit(vstack(A, B))`` and, on a fresh estimator, starts from the
         same seeded M_0 as ``fit``. ``classes``: every class of a 1-D target
         (needed on the first call when later calls may hold other classes).
-        Returns self.
+        The feature scaling is fitted on the first call's rows and kept. Returns self.
         """
         self._validate_params()
-        X, Y = check_partial_fit_data(self, X, y, classes=classes)
+        X, Y = self._partial_fit_data(X, y, classes=classes)
         block = self._block(X, Y)
         return self._run(block, np.arange(block.n_rows), int(X.shape[1]), reset=False)
 
@@ -257,6 +258,11 @@ class RankSVM(_OnlineRanker):
         "lbfgs" records the smoothed objective after every iteration regardless.
     threshold : float
         Score threshold of ``predict``.
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution ("lbfgs": where the row blocks of the map-reduced gradient
     live; streamed online fits: on a worker or in this process) is set with
@@ -291,7 +297,7 @@ class RankSVM(_OnlineRanker):
 
     def __init__(self, alpha=1e-4, solver="ansgd", *, n_updates=ONLINE_UPDATES, max_iter=1000, fit_intercept=True,
                  random_state=0, average=True, sampling="auto", omega=solvers.SGD_OMEGA, lipschitz=1.0,
-                 smoothing=1e-4, tol=1e-8, record_every=0, threshold=0.0):
+                 smoothing=1e-4, tol=1e-8, record_every=0, threshold=0.0, scaling="auto"):
         self.alpha = alpha
         self.solver = solver
         self.n_updates = n_updates
@@ -306,6 +312,7 @@ class RankSVM(_OnlineRanker):
         self.tol = tol
         self.record_every = record_every
         self.threshold = threshold
+        self.scaling = scaling
 
     def _solver(self) -> str:
         return self.solver
@@ -332,7 +339,7 @@ class RankSVM(_OnlineRanker):
             return super().fit(X, y)
         self._validate_params()
         start = time.perf_counter()
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         # the batch baseline's full gradient is map-reduced over the row blocks where they
         # live (this process for small data, Dask workers otherwise)
         chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), **chunk_options())
@@ -382,14 +389,14 @@ class MMP(_OnlineRanker):
     ----------
     n_updates : int
         Single-row updates of ``fit`` (70 000, as Rank-SVM's online solvers).
-    fit_intercept, random_state, average, sampling, record_every, threshold
+    fit_intercept, random_state, average, sampling, record_every, threshold, scaling
         As :class:`RankSVM`'s.
     """
 
     _solver_name = "mmp"
 
     def __init__(self, *, n_updates=ONLINE_UPDATES, fit_intercept=True, random_state=0, average=True,
-                 sampling="auto", record_every=0, threshold=0.0):
+                 sampling="auto", record_every=0, threshold=0.0, scaling="auto"):
         self.n_updates = n_updates
         self.fit_intercept = fit_intercept
         self.random_state = random_state
@@ -397,6 +404,7 @@ class MMP(_OnlineRanker):
         self.sampling = sampling
         self.record_every = record_every
         self.threshold = threshold
+        self.scaling = scaling
 
     def _record_objective(self, block):
         def rank_loss(M):

@@ -34,7 +34,7 @@ from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import as_matrix
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models import checkpoint as ckpt_store
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, BaseModel, linear_scores, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, BaseModel, linear_scores, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.progress import ProgressReporter
@@ -63,6 +63,7 @@ class _RBRLBase(BaseModel):
         "restart": ["boolean", None],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
+        "scaling": SCALING,
     }
     _fitted_attributes = ("objective_history_", "objective_seconds_", "n_iter_", "converged_", "lipschitz_",
                           "n_backtracks_", "n_restarts_", "n_features_in_", "n_labels_", "fit_seconds_",
@@ -106,7 +107,7 @@ class _RBRLBase(BaseModel):
         self._validate_params()
         ckpt = _checkpoint_request(checkpoint, checkpoint_every, resume)
         start = time.perf_counter()
-        X, Y = check_fit_data(self, X, y)
+        X, Y = self._fit_data(X, y)
         res = self._fit_arrays(X, Y, ckpt)
         self.objective_history_ = res.objective_history
         self.objective_seconds_ = res.seconds
@@ -225,6 +226,11 @@ _COMMON_PARAMETERS = """
         (regularization paths).
     verbose : int
         Print progress every ``verbose`` iterations (0: quiet).
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted inside the model and applied by every
+        predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
+        dense features and divides sparse ones by their largest absolute
+        value; None uses the features as given.
 
     Execution (where the row blocks live, how many) is set with
     :func:`dmlr.config_context`, not here.
@@ -272,7 +278,7 @@ class RBRL(_RBRLBase):
 
     def __init__(self, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, *, max_iter=2000, tol=1e-6,
                  gradient_tol="auto", step_rule="paper", restart=None, fit_intercept=True, warm_start=False,
-                 verbose=0):
+                 verbose=0, scaling="auto"):
         self.alpha = alpha
         self.alpha_rank = alpha_rank
         self.alpha_nuclear = alpha_nuclear
@@ -284,6 +290,7 @@ class RBRL(_RBRLBase):
         self.fit_intercept = fit_intercept
         self.warm_start = warm_start
         self.verbose = verbose
+        self.scaling = scaling
 
     def _fit_arrays(self, X, Y, ckpt):
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
@@ -363,7 +370,7 @@ class KernelRBRL(_RBRLBase):
 
     def __init__(self, kernel="rbf", alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, *, gamma=None, degree=3,
                  coef0=1.0, max_iter=2000, tol=1e-6, gradient_tol="auto", step_rule="paper", restart=None,
-                 warm_start=False, verbose=0):
+                 warm_start=False, verbose=0, scaling="auto"):
         self.kernel = kernel
         self.alpha = alpha
         self.alpha_rank = alpha_rank
@@ -378,6 +385,7 @@ class KernelRBRL(_RBRLBase):
         self.restart = restart
         self.warm_start = warm_start
         self.verbose = verbose
+        self.scaling = scaling
 
     def _fit_arrays(self, X, Y, ckpt):
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])

@@ -1,0 +1,110 @@
+"""Feature scaling inside the model: statistics reduced over the row chunks, applied chunk by chunk.
+
+Every estimator takes ``scaling``:
+
+- ``"standard"``: centre each column by its mean and divide by its standard
+  deviation (dense features only: centring would fill a sparse matrix);
+- ``"maxabs"``: divide each column by its largest absolute value (keeps
+  zeros, so sparse features stay sparse);
+- ``"auto"``: ``"standard"`` for dense features, ``"maxabs"`` for sparse ones;
+- None: features as given.
+
+A column that is constant (standard deviation or largest absolute value 0)
+is left unscaled (scale 1), as scikit-learn's scalers do.
+
+The statistics of a dask array are dask reductions over its row chunks
+(``mean``/``std``/``max`` are tree reductions; nothing is gathered); the
+scaled array is the same graph with one more ``map_blocks`` step, so each
+chunk is scaled where it is read. In-memory input is scaled with numpy and
+scipy. The fitted ``feature_offset_`` (zeros without centring) and
+``feature_scale_`` are rounded to float32 precision (see :func:`_round`) and
+saved in the model file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from dmlr.kernels.blocks import is_dask, is_sparse
+
+#: ``scaling=`` values.
+SCALINGS = ("auto", "standard", "maxabs")
+
+
+def resolve_scaling(scaling, X) -> str | None:
+    """The scaling applied to X: ``scaling`` with "auto" resolved by X's storage."""
+    if scaling == "auto":
+        return "maxabs" if is_sparse(X) else "standard"
+    if scaling == "standard" and is_sparse(X):
+        raise ValueError("scaling='standard' centres the columns, which would make sparse X dense; "
+                         "use scaling='maxabs' (or 'auto') for sparse features")
+    return scaling
+
+
+def fit_scaling(X, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column (offset, scale), float64 (d,) each, of a validated X for ``method``.
+
+    Parameters
+    ----------
+    X : float ndarray, scipy CSR matrix, or dask array (dense or sparse chunks) (n, d)
+    method : {"standard", "maxabs"}
+    """
+    d = X.shape[1]
+    if is_dask(X) and X.dtype != np.float64:   # float64 sums, as for validated in-memory input
+        X = X.astype(np.float64)
+    if method == "standard":
+        if is_dask(X):
+            import dask
+
+            mean, std = dask.compute(X.mean(axis=0), X.std(axis=0))
+        else:
+            mean, std = X.mean(axis=0), X.std(axis=0)
+        offset, scale = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
+    else:
+        if is_dask(X):
+            top = abs(X).max(axis=0).compute()
+            top = top.todense() if hasattr(top, "todense") else top
+        elif sp.issparse(X):
+            top = abs(X).max(axis=0).toarray()
+        else:
+            top = np.abs(X).max(axis=0)
+        offset, scale = np.zeros(d), np.asarray(top, dtype=np.float64).reshape(d)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    return _round(offset.reshape(d)), _round(scale)
+
+
+def _round(v: np.ndarray) -> np.ndarray:
+    """Statistics rounded to float32 precision (a 24-bit mantissa), kept as float64.
+
+    Sums over row chunks differ in their last bits with the chunking (and
+    between dask and numpy); the online solvers amplify such differences.
+    Rounded, the statistics are the same whatever the chunking unless a value
+    falls within those last bits of a float32 rounding boundary (about 2^-28
+    of the values), and scaling needs no more precision than this.
+    """
+    return np.asarray(v, dtype=np.float32).astype(np.float64)
+
+
+def _scale_block(X, offset, inv_scale, center: bool):
+    if hasattr(X, "to_scipy_sparse"):          # pydata sparse chunk (a sparse store): stay GCXS
+        import sparse as pydata_sparse
+
+        m = sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64) @ sp.diags(inv_scale)
+        m = sp.csr_matrix(m)
+        return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+    if sp.issparse(X):
+        return sp.csr_matrix(sp.csr_matrix(X, dtype=np.float64) @ sp.diags(inv_scale))
+    X = np.asarray(X, dtype=np.float64)
+    return (X - offset) * inv_scale if center else X * inv_scale
+
+
+def apply_scaling(X, offset: np.ndarray, scale: np.ndarray, method: str):
+    """X scaled by a fitted (offset, scale): same type as X (dask in, dask out, row chunks kept)."""
+    inv = 1.0 / scale
+    center = method == "standard"
+    if is_dask(X):
+        if len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})
+        return X.map_blocks(_scale_block, offset, inv, center, dtype=np.float64, meta=X._meta.astype(np.float64))
+    return _scale_block(X, offset, inv, center)
