@@ -57,8 +57,8 @@ from dmlr.metrics import (
     predict_from_scores,
 )
 
-__all__ = ["MatplotlibMissingError", "label_metrics", "plot_convergence", "plot_label_metrics", "plot_report", "plot_score_distributions",
-           "report_statistics", "write_report"]
+__all__ = ["MatplotlibMissingError", "label_metrics", "plot_convergence", "plot_label_metrics", "plot_report",
+           "plot_score_distributions", "report_statistics", "write_report"]
 
 #: Labels up to which the per-label panels draw one bar per label (beyond: a filled step curve).
 MAX_BARS = 200

@@ -309,7 +309,7 @@ class ArffAttribute:
     def is_nominal(self) -> bool:
         return self.values is not None
 
-    def same_type(self, other: "ArffAttribute") -> bool:
+    def same_type(self, other: ArffAttribute) -> bool:
         return self.name == other.name and self.values == other.values
 
 
@@ -746,7 +746,7 @@ class ArffReader:
         yield from parse_in_blocks(records, parse, path=self.path, block_rows=block_rows,
                                    drop_truncated_last_line=drop_truncated_last_line)
 
-    def check_compatible(self, other: "ArffReader") -> None:
+    def check_compatible(self, other: ArffReader) -> None:
         """Raise unless ``other`` declares the same attributes and labels."""
         mine, theirs = self.header.attributes, other.header.attributes
         if len(mine) != len(theirs):

@@ -187,7 +187,7 @@ class SvmStats:
                 k = int(np.argmax(block.idx == 0))
                 self.zero_at = (path, block.nos[block.feature_rows()[k]])
 
-    def merge(self, other: "SvmStats") -> "SvmStats":
+    def merge(self, other: SvmStats) -> SvmStats:
         out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index, self.zero_at)
         out.zero_at = out.zero_at or other.zero_at
         out.n_rows += other.n_rows

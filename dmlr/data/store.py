@@ -387,7 +387,7 @@ def _read_csr_block_gcxs(path: str, r0: int, r1: int, n_features: int, rows=None
 
     Row selection happens here, in scipy: indexing GCXS chunks through dask
     would make pydata ``sparse`` JIT-compile its indexing code in every
-    process (about 10 s each, measured).
+    process, seconds each.
     """
     import sparse as pydata_sparse
     m = _read_csr_rows(path, r0, r1, n_features)

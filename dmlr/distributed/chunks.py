@@ -14,10 +14,10 @@ are not sums (top-k lists).
   Dask actor that holds the block (:class:`BlockActor`): the call goes from the
   client straight to the worker and its result straight back, with no task
   for the scheduler to place. The blocks' results are tree-summed here.
-  On a 2-worker local cluster, a call with a mediamill-sized gradient cost
-  23 ms of Dask overhead as tasks (one per block plus a summing task, whose
-  inputs travel worker to worker) against about 3 ms through actors
-  (a one-off timing of a kernel that returns zeros, load average 3).
+  As tasks, a call would pay the scheduler's placement of one task per block
+  plus a summing task whose inputs travel worker to worker, several times
+  the actors' overhead per iteration (the "Dask + client" column of
+  ``benchmarks/rbrl_speed.py --sections 2`` is that overhead).
   If a worker dies, its actors die with it: the lost blocks are built again,
   the actors rebuilt on the surviving workers and the call repeated, so the
   fit goes on with the same blocks and gives the same result. Blocks read
@@ -113,7 +113,7 @@ class ChunkSet:
         """``fn(block, *args)`` on every block, summed (pairwise tree, block order)."""
         return tree_reduce(self.map_blocks(fn, *args), add_results)
 
-    def transform(self, fn, *args) -> "ChunkSet":  # pragma: no cover - interface
+    def transform(self, fn, *args) -> ChunkSet:  # pragma: no cover - interface
         """A new chunk set whose block i is ``fn(block_i, (start_i, stop_i), *args)``.
 
         The new blocks stay where the old ones are (same process or worker);
@@ -153,11 +153,10 @@ class LocalChunks(ChunkSet):
 
     With several blocks, a call runs them side by side on threads (the
     kernels release the GIL), each with single-threaded BLAS, as a local
-    cluster's workers would, but with no data to ship. On
-    mediamill_discretized (30,970 x 121) two blocks on this 2-core machine
-    took 36.3 ms per APG iteration against 51.8 ms for one block with two
-    BLAS threads (``benchmarks/rbrl_speed.py --sections 5``): the Numba pass
-    over the scores is single-threaded, and it runs on both cores this way.
+    cluster's workers would, but with no data to ship. The Numba pass over
+    the scores is single-threaded, so one block with multithreaded BLAS
+    leaves the other cores idle during it, while one block per core runs it
+    on every core (``benchmarks/rbrl_speed.py --sections 5`` compares the two).
     """
 
     backend = "local"
@@ -185,9 +184,8 @@ class LocalChunks(ChunkSet):
 
         Products of a few hundred rows gain nothing from BLAS threads, and
         OpenBLAS's spin-waiting threads make them many times slower on a busy
-        machine (the 355-row kernel-parity fit went from about 1 s to 64 s at
-        load average 8 on 2 cores). Several blocks already run on threads of
-        their own.
+        machine, where the threads wait for cores that other processes hold.
+        Several blocks already run on threads of their own.
         """
         if len(self.blocks) == 1 and sum(_stored_values(b) for b in self.blocks) > SMALL_BLAS_VALUES:
             return contextlib.nullcontext()
@@ -195,7 +193,7 @@ class LocalChunks(ChunkSet):
 
         return threadpool_limits(limits=1, user_api="blas")
 
-    def transform(self, fn, *args) -> "LocalChunks":
+    def transform(self, fn, *args) -> LocalChunks:
         return LocalChunks([fn(b, bnd, *args) for b, bnd in zip(self.blocks, self.bounds)])
 
     def _block_sizes(self) -> list[int]:
@@ -243,10 +241,10 @@ def _direct_actor_handle():
 
     distributed's handles go through the scheduler (a ``ProxyRPC``) unless the
     client was made with ``direct_to_workers=True``, and dmlr should not change
-    the user's client. Through the scheduler, a call with a Bookmarks-shaped
-    argument (two 2,151 x 208 float64 matrices) and result cost 26.5 ms on a
-    2-worker local cluster, against 10.7 ms direct (a one-off timing of a kernel
-    that returns zeros). Overrides distributed's private ``Actor._worker_rpc``
+    the user's client. Through the scheduler, a call's arguments and result
+    (two d x l float64 matrices each way for RBRL) take an extra hop each
+    way, which for a Bookmarks-shaped model costs more than the call's
+    transfer itself. Overrides distributed's private ``Actor._worker_rpc``
     (distributed pinned in deploy/requirements.lock); where the client cannot
     reach the workers, :meth:`ClusterChunks.map_blocks` falls back to the proxy.
     """
@@ -367,10 +365,9 @@ class ClusterChunks(ChunkSet):
 
         The solver's work here (the prox of a d x l matrix per APG step) is
         small, but multithreaded OpenBLAS spin-waits after each call and takes
-        the cores that local worker processes need. On a 2-core machine,
-        mediamill_discretized took 123 ms per oracle call against 83 ms with one
-        BLAS thread (a one-off timing of the oracle inside a fit), and
-        benchmarks/rbrl_speed.py's APG ms/iteration went from 121 to 95.
+        the cores that local worker processes need, which slows every oracle
+        call on a machine with few cores (``benchmarks/rbrl_speed.py``'s
+        section 2 fits on local workers).
         A client whose workers all run elsewhere (a notebook pod and a
         Kubernetes cluster) keeps its BLAS threads: the prox is then the only
         work on its cores.
@@ -487,7 +484,7 @@ class ClusterChunks(ChunkSet):
             self.futures[i].release()
             self.futures[i] = f
 
-    def transform(self, fn, *args) -> "ClusterChunks":
+    def transform(self, fn, *args) -> ClusterChunks:
         shipped = tuple(_ship(self.client, a) for a in args)
         futures = [self.client.submit(fn, f, bnd, *shipped, pure=False) for f, bnd in zip(self.futures, self.bounds)]
         _wait_or_raise(self.client, futures)
@@ -541,15 +538,12 @@ def local_block_count(X) -> int:
     (scipy's products, the fused Numba pass) run on one thread whatever its
     size, so sparse data is split once it has more than
     :data:`SMALL_SPARSE_VALUES` stored values, or, for a sparse dask array
-    (nnz unknown without reading it), by its rows alone. The Bookmarks-shaped
-    train split (61,405 rows, 1.3 million stored values, 208 labels, from
-    Zarr with ``backend="auto"``), 40 APG iterations, two runs each on 2
-    cores: 149-170 ms per iteration in 2 blocks against 238-278 in one, the
-    same objective to 10 digits. Small random CSR sets (200 iterations, three
-    runs each, medians): 1,200 x 500 with 60,000 stored values and 26 labels
-    1.06-1.11 against 1.61-1.64 ms; 5,000 x 462 with 173,250, 2.7-4.0 against
-    4.9-5.1 ms. So threads pay from well below the :data:`SMALL_SPARSE_VALUES`
-    floor; the floor keeps only tiny sets (not measured) in one block.
+    (nnz unknown without reading it), by its rows alone. Threads pay for
+    sparse sets far smaller than the Bookmarks-shaped one, down to a few
+    tens of thousands of stored values, with the same objective to rounding;
+    the :data:`SMALL_SPARSE_VALUES` floor keeps only tiny sets in one block
+    (``benchmarks/rbrl_speed.py --sections 5`` times the Bookmarks shape in
+    the default blocks).
     """
     import os
 
@@ -598,9 +592,9 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
     X : ndarray, scipy.sparse matrix or dask array (n, d)
         Dask arrays must be chunked by rows. Blocks take near-equal runs of
         rows whatever the chunks (a chunk on a block boundary is read by both
-        blocks, once, at load): blocks of whole chunks were uneven, and the
+        blocks, once, at load): blocks of whole chunks can be uneven, and the
         slowest block sets every iteration's time (mediamill_discretized's
-        7,308 x 3 + 9,046-row chunks made 2 blocks of 14,616 and 16,354 rows).
+        7,308 x 3 + 9,046-row chunks would make 2 blocks of 14,616 and 16,354 rows).
     Y : array-like or dask array (n, l) of 0/1
     fit_intercept : bool
         Append the constant-1 column while building each block.
@@ -678,12 +672,10 @@ def release_freed_heap() -> bool:
 
     Building a block (Zarr chunks decoded, concatenated, the bias column
     appended) frees several times the block's size, which glibc keeps in
-    the worker's heap: on the Bookmarks-shaped train split (15 MB sparse
-    blocks) each worker of a fresh cluster stayed 122 MB above its memory
-    before loading, 92 MB after this call (a one-off measurement; the rest
-    is one-time: with the kernels compiled beforehand it was 41 MB, and a
-    second load of the same set added 15 MB, the block itself). Dask's own
-    advice for unmanaged memory is the same call.
+    the worker's heap, so a worker would stay well above its memory before
+    loading by several block sizes. ``benchmarks/rbrl_speed.py`` (section 2)
+    measures the workers' memory over the chunk. Dask's own advice for
+    unmanaged memory is the same call.
     """
     import ctypes
     import ctypes.util
@@ -721,7 +713,11 @@ _WARMED: set = set()
 
 
 def warm_up_workers(client) -> None:
-    """Compile the kernels on every worker once per client, before timing starts."""
+    """Compile the RBRL ranking kernels (:func:`dmlr.kernels.warm_up`) on every worker, once per client.
+
+    So that compilation (or loading Numba's cache) does not land in the
+    first iteration's time.
+    """
     key = id(client)
     if key not in _WARMED:
         from dmlr.kernels import warm_up

@@ -33,18 +33,17 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 
 #: Environment of dmlr's worker processes (merged over Dask's own ``pre-spawn-environ``).
 #: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, and setting any malloc tunable turns off
-#: glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (then a
-#: tile's scores, a CSR row slice, the output of ``X.T @ C``) became a fresh ``mmap`` whose
-#: pages fault on first touch, and the sparse fused pass ran 2x slower on a worker than in
-#: one process (Bookmarks-shaped block: 331 ms against 168 ms; ``benchmarks/rbrl_speed.py``).
-#: The steady-state passes now keep their tile buffers, so what remains above 1 MiB is
+#: glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (a tile's
+#: scores, a CSR row slice, the output of ``X.T @ C``) would be a fresh ``mmap`` whose pages
+#: fault on first touch, which makes the sparse fused pass markedly slower on a worker than in
+#: one process (``benchmarks/rbrl_speed.py``, section 2, prints the pass on the workers and alone).
+#: The steady-state passes keep their tile buffers, so what remains above 1 MiB is
 #: model-sized: the d x l matrices a call receives and the gradient it returns (and, where
 #: d x l is that large, the per-tile ``X.T @ C``). Those are best mapped: freed, they go back
-#: to the OS at once, whereas in the heap they left holes that Dask's trimming cannot return
-#: (it trims the top only). Bookmarks shape, 2 workers: peak worker memory 2.02-2.03x the
-#: chunk with a 32 MiB threshold, 1.76-1.78x with 1 MiB (or 2 MiB), at the same ms/iteration
-#: within run-to-run noise. On a cluster that dmlr does not start, set the same variable in
-#: the workers' environment (``deploy/Dockerfile``).
+#: to the OS at once, whereas in the heap they leave holes that Dask's trimming cannot return
+#: (it trims the top only), which raises the workers' peak memory (section 2's memory column).
+#: On a cluster that dmlr does not start, set the same variable in the workers' environment
+#: (``deploy/Dockerfile``).
 WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 20)}
 
 
@@ -75,8 +74,7 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int | None =
     # ``env=`` variables are
     pre_spawn = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_ENVIRON}
     # The workers' statistical profiler (the dashboard's profile page) samples every thread's
-    # stack each 10 ms; without it, linear RBRL on mediamill_discretized ran 27.0-28.0 ms per
-    # iteration on 2 workers against 27.8-28.5 with it (two runs each, interleaved). Bring
+    # stack at a fixed interval, a cost on every iteration for a page dmlr does not use. Bring
     # your own cluster to keep it.
     with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn,
                           "distributed.worker.profile.enabled": False}):

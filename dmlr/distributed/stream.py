@@ -89,7 +89,10 @@ class ChunkStream:
 
     def __iter__(self):
         readers = self._readers()
-        to_block = lambda part: make_block(part[0], part[1], bool(self.fit_intercept))
+
+        def to_block(part):
+            return make_block(part[0], part[1], bool(self.fit_intercept))
+
         if not self.prefetch or len(readers) < 2:
             for read in readers:
                 yield to_block(read())

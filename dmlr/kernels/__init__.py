@@ -4,10 +4,14 @@ import numpy as np
 
 
 def warm_up() -> bool:
-    """Compile (or load from Numba's cache) every kernel in this process.
+    """Compile (or load from Numba's cache) the RBRL ranking kernels in this process.
 
-    Called on each Dask worker before a fit, so compilation never lands in
-    the first iteration's time.
+    Compiles the specializations of :mod:`dmlr.kernels.ranking` that the
+    linear and kernel RBRL fits call (tests/test_kernels.py checks that a fit
+    adds none). :func:`dmlr.distributed.chunks.warm_up_workers` runs it on
+    each Dask worker when a chunk set is loaded, so that compilation does not
+    land in the first iteration's time. The other Numba kernels (k-NN,
+    Rank-SVM, the multi-label losses) compile at their first call.
     """
     import scipy.sparse as sp
 

@@ -23,19 +23,15 @@ def tile_rows(n_cols: int) -> int:
     return max(64, TILE_BYTES // (8 * max(n_cols, 1)))
 
 
-#: Largest M * N * K of a tile's product for which the pass runs fast. Measured (OpenBLAS 0.3.31
-#: of numpy's wheel, AMD EPYC with AVX-512, one thread) as a step in time: the tiled
-#: dense pass of :func:`dmlr.objectives.rbrl.extrapolated_pass` ran 1.01 ms per call on a
-#: 1,156 x 1,156 kernel block with 6 labels in tiles of 144 rows (M*N*K = 998,784) and 3.0 ms
-#: in tiles of 160 (1.1e6); yeast's 1,160 x 1,160 with 14 labels, 2.3 ms at 48 rows, 4.6 at 64
-#: (1.04e6); mediamill's 22,000 x 121 with 101 labels, 36 ms at 80 rows, 43 ms at 96. The step
-#: is where OpenBLAS's small-matrix DGEMM path (no copy of the operands) ends: M*N*K <= 10^6
-#: on AVX-512 x86-64 (OpenMathLib/OpenBLAS pull request 3335). Other BLAS builds may have no
-#: such path; there the small tiles keep only the cache reuse.
+#: Largest M * N * K of a tile's product for which the pass stays on the BLAS's path for small
+#: matrices. OpenBLAS's small-matrix DGEMM path (no copy of the operands) covers M*N*K <= 10^6 on
+#: AVX-512 x86-64 (OpenMathLib/OpenBLAS pull request 3335); past it the pass's time steps up.
+#: Other BLAS builds may have no such path; there the small tiles keep only the cache reuse.
+#: ``benchmarks/rbrl_speed.py`` (sections 2 and 5) times the tiled passes.
 SMALL_PRODUCT_MNK = 10 ** 6
-#: Where the rule would give fewer rows than this, the byte rule instead. Only the extremes are
-#: measured: 16-row tiles still helped a 5,000 x 500 block with 50 labels (16.0 against 21.3 ms
-#: whole), 8-row tiles of a 2,000 x 10,000 block with 101 labels cost 3.3x (774 against 236 ms).
+#: Where the rule would give fewer rows than this, the byte rule instead: very short tiles pay
+#: a BLAS call every few rows, which costs more than the cache reuse saves (8-row tiles of a
+#: wide block are slower than one whole-block product; 16-row tiles still gain).
 MIN_SMALL_TILE_ROWS = 32
 
 
@@ -47,18 +43,17 @@ def product_tile_rows(X, n_outputs: int, n_score_cols: int) -> int:
     with at least :data:`MIN_SMALL_TILE_ROWS` rows, those tiles: the tile is
     still in cache when ``X_t.T @ C`` reads it again, and the products are
     small enough for the BLAS's fast path for small matrices (see
-    :data:`SMALL_PRODUCT_MNK`). That made the pass 1.2x (mediamill) to
-    3.7x (a scene-sized kernel block) faster than one product over the whole
-    block, which reads X from memory twice. Otherwise (sparse
-    X, or wide rows such as a 10,000-column kernel block), :func:`tile_rows`.
+    :data:`SMALL_PRODUCT_MNK`), whereas one product over the whole block
+    reads X from memory twice. Otherwise (sparse X, or wide rows such as a
+    10,000-column kernel block), :func:`tile_rows`.
 
-    The cost: small products run on one BLAS thread. Where one block is
+    The cost: small products run on one BLAS thread, so where one block is
     given several BLAS threads (the in-process path with a single block,
-    :class:`dmlr.distributed.chunks.LocalChunks`) the whole-block products
-    were multithreaded, and mediamill_discretized went from 48.8-49.2 to
-    54.7-56.0 ms per APG iteration there; the default of one block per core
-    went from 44.3-49.9 to 37.6-38.8 (``benchmarks/rbrl_speed.py --sections 5``,
-    two runs each). Dask workers run single-threaded BLAS in any case.
+    :class:`dmlr.distributed.chunks.LocalChunks`) the pass gives up the
+    whole-block products' multithreading; the default of one block per core
+    keeps every core busy instead. Dask workers run single-threaded BLAS in
+    any case. ``benchmarks/rbrl_speed.py --sections 5`` compares one block
+    with the default blocks.
 
     Parameters
     ----------

@@ -39,7 +39,7 @@ class KernelSpec:
     coef0: float = 1.0
 
     @classmethod
-    def resolve(cls, name: str, gamma, degree: int, coef0: float, n_features: int) -> "KernelSpec":
+    def resolve(cls, name: str, gamma, degree: int, coef0: float, n_features: int) -> KernelSpec:
         """Validate the estimator's kernel parameters; ``gamma=None`` -> 1 / n_features."""
         if name not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")

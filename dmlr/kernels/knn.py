@@ -223,7 +223,11 @@ def merge_top_k(list_of_results, k: int, payloads=None):
 
 
 def warm_up() -> bool:
-    """Compile the refine kernel (called on workers before timing)."""
+    """Compile the refine kernel in this process.
+
+    dmlr does not call it (the kernel compiles at its first call); a caller
+    timing the search can run it first, on workers through ``client.run``.
+    """
     A = np.zeros((2, 3))
     _pair_sq_dists(A, A, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     return True

@@ -23,8 +23,9 @@ the product with x_i) is, per row,
   labels (every row of the staged sets but a few): for each relevant p, one
   branch-free pass over all l labels, h = max(0, margin - s_p + s_j) masked to
   the irrelevant j. The pass vectorizes (SIMD), which the sorted path's
-  data-dependent loop does not: on mediamill's labels (101, 3.3 relevant per
-  row) the fused kernel went from 15.4 to 4.1 ms per 15,500 rows at two points.
+  data-dependent loop does not, so for the few relevant labels per row of
+  typical sets it is the faster of the two (``benchmarks/rbrl_speed.py``
+  times the fused pass).
 * sorted, O((|P| + |N|) log |P|), for rows with many relevant labels: sort the
   relevant scores once, find for each irrelevant label q the prefix of
   relevant labels it is active against (s_p < s_q + margin), read that
@@ -59,15 +60,12 @@ def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef)
     -inf, so each relevant label's pass over all l labels is
     h = max(margin - s_p + masked_j, 0) with no mask to multiply by; the
     caller applies the weight 1 / (|P| |N|) to the returned sum and to
-    ``coef_out``. Against multiplying by a 0/1 mask and the weight inside
-    the pass, the stacked two-point losses (:func:`rbrl_score_losses`) of
-    a 15,485-row mediamill block (101 labels, 3.3 relevant per row) took
-    5.1-5.3 ms against 6.6-7.0 ms, and of 15,000 Bookmarks-shaped rows
-    (208 labels, 2.1 relevant) 8.9 against 10.3-10.7 ms (one-off timings,
-    one thread, median of 31 calls). The same code with the zeroing of
-    ``coef_out`` and the branch on ``want_coef`` moved in here, outside
-    the loop over relevant labels, took 6.7-7.1 ms on mediamill again:
-    keep this shape.
+    ``coef_out``. Masking through -inf keeps the inner loop to one max,
+    one multiply-add and two adds, which vectorizes; multiplying by a 0/1
+    mask and the weight inside the pass, or zeroing ``coef_out`` and
+    branching on ``want_coef`` here rather than in the caller, makes the
+    stacked losses (:func:`rbrl_score_losses`) slower
+    (``benchmarks/rbrl_speed.py`` times the fused pass).
 
     Parameters
     ----------
@@ -364,23 +362,13 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
     Why W and G side by side in one (d, 2l) array (see
     :func:`advance_point_pair`): a stored value reads one contiguous row of
     2l floats instead of a row of W and a row of W_prev, 11 MB apart.
-    The two workers of a 2-core machine contend for the shared cache and
-    memory, and that contention is where this pass loses to the product
-    floor (``X @ W`` + ``X.T @ C``). Two plain processes on the two
-    30,700-row halves of the Bookmarks-shaped train split, median of 15 calls,
-    4 rounds (one-off timing): 108-124 ms side by side, against 124-140 ms
-    for the earlier kernel that read W and W_prev and formed G on the fly;
-    the floor took 83-86 ms. Alone, 91-107 ms against 92-117 ms. In the
-    fit on the 2-worker local cluster (``benchmarks/rbrl_speed.py
-    --sections 2``, 6 runs each, alternating with the earlier kernel): the
-    median iteration over the median one-product floor was 1.70-2.32x
-    (median 1.92x) against 1.80-3.22x (median 2.21x). With the masked
-    pairwise pass of :func:`pairwise_direct`, on a later 2-vCPU VM (Intel,
-    AVX-512): 1.53-1.64x (median 1.58x, 7 runs), median iteration 185.9
-    against 197.2 ms for the code before it (6 runs).
-    Rejected, measured the same way: sweeping X twice per tile, once per
-    matrix, halves the working set but is slower (144-164 ms side by side);
-    2 MB pages for the matrices gain less than the run-to-run noise.
+    Workers on one machine contend for the shared cache and memory, and
+    that contention is where this pass loses to the product floor
+    (``X @ W`` + ``X.T @ C``); one contiguous row per stored value keeps
+    the pass's memory traffic close to the floor's. Sweeping X twice per
+    tile, once per matrix, halves the working set but is slower.
+    ``benchmarks/rbrl_speed.py --sections 2`` prints the fit's iteration
+    time next to that floor.
 
     Parameters
     ----------

@@ -91,7 +91,7 @@ def make_kernel_block(block: Block, bounds: tuple[int, int], X_all, spec: Kernel
 
 def _kernel_rows(X, X_all, spec: KernelSpec, tile: int = 512) -> np.ndarray:
     """k(X, X_all) filled tile by tile into one array: the products' temporaries stay
-    tile x n instead of two more m x n arrays (the peak was 3x K's size)."""
+    tile x n instead of two more m x n arrays (a peak of 3x K's size)."""
     K = np.empty((X.shape[0], X_all.shape[0]))
     all_sq = row_sq_norms(X_all) if spec.name == "rbf" else None
     for a in range(0, X.shape[0], tile):

@@ -13,7 +13,7 @@ share (:func:`chunk_loss`) and the ridge on P, Q is added once
 (:func:`objective`). Everything here is pure numpy/scipy on one in-memory
 chunk (dense float64 or scipy CSR X); no Dask, no state.
 
-Numba was not used: every function is a handful of BLAS-3 calls on
+No Numba: every function is a handful of BLAS-3 calls on
 (b, k) x (k, s) products, which numpy already runs at BLAS speed.
 """
 

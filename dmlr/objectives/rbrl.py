@@ -174,9 +174,8 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     # first S(W) tile, the C tile and, when the scores are not kept, the S(W_prev) tile.
     # So steady-state calls allocate nothing of that size.
     # Why: Dask's workers give freed heap back to the system at once (their nanny sets
-    # MALLOC_TRIM_THRESHOLD_ = 64 KiB), so a fresh S(W) and C per call came back as
-    # page faults: 2,150 per iteration on a mediamill_discretized block of a 2-worker
-    # cluster, about 1 us each (one-off timing, 2-4 ms of a 25 ms pass).
+    # MALLOC_TRIM_THRESHOLD_ = 64 KiB), so a fresh S(W) and C per call would fault in their
+    # pages on every call, thousands of page faults per iteration on a mediamill-sized block.
     rows = min(step, m)
     n_buffers = 2 if keep_scores else 3
     scratch = state.pop("score_scratch", None)
@@ -229,10 +228,8 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     only, and the caller sends the pair on every call: that is how
     :func:`dmlr.models.rbrl._extrapolated_oracle` serves in-process blocks,
     one pair per call for all of them. Blocks that each held their own pair
-    would have two threads contend for twice the cache. Two threads on the
-    halves of the Bookmarks-shaped train split took 106 ms per pass reading
-    one shared pair, against 130 ms with a copy each (median of 6 rounds of
-    10 calls, one-off timing). Sent a (d, l) W_prev instead, the block forms
+    would have two threads contend for twice the cache, which makes the
+    pass slower than reading one shared pair. Sent a (d, l) W_prev instead, the block forms
     the pair and keeps it, which costs a d x 2l matrix beside the two it was
     sent: 3.6 MB more at the peak on the Bookmarks shape, where the budget
     leaves about as much.

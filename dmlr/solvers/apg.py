@@ -47,16 +47,17 @@ Algorithm 1's):
 * ``gradient_tol``: the relative-change test alone can stop a run far from the
   optimum when the objective moves slowly at first: started from the solution
   of a neighbouring regularization value (a warm start along a path), the
-  objective changed by less than 1e-4 relative in the first iterations and 1120
-  of 1470 warm fits of the Yahoo grid stopped after 2 iterations, 0.2 to 40%
-  above the optimum. With ``gradient_tol`` the run also needs the composite
+  objective changes little in the first iterations, and most warm fits of a
+  grid stop after 2 iterations, short of the optimum
+  (``benchmarks/model_selection_yahoo.py`` counts those stops). With
+  ``gradient_tol`` the run also needs the composite
   gradient mapping g_t = L (G_t - W_t) (zero exactly at a minimizer of f + g)
   to have shrunk to ``gradient_tol`` times its norm at the origin (the cold
   start), which a start near but not at the new optimum cannot satisfy by
   standing still. The reference is the origin, not the run's own first step:
-  measured against its own (already small) first mapping, a warm fit needed
-  more iterations than a cold one (yahoo_arts, 3000 rows, tol 1e-4: 446
-  against 186). A warm start costs one extra oracle call, at the origin.
+  a warm start's own first mapping is already small, so measured against it
+  a warm fit would need more iterations than a cold one. A warm start costs
+  one extra oracle call, at the origin.
 
 Checkpoints and resuming (the solver knows no storage; see
 :mod:`dmlr.models.checkpoint` for the Zarr side): after iteration t the run is

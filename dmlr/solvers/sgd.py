@@ -442,7 +442,7 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LB
     shape = x0.shape
     history = []
     # L-BFGS-B's own BLAS calls are on vectors of length d*K: threads there only
-    # cost (16x slower on a loaded 2-core machine), so they run single-threaded
+    # cost synchronisation (much slower on a loaded machine), so they run single-threaded
     # and the objective evaluations get the original thread counts back.
     outer_limits = {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}
 
@@ -455,12 +455,11 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LB
         history.append(float(intermediate_result.fun))
 
     # ``ftol`` = 0: stop on the objective only when a step no longer reduces it,
-    # so that ``tol`` decides. With ftol tied to tol (tol * 1e-3) the stop depended
-    # on the machine's rounding: on an AMD EPYC machine (OpenBLAS SkylakeX kernels,
-    # same scipy 1.17.1 as deploy/requirements.lock) L-BFGS-B stopped at a max
-    # gradient of 2.7e-6 where 1e-10 was asked; at ftol = 10 eps, at 1.4e-6
-    # (tests/test_ranksvm.py's L-BFGS reference: near the optimum of a problem with
-    # curvature ~1e5 the objective's changes are below 1e-16).
+    # so that ``tol`` decides. With ftol tied to tol the stop depends on the BLAS's
+    # rounding: near the optimum of a problem with large curvature the objective's
+    # changes fall below ftol before the projected gradient reaches ``tol``, and
+    # L-BFGS-B stops short of it on some builds (tests/test_ranksvm.py's L-BFGS
+    # reference asks for 1e-10).
     ftol = 0.0
     with threadpool_limits(limits=1):
         res = minimize(f, x0.ravel(), jac=True, method="L-BFGS-B", callback=cb,
