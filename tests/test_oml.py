@@ -245,7 +245,8 @@ def test_mlknn_tables_match_a_direct_implementation():
     c = Ytr[NearestNeighbors(n_neighbors=k, algorithm="brute").fit(Xtr).kneighbors(Xte)[1]].sum(axis=1)
     j = np.arange(L)
     want = prior * pos[c, j] / (prior * pos[c, j] + (1 - prior) * neg[c, j])
-    np.testing.assert_allclose(KNN(scaling=None, k=k, aggregation="mlknn").fit(Xtr, Ytr).decision_function(Xte), want, rtol=1e-12)
+    knn = KNN(scaling=None, k=k, aggregation="mlknn").fit(Xtr, Ytr)
+    np.testing.assert_allclose(knn.decision_function(Xte), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("rows", ["all", "memory"])

@@ -30,7 +30,6 @@ from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
 from dmlr.models.base import SCALING, SEED, LinearModel, register_model
-from dmlr.validation import check_fit_data
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
 

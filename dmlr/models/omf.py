@@ -49,7 +49,6 @@ from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import is_dask, regroup_rows
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
-from dmlr.validation import check_fit_data, check_partial_fit_data
 
 #: Label rules of :meth:`OMF.labels_from_scores` (Algorithm 2: SELECT-TOP or THRESHOLD).
 RULES = ("top_k", "threshold")

@@ -104,7 +104,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model
-from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 #: Eq. (7) bounds of lambda_t used in the paper's experiments (Sec. V-B).
 LAMBDA_MIN, LAMBDA_MAX = 1e-5, 1e5

@@ -38,7 +38,6 @@ from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import Block, is_dask, make_block
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models.base import SCALING, SEED, LinearModel, register_model
-from dmlr.validation import check_fit_data, check_partial_fit_data
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 

@@ -40,7 +40,6 @@ from dmlr.objectives import rbrl as objective
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, apg
 from dmlr.solvers.prox import prox_nuclear_norm
-from dmlr.validation import check_fit_data
 
 #: ``step_rule=`` values; see :class:`RBRL`.
 STEP_RULES = ("paper", "backtracking", "spectral")
