@@ -19,10 +19,10 @@ selection rule can do better on that split with that grid. So
 
 The fits run as :func:`dmlr.model_selection.grid_search_cv` with one explicit
 split (train rows, test rows) of the concatenated parts, so they run in
-parallel on the local cluster with warm-started lambda3 paths, by default
+parallel on the local cluster with warm-started alpha_nuclear paths, by default
 with the final fits' settings (tol 1e-6, at most 5000 iterations;
 ``--max-iter 1000 --tol 1e-5``, the cross-validation's, costs a fraction on
-the sets where the smallest lambdas run to the iteration cap). The records
+the sets where the weakest regularization runs to the iteration cap). The records
 are cached as JSON in ``--workdir``
 (``ceiling-<set>-paper[-i<max iter>-tol<tol>]-r<repeat>.json``).
 
@@ -47,12 +47,12 @@ from paper_tables import (
     PAPER_STYLE_YAHOO,
     PAPER_TABLE3,
     load_all,
+    make_rbrl,
     paper_style_yahoo,
     split_repeat,
 )
 
 from dmlr.model_selection import PAPER_GRID, grid_search_cv
-from dmlr.models import RBRL
 
 
 def in_grid(params: dict, grid: dict) -> bool:
@@ -74,7 +74,7 @@ def test_records(name: str, repeat: int, work: Path, client, max_iter: int = 500
     both_Y = np.vstack([np.asarray(Ytr), np.asarray(Yte)])
     n_tr = Xtr.shape[0]
     split = [(np.arange(n_tr), np.arange(n_tr, both_X.shape[0]))]
-    est = RBRL(kernel=kernel, step_rule="spectral", max_iter=max_iter, tol=tol, backend="local")
+    est = make_rbrl(kernel, step_rule="spectral", max_iter=max_iter, tol=tol)
     t = time.perf_counter()
     search = grid_search_cv(est, both_X, both_Y, PAPER_GRID, cv=split, client=client, refit=False)
     print(f"{name} repeat {repeat}: {len(search.results)} fits in {time.perf_counter() - t:.0f} s", flush=True)
@@ -108,7 +108,7 @@ def main(argv=None):
             paper = PAPER_TABLE3.get(name)
             print(f"\n{name}, repeat {args.repeat}: best test score within each grid (optimistic bound; fits to "
                   f"tol {args.tol:g}, at most {args.max_iter} iterations)")
-            print("| metric | paper | " + " | ".join(GRIDS) + " | best point (lambda1, lambda2, lambda3) |")
+            print("| metric | paper | " + " | ".join(GRIDS) + " | best point (alpha, alpha_rank, alpha_nuclear) |")
             print("|---|---|" + "---|" * len(GRIDS) + "---|")
             for short, key, sign in METRICS:
                 cells = []

@@ -1,13 +1,14 @@
 """Grid search with fivefold CV for linear RBRL on yahoo_arts, on a 2-worker local cluster.
 
-The RBRL paper (Wu et al. 2020, Sec. 5.2) tunes lambda1, lambda2, lambda3 over
+The RBRL paper (Wu et al. 2020, Sec. 5.2) tunes lambda1, lambda2, lambda3
+(dmlr's ``alpha``, ``alpha_rank``, ``alpha_nuclear``) over
 {1e-4, ..., 1e2} by fivefold cross-validation on the training set. This
 script does that search: the full :data:`dmlr.model_selection.PAPER_GRID`
 (7^3 = 343 points) x 5 folds = 1715 fits, on a seeded random 60% training
 part of yahoo_arts (../shared/datasets/yahoo_arts/arts.mat: 5000 x 462
 dense, 26 labels; 3000 training rows, so each fit sees 2400 rows). The
-work is spread as 49 (lambda1, lambda2) settings x 5 folds = 245 Dask
-tasks, each fitting the 7-value lambda3 path from 1e2 down to 1e-4 with warm
+work is spread as 49 (alpha, alpha_rank) settings x 5 folds = 245 Dask
+tasks, each fitting the 7-value alpha_nuclear path from 1e2 down to 1e-4 with warm
 starts, on a LocalCluster(n_workers=2, threads_per_worker=1).
 
 Solver inside CV (the defaults below): ``step_rule="spectral"`` (Lanczos bound on
@@ -15,11 +16,11 @@ the Hessian plus backtracking and adaptive restart: the fewest iterations in
 a probe on this set), ``tol=1e-4`` on the relative objective change and
 ``max_iter=500``. CV only has to rank grid points, not solve each to full
 accuracy; a probe on this set showed that the weakly regularized corner
-(lambda1 and lambda3 both small) does not reach tol=1e-6 within 2000
+(alpha and alpha_nuclear both small) does not reach tol=1e-6 within 2000
 iterations (~14 s per fit here), which would put the search at several
 hours on two cores, while at tol=1e-4 most fits stop after tens to a few
 hundred iterations and the cap bounds the rest. The refit on the whole
-training part uses the same settings. Override with --tol/--max-iter/--step.
+training part uses the same settings. Override with --tol/--max-iter/--step-rule.
 
 Warm starts and stopping (printed as a count): the relative-objective-change
 test alone passes at its first chance (2 iterations) after a warm start, short
@@ -33,9 +34,9 @@ Prints the elapsed time, fits per second, the best parameters and score
 (``paper_mean``: the mean of the six paper metrics oriented larger-better)
 and the top-5 table.
 
-Usage: python benchmarks/model_selection_yahoo.py [--tol 1e-4] [--max-iter 500] [--step spectral] [--cold]
-                                                  [--checkpoint FILE]  # resumable, one lambda1 value at a time
-                                                  [--settings N]  # only the first N (lambda1, lambda2) settings
+Usage: python benchmarks/model_selection_yahoo.py [--tol 1e-4] [--max-iter 500] [--step-rule spectral] [--cold]
+                                                  [--checkpoint FILE]  # resumable, one alpha value at a time
+                                                  [--settings N]  # only the first N (alpha, alpha_rank) settings
 """
 
 from __future__ import annotations
@@ -71,15 +72,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--max-iter", type=int, default=500)
-    ap.add_argument("--step", default="spectral")
+    ap.add_argument("--step-rule", "--step", default="spectral", help="RBRL's step_rule")
     ap.add_argument("--train-fraction", type=float, default=0.6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cold", action="store_true",
                     help="no warm starts: every grid point fitted from zero (path_param=None)")
     ap.add_argument("--checkpoint", default=None,
-                    help="JSON file: run one lambda1 value at a time, save each, resume a killed run from it")
+                    help="JSON file: run one alpha value at a time, save each, resume a killed run from it")
     ap.add_argument("--settings", type=int, default=None,
-                    help="probe: only the first N (lambda1, lambda2) settings of the grid")
+                    help="probe: only the first N (alpha, alpha_rank) settings of the grid")
     args = ap.parse_args(argv)
 
     X, Y = load_arts()
@@ -88,14 +89,15 @@ def main(argv=None):
     X_tr, Y_tr = X[train], Y[train]
     grid = dict(PAPER_GRID)
     if args.settings is not None:
-        # Grid order is lambda1-major, so the first settings are the slowest (weakest ridge) corner.
+        # Grid order is alpha-major, so the first settings are the slowest (weakest ridge) corner.
         pairs = [(a, b) for a in grid["alpha"] for b in grid["alpha_rank"]][: args.settings]
         grid = {"alpha": sorted({a for a, _ in pairs}), "alpha_rank": sorted({b for _, b in pairs}),
                 "alpha_nuclear": grid["alpha_nuclear"]}
     n_points = int(np.prod([len(v) for v in grid.values()]))
     print(f"yahoo_arts: training part {X_tr.shape[0]} x {X_tr.shape[1]}, {Y_tr.shape[1]} labels "
-          f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step={args.step!r}, tol={args.tol:g}, "
-          f"max_iter={args.max_iter}); {'cold fits' if args.cold else 'warm-started lambda3 paths'}; "
+          f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step_rule={args.step_rule!r}, "
+          f"tol={args.tol:g}, max_iter={args.max_iter}); "
+          f"{'cold fits' if args.cold else 'warm-started alpha_nuclear paths'}; "
           f"cores: {os.cpu_count()}; load average at start: "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
@@ -103,9 +105,9 @@ def main(argv=None):
 
     from dmlr.distributed import local_cluster
 
-    est = RBRL(step=args.step, tol=args.tol, max_iter=args.max_iter)
+    est = RBRL(step_rule=args.step_rule, tol=args.tol, max_iter=args.max_iter)
     path_param = None if args.cold else "alpha_nuclear"
-    config = {"tol": args.tol, "max_iter": args.max_iter, "step": args.step, "seed": args.seed,
+    config = {"tol": args.tol, "max_iter": args.max_iter, "step_rule": args.step_rule, "seed": args.seed,
               "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}
     state = load_checkpoint(args.checkpoint, config)
     with local_cluster(2, 1) as cluster, Client(cluster) as client:
@@ -116,7 +118,7 @@ def main(argv=None):
                 res = grid_search_cv(est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client,
                                      path_param=path_param, verbose=25)
             else:
-                # One lambda1 value (49 points) at a time, each saved when done: a killed run resumes
+                # One alpha value (49 points) at a time, each saved when done: a killed run resumes
                 # where it stopped. Units are independent, so the records equal one whole-grid call's.
                 for value in grid["alpha"]:
                     if repr(value) in state["slices"]:
@@ -136,7 +138,7 @@ def main(argv=None):
     if args.checkpoint is None:
         print(f"elapsed: {elapsed:.1f} s total ({res.seconds:.1f} s CV + {res.refit_seconds:.1f} s refit)")
     else:
-        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['alpha'])} lambda1 slices, "
+        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['alpha'])} alpha slices, "
               f"{state['runs']} process run(s); this run {elapsed:.1f} s) + {res.refit_seconds:.1f} s refit")
     print(f"fits: {res.n_fits} CV fits, {res.n_fits / res.seconds:.2f} fits/s "
           f"({2 * res.seconds / res.n_fits:.2f} worker-seconds per fit on 2 workers)")
@@ -164,7 +166,7 @@ def load_checkpoint(path, config) -> dict:
             sys.exit(f"{path} holds a run with other settings: {saved.get('config')}; remove it or choose "
                      f"another --checkpoint")
         state["slices"], state["runs"] = saved["slices"], saved.get("runs", 1) + 1
-        print(f"resuming from {path}: lambda1 slices done: {sorted(state['slices'], key=float)}", flush=True)
+        print(f"resuming from {path}: alpha slices done: {sorted(state['slices'], key=float)}", flush=True)
     return state
 
 
@@ -176,7 +178,7 @@ def save_checkpoint(path, state) -> None:
 
 
 def combine_slices(state, grid, est, X, Y) -> GridSearchResult:
-    """The whole-grid result from the lambda1 slices (grid order is lambda1-major), refit included."""
+    """The whole-grid result from the alpha slices (grid order is alpha-major), refit included."""
     records = [rec for value in grid["alpha"] for rec in state["slices"][repr(value)]["results"]]
     slices = state["slices"].values()
     best_index = max(range(len(records)), key=lambda i: (records[i]["mean_score"], -i))  # paper_mean: max

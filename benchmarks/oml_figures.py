@@ -14,10 +14,11 @@ Protocol (the paper gives none beyond "we keep 20% of data for nearest neighbour
 * OML-mem: the same with P fitted on the initial memory only (``projection_rows="memory"``: the
   paper's Table I reads X as the initialised memory D).
 * kNN: ``dmlr.models.KNN`` (Euclidean, k = 10, same vote) on all training rows.
-* OLANSGD: ``dmlr.models.RankSVM(solver="ansgd")`` (Park & Choi 2013), ``--iters`` updates;
-  lambda from ``--lams`` by the ranking loss on a seeded 20% hold-out of the training part
-  (the paper: five-fold CV over {1e-6, ..., 1e0}; a hold-out and a smaller grid to fit the
-  time budget), predictions by ``dmlr.metrics.predict_from_scores`` (score > 0, at least one label).
+* OLANSGD: ``dmlr.models.RankSVM(solver="ansgd")`` (Park & Choi 2013), ``--iters`` updates
+  (``n_updates``); ``alpha`` (the paper's lambda) from ``--lams`` by the ranking loss on a seeded
+  20% hold-out of the training part (the paper: five-fold CV over {1e-6, ..., 1e0}; a hold-out
+  and a smaller grid to fit the time budget), predictions by
+  ``dmlr.metrics.predict_from_scores`` (score > 0, at least one label).
 
 Usage: python benchmarks/oml_figures.py [--sets a,b] [--iters 20000] [--lams 1e-6,1e-4,1e-2,1e0] [--seed 0]
 """
@@ -73,12 +74,12 @@ def olansgd(Xtr, Ytr, Xte, lams, iters, seed):
     fit_i, val_i = np.sort(perm[:cut]), np.sort(perm[cut:])
     best = None
     for lam in lams:
-        m = RankSVM(solver="ansgd", lam=lam, max_iter=iters, random_state=seed).fit(Xtr[fit_i], Ytr[fit_i])
+        m = RankSVM(solver="ansgd", alpha=lam, n_updates=iters, random_state=seed).fit(Xtr[fit_i], Ytr[fit_i])
         S = m.decision_function(Xtr[val_i])
         rl = multilabel_metrics(Ytr[val_i], S, predict_from_scores(S), metrics=["ranking_loss"])["ranking_loss"]
         if best is None or rl < best[0]:
             best = (rl, lam)
-    m = RankSVM(solver="ansgd", lam=best[1], max_iter=iters, random_state=seed).fit(Xtr, Ytr)
+    m = RankSVM(solver="ansgd", alpha=best[1], n_updates=iters, random_state=seed).fit(Xtr, Ytr)
     S = m.decision_function(Xte)
     return predict_from_scores(S), S, best[1]
 
@@ -86,8 +87,8 @@ def olansgd(Xtr, Ytr, Xte, lams, iters, seed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--iters", type=int, default=20000)
-    ap.add_argument("--lams", default="1e-6,1e-4,1e-2,1e0")
+    ap.add_argument("--iters", type=int, default=20000, help="OLANSGD's n_updates")
+    ap.add_argument("--lams", default="1e-6,1e-4,1e-2,1e0", help="OLANSGD's candidate alpha values")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
@@ -111,7 +112,7 @@ def main(argv=None):
         r_ans = scores(Yte, P, S)
         print(f"{name}: n_train={Xtr.shape[0]} n_test={Xte.shape[0]} p={Xtr.shape[1]} q={Ytr.shape[1]} "
               f"split={split} OML d={oml.n_components_} active={oml.n_active_}/{oml.n_updates_} "
-              f"clipped={oml.n_clipped_} ridge={oml.ridge_used_:.2g}; OLANSGD lam={lam:g}; "
+              f"clipped={oml.n_clipped_} ridge={oml.ridge_used_:.2g}; OLANSGD alpha={lam:g}; "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
         for (label, _, sign), o, o_mem, k, a in zip(METRICS, r_oml, r_mem, r_knn, r_ans):
             better = sign * (o - k) > 0

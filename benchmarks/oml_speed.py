@@ -5,7 +5,7 @@
    after a memory D of n rows, for two sizes n (the np term should double with n).
 2. Per prediction (one test row): O(dpq + nd) -- embed the query (x P V) and scan D in d dims.
    Timed: ``OML.decision_function`` on ``--queries`` rows with D of the same two sizes, and the
-   Euclidean KNN (O(np)) for comparison.
+   Euclidean KNN (O(np)) for comparison, both in this process (``dmlr.config_context(backend="local")``).
 3. The distributed exact k-NN search (k = 10) of ``--queries`` rows against the training rows of
    mediamill_discretized (staged; else the Mediamill-shaped synthetic set), in the 120-dim input
    space, in-process and on ``dmlr.distributed.local_cluster(n, 1)`` with 1 and 2 workers
@@ -74,14 +74,16 @@ def main(argv=None):
         stream = ChunkStream(Xtr[rows], Ytr[rows])
         params = {"lambda_min": 1e-5, "lambda_max": 1e5, "lambda_rule": "exact"}
         t_upd, res = best_of(lambda: oml_train_stream(stream, base.P_, base.V_, mem, None, n, params))
-        m = OML(random_state=0, backend="local")
+        m = OML(random_state=0)
         m.set_params()
-        for attr in ("P_", "V_", "n_features_in_", "n_labels_", "n_components_"):
+        for attr in ("P_", "V_", "n_features_in_", "n_labels_", "n_components_", "classes_", "target_type_",
+                     "label_dtype_"):
             setattr(m, attr, getattr(base, attr))
         m.memory_X_, m.memory_Y_, m.n_memory_ = Xtr[:n], Ytr[:n], n
-        t_pred, _ = best_of(lambda: m.decision_function(Q))
-        knn = KNN(backend="local").fit(Xtr[:n], Ytr[:n])
-        t_knn, _ = best_of(lambda: knn.decision_function(Q))
+        with dmlr.config_context(backend="local"):
+            t_pred, _ = best_of(lambda: m.decision_function(Q))
+            knn = KNN().fit(Xtr[:n], Ytr[:n])
+            t_knn, _ = best_of(lambda: knn.decision_function(Q))
         print(f"{n:>8} {d:>4} {1e3 * t_upd / args.rounds:>10.3f} {int((res['losses'] > 0).sum()):>7} "
               f"{1e3 * t_pred / len(Q):>15.4f} {1e3 * t_knn / len(Q):>15.4f}")
     print(f"(Table II: update O(np + dpq) = {sizes[0] * p:.2g}/{sizes[-1] * p:.2g} + {d * p * q:.2g} flops; "

@@ -151,7 +151,8 @@ def main(argv=None):
     ap.add_argument("--sections", default="ranksvm,mediamill")
     ap.add_argument("--sets", default="corel5k,bibtex,mediamill_discretized")
     ap.add_argument("--updates", type=int, default=70_000)
-    ap.add_argument("--lam", type=float, default=1e-4, help="Rank-SVM lambda (and the SGD epoch's)")
+    ap.add_argument("--lam", type=float, default=1e-4,
+                    help="regularization lambda, the solvers' lam (RankSVM's alpha), also the SGD epoch's")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before-repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="MediaMill-26's label draw and row order")

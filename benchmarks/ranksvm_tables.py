@@ -3,6 +3,9 @@ Fig. 1 (test regularized hinge ranking loss vs t, ANSGD vs SGD) and the ANSGD pe
 
 Protocol (paper Sec. 5, what this script does):
 
+* The paper's regularization constant lambda is ``RankSVM``'s ``alpha``; the online solvers'
+  ``--iters`` updates are ``RankSVM``'s and ``MMP``'s ``n_updates``, the batch method's
+  L-BFGS iterations ``RankSVM(solver="lbfgs")``'s ``max_iter``.
 * Table 2: random 5-fold CV (seeded permutation of all rows of the set, train + test files
   together). In each fold, lambda is chosen from ``--lambdas`` (default {1e-6, ..., 1e0}) by
   the ranking loss (dmlr.metrics ``ranking_loss``) on a random validation part
@@ -184,9 +187,9 @@ def select_lambda(name: str, fold: int, a: dict):
     losses = {}
     for lam in a["lambdas"]:
         if a["select_with"] == "lbfgs":
-            est = RankSVM(lam=lam, solver="lbfgs", max_iter=a["select_iter"], random_state=fold)
+            est = RankSVM(alpha=lam, solver="lbfgs", max_iter=a["select_iter"], random_state=fold)
         else:
-            est = RankSVM(lam=lam, solver=a["select_with"], max_iter=a["iters"], random_state=fold)
+            est = RankSVM(alpha=lam, solver=a["select_with"], n_updates=a["iters"], random_state=fold)
         est.fit(X[fit], Y[fit])
         losses[lam] = ranking_metrics(Y[val], est.decision_function(X[val]))["ranking_loss"]
     lam = min(losses, key=lambda k: (losses[k], -k))  # ties: the larger lambda
@@ -218,11 +221,11 @@ def table2_fold(name: str, fold: int, a: dict) -> dict:
            "auc": {}, "auc_macro": {}, "seconds": {}}
     for method in a["methods"]:
         if method == "batch":
-            est = RankSVM(lam=lam, solver="lbfgs", max_iter=a["batch_iter"], random_state=fold)
+            est = RankSVM(alpha=lam, solver="lbfgs", max_iter=a["batch_iter"], random_state=fold)
         elif method == "mmp":
-            est = MMP(max_iter=a["iters"], random_state=fold)
+            est = MMP(n_updates=a["iters"], random_state=fold)
         else:
-            est = RankSVM(lam=lam, solver=method, max_iter=a["iters"], random_state=fold)
+            est = RankSVM(alpha=lam, solver=method, n_updates=a["iters"], random_state=fold)
         ts = time.perf_counter()
         est.fit(Xtr, Ytr)
         out["seconds"][method] = time.perf_counter() - ts
@@ -450,10 +453,10 @@ def speed(a: dict) -> None:
             kw = {"L": 1.0} if solver == "ansgd" else ({"omega": solvers.SGD_OMEGA} if solver == "sgd" else {})
             solvers.run_online(solver, st, Xb, Yb, order, lam=lam, **kw)
         rows.append((f"{solver.upper()} run_online loop", best(run)))
-    est = RankSVM(lam=lam, solver="ansgd", max_iter=T, random_state=0)
+    est = RankSVM(alpha=lam, solver="ansgd", n_updates=T, random_state=0)
     t_fit = best(lambda: est.fit(X, Y), reps=1)
     rows.append(("ANSGD RankSVM.fit end to end (incl. block copy)", t_fit))
-    mmp = MMP(max_iter=T, random_state=0)
+    mmp = MMP(n_updates=T, random_state=0)
     rows.append(("MMP.fit end to end", best(lambda: mmp.fit(X, Y), reps=1)))
     rows.append(("floor incl. oracle: Numba loop + ranksvm_row", floor_nb + t_oracle))
     print("| what | seconds | us / update | x numpy floor | x Numba floor |")
@@ -481,20 +484,24 @@ def main(argv=None):
     ap.add_argument("--fig1-sets", default=",".join(FIG1_SETS))
     ap.add_argument("--folds", type=int, default=5, help="folds of the random CV partition")
     ap.add_argument("--run-folds", type=int, default=None, help="run only the first k folds")
-    ap.add_argument("--iters", type=int, default=70_000, help="online updates (paper: 7e4)")
-    ap.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS))
+    ap.add_argument("--iters", type=int, default=70_000,
+                    help="online updates, RankSVM's and MMP's n_updates (paper: 7e4)")
+    ap.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
+                    help="candidate RankSVM alpha values (the paper's lambda)")
     ap.add_argument("--val-frac", type=float, default=0.2)
     ap.add_argument("--select-with", choices=("lbfgs", "ansgd", "sgd"), default="lbfgs",
                     help="solver of the lambda selection (paper: the batch method)")
-    ap.add_argument("--select-iter", type=int, default=300, help="L-BFGS iterations per selection fit")
+    ap.add_argument("--select-iter", type=int, default=300,
+                    help="L-BFGS iterations (max_iter) per selection fit")
     ap.add_argument("--select-once", nargs="?", const="all", default="",
                     help="select lambda on fold 0 only and reuse it (all sets, or the comma-separated sets given)")
-    ap.add_argument("--batch-iter", type=int, default=1000, help="L-BFGS iterations of the batch method")
+    ap.add_argument("--batch-iter", type=int, default=1000, help="L-BFGS iterations (max_iter) of the batch method")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--record-every", type=int, default=1000)
-    ap.add_argument("--fig1-lam", type=float, default=None, help="fixed lambda for Fig. 1 (default: selected)")
+    ap.add_argument("--fig1-lam", type=float, default=None,
+                    help="fixed lambda (alpha) for Fig. 1 (default: selected)")
     ap.add_argument("--speed-set", default="mediamill_discretized")
-    ap.add_argument("--speed-lam", type=float, default=1e-4)
+    ap.add_argument("--speed-lam", type=float, default=1e-4, help="lambda (alpha) of the speed section")
     ap.add_argument("--speed-reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (folds / curves in parallel)")

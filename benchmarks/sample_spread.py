@@ -41,17 +41,18 @@ def sample_scores(X, Y, name, point, splits):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="yahoo_education", choices=sorted(PAPER_STYLE_YAHOO))
-    ap.add_argument("--point", default="10,10,0.1", help="lambda1,lambda2,lambda3")
+    ap.add_argument("--point", default="10,10,0.1",
+                    help="alpha,alpha_rank,alpha_nuclear (the paper's lambda1,lambda2,lambda3)")
     ap.add_argument("--samples", type=int, default=10, help="document samples, seeds 0..samples-1")
     ap.add_argument("--splits", type=int, default=3)
     ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
     args = ap.parse_args(argv)
     point = tuple(float(v) for v in args.point.split(","))
     if len(point) != 3:
-        ap.error(f"--point needs three values lambda1,lambda2,lambda3, got {args.point!r}")
+        ap.error(f"--point needs three values alpha,alpha_rank,alpha_nuclear, got {args.point!r}")
     full_X, full_Y = load_all(args.set, Path(args.workdir))
     names = [short for short, _, _ in METRICS]
-    print(f"{args.set}, lambda = {point}, {args.splits} splits per sample\n")
+    print(f"{args.set}, (alpha, alpha_rank, alpha_nuclear) = {point}, {args.splits} splits per sample\n")
     print("| sample seed | " + " | ".join(names) + " | seconds |")
     print("|---" * (len(names) + 2) + "|")
     means = []

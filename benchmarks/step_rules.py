@@ -9,13 +9,13 @@ lower, i.e. better).
 
 Sets (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, the reference demo's values):
 emotions (the reference's split) linear and RBF kernel; scene, yeast,
-image_subset600 RBF kernel (gamma = 1/m); enron, yahoo_arts, yahoo_recreation,
-yahoo_business, yahoo_education (the paper-style 5,000-document versions that
+image_subset600 RBF kernel (:class:`dmlr.models.KernelRBRL`, gamma = 1/m);
+enron, yahoo_arts, yahoo_recreation, yahoo_business, yahoo_education (the paper-style 5,000-document versions that
 ``paper_tables.py`` fits, see its ``paper_style_yahoo``), mediamill_discretized and
 bookmarks_synthetic (dmlr's seed-0 Bookmarks-shaped set, ``synthetic_store``) linear;
 yeast_raw: yeast without standardization.
 Training part: the official train split where one exists, else a seeded 60%
-of the rows; kernel sets standardized. In-process backend.
+of the rows; kernel sets standardized. In-process (``dmlr.config_context(backend="local")``).
 
 Writes a convergence plot (objective - best vs iteration and vs seconds, each
 rule, emotions linear and kernel) to ``--png`` when matplotlib is installed
@@ -55,7 +55,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from paper_tables import PAPER_STYLE_YAHOO, load_all, paper_style_yahoo
+from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yahoo
 
 import dmlr
 from dmlr.datasets import anchors_dir, staged_store, synthetic_store
@@ -110,8 +110,11 @@ def first_within(history, target, rel=1e-6):
     return int(hit[0]) if hit.size else None
 
 
-def fit_or_load(path: Path, X, Y, **params):
-    """The figures this table needs of ``RBRL(**params).fit(X, Y)``, saved at ``path`` (or read from it).
+def fit_or_load(path: Path, X, Y, kernel=None, **params):
+    """The figures this table needs of the fit of ``make_rbrl(kernel, **params)``, saved at ``path`` (or read from it).
+
+    The fit runs in this process (``backend="local"``); ``kernel`` None is linear RBRL, else
+    KernelRBRL with that kernel.
 
     Returns
     -------
@@ -121,7 +124,8 @@ def fit_or_load(path: Path, X, Y, **params):
     if path.exists():
         with np.load(path, allow_pickle=False) as f:
             return SimpleNamespace(**{k: f[k] for k in f.files})
-    m = RBRL(**params).fit(X, Y)
+    with dmlr.config_context(backend="local"):
+        m = make_rbrl(kernel, **params).fit(X, Y)
     figures = dict(objective_history_=np.asarray(m.objective_history_), objective_seconds_=np.asarray(
         m.objective_seconds_), n_iter_=np.int64(m.n_iter_), lipschitz_=np.float64(m.lipschitz_))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,11 +158,11 @@ def main(argv=None):
         except FileNotFoundError as e:
             print(f"| {name} | skipped: {e} |")
             continue
-        common = dict(kernel=kernel, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=args.max_iter, backend="local")
+        common = dict(kernel=kernel, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=args.max_iter)
 
         def fit(step, restart):
             path = saved / f"{name}_{step}_restart-{restart}_max-iter-{args.max_iter}.npz"
-            return fit_or_load(path, X, Y, step=step, restart=restart, **common)
+            return fit_or_load(path, X, Y, step_rule=step, restart=restart, **common)
 
         paper = fit("paper", None)
         target = paper.objective_history_[-1]

@@ -9,8 +9,8 @@ Data, as the paper's Section VII-A:
   least one of them (the paper's rule; it reports 3,706 and 15,687 rows for
   its draw), standard-scaled.
 
-Every cell: ``LinearMultiLabel(loss, solver, epochs=5, step="1/k",
-step_size=--step-size, lam=--lam)`` from W = 0, objective recorded before
+Every cell: ``LinearMultiLabel(loss, solver, n_epochs=5, learning_rate="1/k",
+eta0=--eta0, alpha=--alpha)`` from W = 0, objective recorded before
 and after each epoch (not timed). Printed: our time per cell next to Table
 I's (ratio = theirs / ours) and our final objective relative to SGD's
 ("=" within 1 %, "+" lower, "-" higher: the paper's colour code, which
@@ -18,9 +18,13 @@ its text does not give per cell). The curves are saved as PNG when
 matplotlib is installed. Also: one SGD epoch on MediaMill-26 against the
 floor of one pass of ``X @ W`` (BLAS) on the same data.
 
+Execution: ``dmlr.config_context(backend=--backend)``, with a 2-worker local
+cluster's client for ``--backend dask``.
+
 Usage::
 
     python benchmarks/vr_table.py [--sets emotions,mediamill7,mediamill26] [--png vr_curves.png]
+        [--n-epochs 5] [--eta0 1] [--alpha 1e-4] [--backend local|dask]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 
 import numpy as np
 
+import dmlr
 from dmlr.data.store import open_dataset
 from dmlr.datasets import staged_store
 from dmlr.kernels.multilabel_losses import LOSSES
@@ -83,7 +88,7 @@ def fmt_time(s):
     return f"{s:.2f}s" if s < 60 else f"{int(s // 60)}m{s % 60:02.0f}s"
 
 
-def sgd_epoch_floor(X, Y, step_size, lam, repeats=5):
+def sgd_epoch_floor(X, Y, eta0, alpha, repeats=5):
     """(one SGD epoch, one pass of X @ W) in seconds, best of ``repeats`` each."""
     from threadpoolctl import threadpool_limits
 
@@ -91,9 +96,10 @@ def sgd_epoch_floor(X, Y, step_size, lam, repeats=5):
     Xb = np.hstack([X, np.ones((X.shape[0], 1))])
     with threadpool_limits(limits=1):
         floor = min(_timed(lambda: Xb @ W) for _ in range(repeats))
-    model = LinearMultiLabel(loss="hamming", solver="sgd", epochs=1, step="1/k", step_size=step_size, lam=lam,
-                             backend="local", record=False)
-    epoch = min(model.fit(X, Y).fit_seconds_ for _ in range(repeats))
+    model = LinearMultiLabel(loss="hamming", solver="sgd", n_epochs=1, learning_rate="1/k", eta0=eta0, alpha=alpha,
+                             record=False)
+    with dmlr.config_context(backend="local"):
+        epoch = min(model.fit(X, Y).fit_seconds_ for _ in range(repeats))
     return epoch, floor
 
 
@@ -108,16 +114,18 @@ def main(argv=None):
     ap.add_argument("--sets", default="emotions,mediamill7,mediamill26")
     ap.add_argument("--losses", default=",".join(PAPER_LOSSES))
     ap.add_argument("--solvers", default=",".join(SOLVERS))
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--step-size", type=float, default=1.0,
-                    help="base of alpha = step_size / k (paper: 1; 0: dmlr's default 1/L)")
-    ap.add_argument("--lam", type=float, default=1e-4)
+    ap.add_argument("--n-epochs", "--epochs", type=int, default=5, help="LinearMultiLabel's n_epochs")
+    ap.add_argument("--eta0", "--step-size", type=float, default=1.0,
+                    help="LinearMultiLabel's eta0, the base of the step eta0 / k (paper: 1; 0: dmlr's default 1/L)")
+    ap.add_argument("--alpha", "--lam", type=float, default=1e-4,
+                    help="LinearMultiLabel's alpha (L2 strength; the paper's lambda)")
     ap.add_argument("--seed", type=int, default=0, help="label draw of MediaMill-7/26 and the row order")
-    ap.add_argument("--backend", default="local", choices=["local", "dask"])
+    ap.add_argument("--backend", default="local", choices=["local", "dask"],
+                    help="execution setting dmlr.config_context(backend=...)")
     ap.add_argument("--png", default=None, help="save the objective-vs-epoch curves here")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
-    step_size = args.step_size or None
+    eta0 = args.eta0 or None
     workdir = args.workdir or tempfile.mkdtemp(prefix="dmlr-vr-")
     sets, losses, solvers = args.sets.split(","), args.losses.split(","), args.solvers.split(",")
     client = None
@@ -128,7 +136,7 @@ def main(argv=None):
 
         client = Client(local_cluster(2, 1))
     curves = {}
-    print(f"# epochs={args.epochs} step=1/k step_size={step_size or '1/L (dmlr default)'} lam={args.lam} "
+    print(f"# n_epochs={args.n_epochs} learning_rate=1/k eta0={eta0 or '1/L (dmlr default)'} alpha={args.alpha} "
           f"backend={args.backend}")
     for name in sets:
         try:
@@ -142,11 +150,11 @@ def main(argv=None):
         for loss in losses:
             sgd_final = None
             for solver in solvers:
-                m = LinearMultiLabel(loss=loss, solver=solver, epochs=args.epochs, step="1/k",
-                                     step_size=step_size, lam=args.lam, backend=args.backend,
-                                     random_state=args.seed)
+                m = LinearMultiLabel(loss=loss, solver=solver, n_epochs=args.n_epochs, learning_rate="1/k",
+                                     eta0=eta0, alpha=args.alpha, random_state=args.seed)
                 try:
-                    m.fit(X, Y, client=client)
+                    with dmlr.config_context(backend=args.backend, client=client):
+                        m.fit(X, Y)
                 except FloatingPointError as e:
                     print(f"{loss:8s} {solver:14s} diverged: {e}")
                     continue
@@ -161,7 +169,7 @@ def main(argv=None):
                       f"{final:10.5f} {verdict:>6s}", flush=True)
                 curves[(name, loss, solver)] = m.objective_history_
         if name == "mediamill26":
-            epoch, floor = sgd_epoch_floor(X, Y, step_size, args.lam)
+            epoch, floor = sgd_epoch_floor(X, Y, eta0, args.alpha)
             print(f"\nSGD epoch (hamming) on MediaMill-26: {epoch * 1e3:.1f} ms; one X @ W pass (1 BLAS thread): "
                   f"{floor * 1e3:.2f} ms; ratio {epoch / floor:.1f}x")
     if args.png and curves:
