@@ -21,7 +21,7 @@ from dmlr.data.store import write_dataset
 from dmlr.datasets import anchors_dir
 from dmlr.models import RBRL
 
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6, scaling=None)
 
 
 def main(argv=None):

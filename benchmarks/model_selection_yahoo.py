@@ -105,7 +105,7 @@ def main(argv=None):
 
     from dmlr.distributed import local_cluster
 
-    est = RBRL(step_rule=args.step_rule, tol=args.tol, max_iter=args.max_iter)
+    est = RBRL(step_rule=args.step_rule, tol=args.tol, max_iter=args.max_iter, scaling=None)  # the paper's protocol
     path_param = None if args.cold else "alpha_nuclear"
     config = {"tol": args.tol, "max_iter": args.max_iter, "step_rule": args.step_rule, "seed": args.seed,
               "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}

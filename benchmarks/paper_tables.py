@@ -217,6 +217,7 @@ def split_repeat(name, X, Y, repeat):
 
 def make_rbrl(kernel, **params):
     """Linear :class:`RBRL` (``kernel`` None) or :class:`KernelRBRL` with ``kernel``, as :func:`split_repeat` says."""
+    params.setdefault("scaling", None)   # the paper's protocol: features as given (as the reference)
     return RBRL(**params) if kernel is None else KernelRBRL(kernel, **params)
 
 

@@ -199,8 +199,8 @@ def section_reference():
     print("\n| emotions (reference split) | iterations (reference) | final objective | whole fit, best of 3 "
           "| reference | speed-up |")
     print("|---|---|---|---|---|---|")
-    models = {"linear": lambda: RBRL(step_rule="paper", max_iter=1999),
-              "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, step_rule="paper", max_iter=1999)}
+    models = {"linear": lambda: RBRL(step_rule="paper", max_iter=1999, scaling=None),
+              "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, step_rule="paper", max_iter=1999, scaling=None)}
     for key, model in models.items():
         fits = [model().fit(Xtr, Ytr) for _ in range(3)]
         best = min(f.fit_seconds_ for f in fits)
@@ -310,7 +310,7 @@ def fit_with_pass_times(X, Y, client, iters):
     objective.block_extrapolated_value_and_grad = _timed_block_pass
     try:
         with dmlr.config_context(backend="dask", client=client):
-            model = RBRL(max_iter=iters, tol=0.0).fit(X, Y)
+            model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
     finally:
         objective.block_extrapolated_value_and_grad = _BLOCK_PASS
     per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
@@ -375,7 +375,7 @@ def section_kernel(client, work, iters):
     base = client.run(rss_bytes)
     client.run(reset_peak)
     with dmlr.config_context(backend="dask", client=client):
-        model = KernelRBRL("rbf", max_iter=iters, tol=0.0, step_rule="spectral").fit(X, Y)
+        model = KernelRBRL("rbf", max_iter=iters, tol=0.0, step_rule="spectral", scaling=None).fit(X, Y)
     peaks = client.run(peak_bytes)
     per_iter = ms_per_iteration(model)
     k_rows = 10000 * 10000 * 8 / len(peaks) / 2 ** 20
@@ -411,7 +411,7 @@ def section_in_process(work, iters):
     print("|---|---|---|---|---|---|")
     for label, n_blocks in (("one block", 1), ("default (one per core)", local_block_count(X))):
         with dmlr.config_context(n_blocks=n_blocks):
-            model = RBRL(max_iter=iters, tol=0.0).fit(X, Y)
+            model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
         per_iter = ms_per_iteration(model)
         med = median_ms_per_iteration(model)
         print(f"| {label} | {n_blocks} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x "
@@ -444,7 +444,7 @@ def section_in_process_sparse(work, iters):
         back = timed_ms(side_by_side(lambda k: blocks[k].X.T @ Cs[k]), 9)
     chunks.close()
     floor, floor_median = fwd[0] + back[0], fwd[1] + back[1]
-    model = RBRL(max_iter=iters, tol=0.0).fit(X, Y)
+    model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
     per_iter, med = ms_per_iteration(model), median_ms_per_iteration(model)
     print(f"\n| Bookmarks-shaped train split in-process ({X.shape[0]} x {X.shape[1]} sparse, backend "
           f"{model.backend_!r}) | blocks | APG ms/iter | sparse floor ms: X_b@W + X_b.T@C per block, "
