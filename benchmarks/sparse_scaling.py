@@ -120,7 +120,7 @@ def run_rbrl(Xtr, Ytr, Xte, Yte, a) -> dict:
     from dmlr.models import RBRL
 
     grid = {"alpha": a.alpha, "alpha_rank": a.alpha_rank, "alpha_nuclear": a.alpha_nuclear}
-    est = RBRL(step_rule="spectral", tol=1e-4, max_iter=a.max_iter)
+    est = RBRL(step_rule="spectral", tol=1e-4, max_iter=a.max_iter, scaling=None)  # the scaling under test only
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
