@@ -254,10 +254,11 @@ def _fmt_params(p: dict) -> str:
 def table(name: str, result: dict, a) -> str:
     info, rows = result["info"], result["rows"]
     capped = info["n_train"] < info["n_train_full"]
+    lo, hi = info["value_range"]
     title = (f"{name}: train {info['n_train']}"
              + (f" (seeded subsample of {info['n_train_full']}, seed {a.seed})" if capped else "")
              + f", test {info['n_test']}, d {info['d']}, L {info['L']}, density {info['density']:.4f}, "
-             f"features {'binary' if info['binary'] else 'in [%g, %g]' % tuple(info['value_range'])}")
+             f"features {'binary' if info['binary'] else f'in [{lo:g}, {hi:g}]'}")
     head = (f"{'model':<7} {'scaling':<7} {'test RL':>8} {'test AP':>8} {'test P@1':>8} {'cv RL':>8} "
             f"{'seconds':>8}  chosen (edge)")
     lines = [title, head, "-" * len(head)]
