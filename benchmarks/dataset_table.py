@@ -22,7 +22,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -34,7 +33,6 @@ import numpy as np
 from dmlr.data.convert import convert
 from dmlr.data.store import open_dataset
 from dmlr.datasets import STAGED, data_dir
-
 
 #: (staged set, MANIFEST n, d, L, card as printed there); files and options from dmlr.datasets.STAGED.
 #: card: the union file's "Measured" value where one is staged, else the Summary table's.
@@ -95,17 +93,21 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="dmlr-table-") as tmp:
         for i, (name, n, d, l, card_txt) in enumerate(SETS):
             folder, files, options = STAGED[name]
-            n_, d_, l_, card, sec, splits, notes = convert_one(args.data_dir, folder, files, options,
-                                                               Path(tmp) / f"{i}.zarr")
+            n_, d_, l_, card, sec, splits, notes = convert_one(
+                args.data_dir, folder, files, options, Path(tmp) / f"{i}.zarr"
+            )
             ok = (n_, d_, l_) == (n, d, l) and card_matches(card, card_txt)
             all_ok &= ok
             label = " + ".join(files) + (f" (splits {splits})" if splits else "")
             if notes:
-                footnotes.append(f"{folder}: converted with drop_truncated_last_line=True: {'; '.join(notes)} "
-                                 f"(MANIFEST quirk)")
+                footnotes.append(
+                    f"{folder}: converted with drop_truncated_last_line=True: {'; '.join(notes)} (MANIFEST quirk)"
+                )
                 label += f" [{len(footnotes)}]"
-            print(f"| {folder} | {label} | {n_} | {d_} | {l_} | {card:.4f} | {n}/{d}/{l}/{card_txt} | "
-                  f"{'yes' if ok else 'NO'} | {sec:.2f} |")
+            print(
+                f"| {folder} | {label} | {n_} | {d_} | {l_} | {card:.4f} | {n}/{d}/{l}/{card_txt} | "
+                f"{'yes' if ok else 'NO'} | {sec:.2f} |"
+            )
     for k, note in enumerate(footnotes, 1):
         print(f"\n[{k}] {note}")
     return 0 if all_ok else 1

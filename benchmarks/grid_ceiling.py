@@ -106,8 +106,10 @@ def main(argv=None):
                 print(f"skip {name}: {e}")
                 continue
             paper = PAPER_TABLE3.get(name)
-            print(f"\n{name}, repeat {args.repeat}: best test score within each grid (optimistic bound; fits to "
-                  f"tol {args.tol:g}, at most {args.max_iter} iterations)")
+            print(
+                f"\n{name}, repeat {args.repeat}: best test score within each grid (optimistic bound; fits to "
+                f"tol {args.tol:g}, at most {args.max_iter} iterations)"
+            )
             print("| metric | paper | " + " | ".join(GRIDS) + " | best point (alpha, alpha_rank, alpha_nuclear) |")
             print("|---|---|" + "---|" * len(GRIDS) + "---|")
             for short, key, sign in METRICS:
@@ -121,8 +123,7 @@ def main(argv=None):
                     mean, std = paper[[m for _, m, _ in METRICS].index(key)]
                     ptxt = f"{mean:.3f} +- {std:.3f}"
                 point = ", ".join(f"{best[k]:g}" for k in ("alpha", "alpha_rank", "alpha_nuclear"))
-                print(f"| {short} | {ptxt} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {point} |",
-                      flush=True)
+                print(f"| {short} | {ptxt} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {point} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,18 +58,28 @@ def load_sets(work: Path):
 
     sets = {}
     m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-    sets["emotions (ref split)"] = (m["X_train"], (m["Y_train"] > 0).astype(np.int8),
-                                    m["X_test"], (m["Y_test"] > 0).astype(np.int8))
+    sets["emotions (ref split)"] = (
+        m["X_train"],
+        (m["Y_train"] > 0).astype(np.int8),
+        m["X_test"],
+        (m["Y_test"] > 0).astype(np.int8),
+    )
     for name in ("scene", "yeast"):
         folder = data_dir() / name
-        store = dmlr.convert([folder / f"{name}-train.arff.gz", folder / f"{name}-test.arff.gz"],
-                             work / f"{name}.zarr", xml=folder / f"{name}.xml", overwrite=True)
+        store = dmlr.convert(
+            [folder / f"{name}-train.arff.gz", folder / f"{name}-test.arff.gz"],
+            work / f"{name}.zarr",
+            xml=folder / f"{name}.xml",
+            overwrite=True,
+        )
         ds = dmlr.open_dataset(store)
         (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")
-        sets[f"{name} (MULAN split)"] = (np.asarray(Xtr.compute(), dtype=np.float64),
-                                         np.asarray(Ytr.compute(), dtype=np.int8),
-                                         np.asarray(Xte.compute(), dtype=np.float64),
-                                         np.asarray(Yte.compute(), dtype=np.int8))
+        sets[f"{name} (MULAN split)"] = (
+            np.asarray(Xtr.compute(), dtype=np.float64),
+            np.asarray(Ytr.compute(), dtype=np.int8),
+            np.asarray(Xte.compute(), dtype=np.float64),
+            np.asarray(Yte.compute(), dtype=np.int8),
+        )
     m = sio.loadmat(data_dir() / "image_subset600" / "image.mat")
     X, Y = np.asarray(m["data"], dtype=np.float64), (np.asarray(m["target"]) > 0).astype(np.int8)
     perm = np.random.default_rng(0).permutation(X.shape[0])
@@ -81,8 +91,9 @@ def load_sets(work: Path):
 
 def approximate(method: str, n_components: int, **params):
     """The approximate kernel model: D kernel features, then linear RBRL (``params`` override PARAMS)."""
-    return make_pipeline(KernelFeatures(**KERNEL, n_components=n_components, method=method),
-                         RBRL(**{**PARAMS, **params}))
+    return make_pipeline(
+        KernelFeatures(**KERNEL, n_components=n_components, method=method), RBRL(**{**PARAMS, **params})
+    )
 
 
 def variants(n_train: int):
@@ -111,8 +122,16 @@ def small_rows(sets):
             S = model.decision_function(Xte)
             vals = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=METRICS)
             n_iter = (model[-1] if hasattr(model, "steps") else model).n_iter_
-            rows.append((name, f"{Xtr.shape[0]}/{Xte.shape[0]} x {Xtr.shape[1]}, l={Ytr.shape[1]}", label,
-                         n_iter, f"{seconds:.2f}", *(f"{vals[k]:.4f}" for k in METRICS)))
+            rows.append(
+                (
+                    name,
+                    f"{Xtr.shape[0]}/{Xte.shape[0]} x {Xtr.shape[1]}, l={Ytr.shape[1]}",
+                    label,
+                    n_iter,
+                    f"{seconds:.2f}",
+                    *(f"{vals[k]:.4f}" for k in METRICS),
+                )
+            )
             print("  " + " | ".join(str(c) for c in rows[-1]), flush=True)
     return rows
 
@@ -126,8 +145,7 @@ def mediamill_row(work: Path):
     X, Y = ds.arrays("train")
     Xte, Yte = ds.arrays("test")
     n = ds.n_samples
-    with (local_cluster(2, 1) as cluster, Client(cluster) as client,
-          dmlr.config_context(backend="dask", client=client)):
+    with local_cluster(2, 1) as cluster, Client(cluster) as client, dmlr.config_context(backend="dask", client=client):
         model = approximate("nystroem", 1024, max_iter=100, tol=0.0)
         fit_seconds = timed_fit(model, X, Y)
         features, rbrl = model[0], model[-1]
@@ -138,21 +156,31 @@ def mediamill_row(work: Path):
         S = model.decision_function(Xte)
         vals = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=METRICS)
         eval_s = time.perf_counter() - t
-    gram_gb = 8 * n ** 2 / 1e9
+    gram_gb = 8 * n**2 / 1e9
     gram_train_gb = 8 * X.shape[0] ** 2 / 1e9
-    print(f"\nMediamill-shaped synthetic (make_multilabel preset='mediamill', seed 0): n={n}, train {X.shape[0]} x "
-          f"{X.shape[1]}, {Y.shape[1]} labels; Nystroem n_components=1024, 2-worker LocalCluster, "
-          f"backend='dask', max_iter=100, tol=0")
-    print(f"  whole fit {fit_seconds:.1f} s ({rbrl.n_iter_} iterations; {per_iter:.3f} s/iteration; "
-          f"setup before the first iteration incl. landmark gather, eigh, features on the workers and "
-          f"Lipschitz pass {setup:.1f} s)")
-    print(f"  test ({Xte.shape[0]} rows, scored on the cluster's data path in {eval_s:.1f} s): "
-          + ", ".join(f"{k} {vals[k]:.4f}" for k in METRICS))
-    print(f"  model arrays: coef_ {rbrl.coef_.shape}, landmarks {features.landmarks_.shape}, "
-          f"projection {features.projection_.shape}; features held on workers: "
-          f"{X.shape[0]} x 1025 float64 = {8 * X.shape[0] * 1025 / 1e6:.0f} MB")
-    print(f"  exact kernel RBRL would need K of {n}^2 floats = {gram_gb:.1f} GB "
-          f"({X.shape[0]}^2 = {gram_train_gb:.1f} GB for the train rows alone): not run")
+    print(
+        f"\nMediamill-shaped synthetic (make_multilabel preset='mediamill', seed 0): n={n}, train {X.shape[0]} x "
+        f"{X.shape[1]}, {Y.shape[1]} labels; Nystroem n_components=1024, 2-worker LocalCluster, "
+        f"backend='dask', max_iter=100, tol=0"
+    )
+    print(
+        f"  whole fit {fit_seconds:.1f} s ({rbrl.n_iter_} iterations; {per_iter:.3f} s/iteration; "
+        f"setup before the first iteration incl. landmark gather, eigh, features on the workers and "
+        f"Lipschitz pass {setup:.1f} s)"
+    )
+    print(
+        f"  test ({Xte.shape[0]} rows, scored on the cluster's data path in {eval_s:.1f} s): "
+        + ", ".join(f"{k} {vals[k]:.4f}" for k in METRICS)
+    )
+    print(
+        f"  model arrays: coef_ {rbrl.coef_.shape}, landmarks {features.landmarks_.shape}, "
+        f"projection {features.projection_.shape}; features held on workers: "
+        f"{X.shape[0]} x 1025 float64 = {8 * X.shape[0] * 1025 / 1e6:.0f} MB"
+    )
+    print(
+        f"  exact kernel RBRL would need K of {n}^2 floats = {gram_gb:.1f} GB "
+        f"({X.shape[0]}^2 = {gram_train_gb:.1f} GB for the train rows alone): not run"
+    )
 
 
 def main(argv=None):
@@ -167,16 +195,27 @@ def main(argv=None):
     RBRL(max_iter=3).fit(rng.normal(size=(20, 3)), (rng.random((20, 2)) < 0.5).astype(np.int8))
     print("rows as they finish:")
     rows = small_rows(sets)
-    head = ("data set", "train/test x d", "variant", "iters", "fit s", "AP", "ranking loss", "Hamming loss",
-            "F1 example")
+    head = (
+        "data set",
+        "train/test x d",
+        "variant",
+        "iters",
+        "fit s",
+        "AP",
+        "ranking loss",
+        "Hamming loss",
+        "F1 example",
+    )
     print()
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         print("| " + " | ".join(str(c) for c in r) + " |")
-    print(f"\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, step_rule='spectral', max_iter=2000, "
-          f"tol=1e-6, fit_intercept=True (the approximate variants' bias is a feature; the exact kernel "
-          f"model has none). fit s: whole fit incl. the feature map, in-process (backend 'auto').")
+    print(
+        "\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, step_rule='spectral', max_iter=2000, "
+        "tol=1e-6, fit_intercept=True (the approximate variants' bias is a feature; the exact kernel "
+        "model has none). fit s: whole fit incl. the feature map, in-process (backend 'auto')."
+    )
     if not args.skip_mediamill:
         mediamill_row(work)
     print(f"\nload average at end: {os.getloadavg()}")

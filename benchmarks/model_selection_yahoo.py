@@ -75,12 +75,17 @@ def main(argv=None):
     ap.add_argument("--step-rule", "--step", default="spectral", help="RBRL's step_rule")
     ap.add_argument("--train-fraction", type=float, default=0.6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cold", action="store_true",
-                    help="no warm starts: every grid point fitted from zero (path_param=None)")
-    ap.add_argument("--checkpoint", default=None,
-                    help="JSON file: run one alpha value at a time, save each, resume a killed run from it")
-    ap.add_argument("--settings", type=int, default=None,
-                    help="probe: only the first N (alpha, alpha_rank) settings of the grid")
+    ap.add_argument(
+        "--cold", action="store_true", help="no warm starts: every grid point fitted from zero (path_param=None)"
+    )
+    ap.add_argument(
+        "--checkpoint",
+        default=None,
+        help="JSON file: run one alpha value at a time, save each, resume a killed run from it",
+    )
+    ap.add_argument(
+        "--settings", type=int, default=None, help="probe: only the first N (alpha, alpha_rank) settings of the grid"
+    )
     args = ap.parse_args(argv)
 
     X, Y = load_arts()
@@ -91,15 +96,21 @@ def main(argv=None):
     if args.settings is not None:
         # Grid order is alpha-major, so the first settings are the slowest (weakest ridge) corner.
         pairs = [(a, b) for a in grid["alpha"] for b in grid["alpha_rank"]][: args.settings]
-        grid = {"alpha": sorted({a for a, _ in pairs}), "alpha_rank": sorted({b for _, b in pairs}),
-                "alpha_nuclear": grid["alpha_nuclear"]}
+        grid = {
+            "alpha": sorted({a for a, _ in pairs}),
+            "alpha_rank": sorted({b for _, b in pairs}),
+            "alpha_nuclear": grid["alpha_nuclear"],
+        }
     n_points = int(np.prod([len(v) for v in grid.values()]))
-    print(f"yahoo_arts: training part {X_tr.shape[0]} x {X_tr.shape[1]}, {Y_tr.shape[1]} labels "
-          f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step_rule={args.step_rule!r}, "
-          f"tol={args.tol:g}, max_iter={args.max_iter}); "
-          f"{'cold fits' if args.cold else 'warm-started alpha_nuclear paths'}; "
-          f"cores: {os.cpu_count()}; load average at start: "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(
+        f"yahoo_arts: training part {X_tr.shape[0]} x {X_tr.shape[1]}, {Y_tr.shape[1]} labels "
+        f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step_rule={args.step_rule!r}, "
+        f"tol={args.tol:g}, max_iter={args.max_iter}); "
+        f"{'cold fits' if args.cold else 'warm-started alpha_nuclear paths'}; "
+        f"cores: {os.cpu_count()}; load average at start: "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
 
     from distributed import Client
 
@@ -107,30 +118,50 @@ def main(argv=None):
 
     est = RBRL(step_rule=args.step_rule, tol=args.tol, max_iter=args.max_iter, scaling=None)  # the paper's protocol
     path_param = None if args.cold else "alpha_nuclear"
-    config = {"tol": args.tol, "max_iter": args.max_iter, "step_rule": args.step_rule, "seed": args.seed,
-              "train_fraction": args.train_fraction, "cold": args.cold, "grid": grid}
+    config = {
+        "tol": args.tol,
+        "max_iter": args.max_iter,
+        "step_rule": args.step_rule,
+        "seed": args.seed,
+        "train_fraction": args.train_fraction,
+        "cold": args.cold,
+        "grid": grid,
+    }
     state = load_checkpoint(args.checkpoint, config)
     with local_cluster(2, 1) as cluster, Client(cluster) as client:
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the count is printed below
             if args.checkpoint is None:
-                res = grid_search_cv(est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client,
-                                     path_param=path_param, verbose=25)
+                res = grid_search_cv(
+                    est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client, path_param=path_param, verbose=25
+                )
             else:
                 # One alpha value (49 points) at a time, each saved when done: a killed run resumes
                 # where it stopped. Units are independent, so the records equal one whole-grid call's.
                 for value in grid["alpha"]:
                     if repr(value) in state["slices"]:
                         continue
-                    part = grid_search_cv(est, X_tr, Y_tr, {**grid, "alpha": [value]}, cv=5, seed=args.seed,
-                                          client=client, path_param=path_param, refit=False, verbose=49)
-                    state["slices"][repr(value)] = {"results": part.results, "seconds": part.seconds,
-                                                    "n_warm_fits": part.n_warm_fits,
-                                                    "n_warm_first_test_stops": part.n_warm_first_test_stops}
+                    part = grid_search_cv(
+                        est,
+                        X_tr,
+                        Y_tr,
+                        {**grid, "alpha": [value]},
+                        cv=5,
+                        seed=args.seed,
+                        client=client,
+                        path_param=path_param,
+                        refit=False,
+                        verbose=49,
+                    )
+                    state["slices"][repr(value)] = {
+                        "results": part.results,
+                        "seconds": part.seconds,
+                        "n_warm_fits": part.n_warm_fits,
+                        "n_warm_first_test_stops": part.n_warm_first_test_stops,
+                    }
                     save_checkpoint(args.checkpoint, state)
-                    print(f"  alpha={value:g} done in {part.seconds:.1f} s (saved to {args.checkpoint})",
-                          flush=True)
+                    print(f"  alpha={value:g} done in {part.seconds:.1f} s (saved to {args.checkpoint})", flush=True)
                 res = combine_slices(state, grid, est, X_tr, Y_tr)
         elapsed = time.perf_counter() - t
 
@@ -138,17 +169,25 @@ def main(argv=None):
     if args.checkpoint is None:
         print(f"elapsed: {elapsed:.1f} s total ({res.seconds:.1f} s CV + {res.refit_seconds:.1f} s refit)")
     else:
-        print(f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['alpha'])} alpha slices, "
-              f"{state['runs']} process run(s); this run {elapsed:.1f} s) + {res.refit_seconds:.1f} s refit")
-    print(f"fits: {res.n_fits} CV fits, {res.n_fits / res.seconds:.2f} fits/s "
-          f"({2 * res.seconds / res.n_fits:.2f} worker-seconds per fit on 2 workers)")
-    print(f"mean solver iterations per fit: {np.mean([r['mean_n_iter'] for r in res.results]):.1f}; "
-          f"grid points whose every fold hit max_iter: {capped} of {len(res.results)}")
+        print(
+            f"elapsed: {res.seconds:.1f} s CV (sum over the {len(grid['alpha'])} alpha slices, "
+            f"{state['runs']} process run(s); this run {elapsed:.1f} s) + {res.refit_seconds:.1f} s refit"
+        )
+    print(
+        f"fits: {res.n_fits} CV fits, {res.n_fits / res.seconds:.2f} fits/s "
+        f"({2 * res.seconds / res.n_fits:.2f} worker-seconds per fit on 2 workers)"
+    )
+    print(
+        f"mean solver iterations per fit: {np.mean([r['mean_n_iter'] for r in res.results]):.1f}; "
+        f"grid points whose every fold hit max_iter: {capped} of {len(res.results)}"
+    )
     if not args.cold:
         # The solver's relative-objective-change test can pass at its first chance
         # (2 iterations) after a warm start without being near the optimum.
-        print(f"warm-started fits that stopped at the first stopping test (2 iterations): "
-              f"{res.n_warm_first_test_stops} of {res.n_warm_fits}")
+        print(
+            f"warm-started fits that stopped at the first stopping test (2 iterations): "
+            f"{res.n_warm_first_test_stops} of {res.n_warm_fits}"
+        )
     print(f"best params: {res.best_params}")
     print(f"best {res.scoring}: {res.best_score:.5f} (std over folds {res.results[res.best_index]['std_score']:.5f})")
     print(f"load average at end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -163,8 +202,10 @@ def load_checkpoint(path, config) -> dict:
         with open(path) as f:
             saved = json.load(f)
         if saved.get("config") != json.loads(json.dumps(config)):
-            sys.exit(f"{path} holds a run with other settings: {saved.get('config')}; remove it or choose "
-                     f"another --checkpoint")
+            sys.exit(
+                f"{path} holds a run with other settings: {saved.get('config')}; remove it or choose "
+                f"another --checkpoint"
+            )
         state["slices"], state["runs"] = saved["slices"], saved.get("runs", 1) + 1
         print(f"resuming from {path}: alpha slices done: {sorted(state['slices'], key=float)}", flush=True)
     return state
@@ -185,12 +226,21 @@ def combine_slices(state, grid, est, X, Y) -> GridSearchResult:
     best_params = dict(records[best_index]["params"])
     t = time.perf_counter()
     best = RBRL(**{**est.get_params(), **best_params}).fit(X, Y)
-    return GridSearchResult(results=records, best_params=best_params, best_score=records[best_index]["mean_score"],
-                            best_index=best_index, best_estimator=best, scoring="paper_mean",
-                            greater_is_better=True, n_splits=5, n_fits=5 * len(records),
-                            seconds=sum(sl["seconds"] for sl in slices), refit_seconds=time.perf_counter() - t,
-                            n_warm_fits=sum(sl["n_warm_fits"] for sl in slices),
-                            n_warm_first_test_stops=sum(sl["n_warm_first_test_stops"] for sl in slices))
+    return GridSearchResult(
+        results=records,
+        best_params=best_params,
+        best_score=records[best_index]["mean_score"],
+        best_index=best_index,
+        best_estimator=best,
+        scoring="paper_mean",
+        greater_is_better=True,
+        n_splits=5,
+        n_fits=5 * len(records),
+        seconds=sum(sl["seconds"] for sl in slices),
+        refit_seconds=time.perf_counter() - t,
+        n_warm_fits=sum(sl["n_warm_fits"] for sl in slices),
+        n_warm_first_test_stops=sum(sl["n_warm_first_test_stops"] for sl in slices),
+    )
 
 
 if __name__ == "__main__":

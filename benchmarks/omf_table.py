@@ -61,19 +61,37 @@ import numpy as np
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-omf-table"
 
 #: The paper's Table 2, "Our Method" row: micro F1 (no std given) and the latent dimension s (n_components).
-PAPER = {"corel5k": (0.26337, 40), "scene": (0.691, 10), "bibtex": (0.436, 140), "medical": (0.896, 70),
-         "mediamill_discretized": (0.503, 350)}
+PAPER = {
+    "corel5k": (0.26337, 40),
+    "scene": (0.691, 10),
+    "bibtex": (0.436, 140),
+    "medical": (0.896, 70),
+    "mediamill_discretized": (0.503, 350),
+}
 #: Best other method of the paper's Table 2 for context (name, F1).
-PAPER_BEST_OTHER = {"corel5k": ("MNMF", 0.240), "scene": ("MME", 0.698), "bibtex": ("CCA", 0.404),
-                    "medical": ("MME", 0.808), "mediamill_discretized": ("MNMF", 0.510)}
-NOTES = {"corel5k": "same set (499 features)", "scene": "same set", "bibtex": "same set",
-         "medical": "same set",
-         "mediamill_discretized": "features discretised to {0,1,2}, 43,851 rows: NOT comparable"}
+PAPER_BEST_OTHER = {
+    "corel5k": ("MNMF", 0.240),
+    "scene": ("MME", 0.698),
+    "bibtex": ("CCA", 0.404),
+    "medical": ("MME", 0.808),
+    "mediamill_discretized": ("MNMF", 0.510),
+}
+NOTES = {
+    "corel5k": "same set (499 features)",
+    "scene": "same set",
+    "bibtex": "same set",
+    "medical": "same set",
+    "mediamill_discretized": "features discretised to {0,1,2}, 43,851 rows: NOT comparable",
+}
 #: ``--grid coarse`` (fit grid, alpha_code candidates) and ``--grid wide``: the coarse grid's choices sat on
 #: its edges (label_weight 0.5, eta0 3, alpha_code 0.01 or 10); the wide grid extends every edge.
-GRIDS = {"coarse": ({"label_weight": [0.1, 0.5], "alpha": [1e-4, 1e-2], "eta0": [0.3, 3.0]}, (0.01, 1.0, 10.0)),
-         "wide": ({"label_weight": [0.5, 0.9], "alpha": [1e-6, 1e-4, 1e-2], "eta0": [3.0, 10.0, 30.0]},
-                  (1e-3, 0.01, 0.1, 1.0, 10.0, 100.0))}
+GRIDS = {
+    "coarse": ({"label_weight": [0.1, 0.5], "alpha": [1e-4, 1e-2], "eta0": [0.3, 3.0]}, (0.01, 1.0, 10.0)),
+    "wide": (
+        {"label_weight": [0.5, 0.9], "alpha": [1e-6, 1e-4, 1e-2], "eta0": [3.0, 10.0, 30.0]},
+        (1e-3, 0.01, 0.1, 1.0, 10.0, 100.0),
+    ),
+}
 
 
 def load(name: str, workdir: Path):
@@ -101,10 +119,11 @@ def run_fold(name: str, fold: int, a) -> dict:
     X, Y = load(name, Path(a.workdir))
     tr, te = kfold_indices(Y.shape[0], a.folds, seed=a.seed)[fold]
     Xtr, Ytr = X[tr], Y[tr]
-    window = -(-len(tr) // a.batch) * a.batch           # one window = the whole training part
-    base = OMF(n_components=PAPER[name][1], n_epochs=a.n_epochs, batch_size=a.batch, shuffle_window=window,
-               random_state=fold)
-    if a.inner == 1:   # one 80/20 hold-out split of the training part
+    window = -(-len(tr) // a.batch) * a.batch  # one window = the whole training part
+    base = OMF(
+        n_components=PAPER[name][1], n_epochs=a.n_epochs, batch_size=a.batch, shuffle_window=window, random_state=fold
+    )
+    if a.inner == 1:  # one 80/20 hold-out split of the training part
         perm = np.random.default_rng([a.seed, 11, fold]).permutation(len(tr))
         cut = round(0.8 * len(tr))
         cv = [(np.sort(perm[:cut]), np.sort(perm[cut:]))]
@@ -113,17 +132,27 @@ def run_fold(name: str, fold: int, a) -> dict:
     t0 = time.perf_counter()
     grid, alpha_codes = GRIDS[a.grid]
     with dmlr.config_context(backend="local"):
-        res = cross_validate_omf(base, Xtr, Ytr, grid, alpha_codes=alpha_codes, cv=cv, seed=a.seed + 1 + fold,
-                                 refit=True)
+        res = cross_validate_omf(
+            base, Xtr, Ytr, grid, alpha_codes=alpha_codes, cv=cv, seed=a.seed + 1 + fold, refit=True
+        )
     est = res.best_estimator
     S = est.decision_function(X[te])
     f1 = multilabel_metrics(Y[te], S, est.predict(X[te]), metrics=["f1_micro"])["f1_micro"]
-    out = {"set": name, "fold": fold, "f1_micro": f1, "best_params": res.best_params,
-           "cv_score": res.best_score, "seconds": time.perf_counter() - t0, "n_train": len(tr),
-           "objective_history": est.objective_history_}
+    out = {
+        "set": name,
+        "fold": fold,
+        "f1_micro": f1,
+        "best_params": res.best_params,
+        "cv_score": res.best_score,
+        "seconds": time.perf_counter() - t0,
+        "n_train": len(tr),
+        "objective_history": est.objective_history_,
+    }
     cache.write_text(json.dumps(out))
-    print(f"  {name} fold {fold}: micro F1 {f1:.4f}  (cv {res.best_score:.4f}, {out['seconds']:.0f} s) "
-          f"{res.best_params}", flush=True)
+    print(
+        f"  {name} fold {fold}: micro F1 {f1:.4f}  (cv {res.best_score:.4f}, {out['seconds']:.0f} s) {res.best_params}",
+        flush=True,
+    )
     return out
 
 
@@ -138,8 +167,10 @@ def table(a) -> str:
         if m:
             runs.setdefault((m["set"], m["config"]), []).append(json.loads(f.read_text()))
     rows = []
-    head = (f"{'set':<22} {'s':>4} {'config':<18} {'ours: micro F1 (std)':>21} {'folds':>5} {'paper':>7} "
-            f"{'diff':>7}  {'paper best other':<18} note")
+    head = (
+        f"{'set':<22} {'s':>4} {'config':<18} {'ours: micro F1 (std)':>21} {'folds':>5} {'paper':>7} "
+        f"{'diff':>7}  {'paper best other':<18} note"
+    )
     rows += [head, "-" * len(head)]
     for name, (paper, s) in PAPER.items():
         other = PAPER_BEST_OTHER[name]
@@ -147,21 +178,29 @@ def table(a) -> str:
         for config in configs:
             res = runs.get((name, config), [])
             if not res:
-                rows.append(f"{name:<22} {s:>4} {'-':<18} {'not run':>21} {0:>5} {paper:>7.3f} {'':>7}  "
-                            f"{other[0] + ' ' + str(other[1]):<18} {NOTES[name]}")
+                rows.append(
+                    f"{name:<22} {s:>4} {'-':<18} {'not run':>21} {0:>5} {paper:>7.3f} {'':>7}  "
+                    f"{other[0] + ' ' + str(other[1]):<18} {NOTES[name]}"
+                )
                 continue
             f1 = np.array([r["f1_micro"] for r in res])
-            rows.append(f"{name:<22} {s:>4} {config:<18} {f'{f1.mean():.3f} ({f1.std():.3f})':>21} {len(res):>5} "
-                        f"{paper:>7.3f} {f1.mean() - paper:>+7.3f}  {other[0] + ' ' + str(other[1]):<18} "
-                        f"{NOTES[name]}")
-    rows.append("config: e<epochs>-b<minibatch>-i<inner CV folds, 1 = one 80/20 hold-out>[-g<grid>, coarse if "
-                "absent]. The paper gives no std for its Table 2, so 'within the paper's std' cannot be decided; "
-                "diff = ours - paper.")
+            rows.append(
+                f"{name:<22} {s:>4} {config:<18} {f'{f1.mean():.3f} ({f1.std():.3f})':>21} {len(res):>5} "
+                f"{paper:>7.3f} {f1.mean() - paper:>+7.3f}  {other[0] + ' ' + str(other[1]):<18} "
+                f"{NOTES[name]}"
+            )
+    rows.append(
+        "config: e<epochs>-b<minibatch>-i<inner CV folds, 1 = one 80/20 hold-out>[-g<grid>, coarse if "
+        "absent]. The paper gives no std for its Table 2, so 'within the paper's std' cannot be decided; "
+        "diff = ours - paper."
+    )
     rows.append("Chosen settings per fold:")
     for (name, config), res in sorted(runs.items()):
         for r in sorted(res, key=lambda r: r["fold"]):
-            rows.append(f"  {name:<22} {config:<18} fold {r['fold']}: F1 {r['f1_micro']:.4f}, cv {r['cv_score']:.4f}, "
-                        f"{r['seconds']:.0f} s, {r['best_params']}")
+            rows.append(
+                f"  {name:<22} {config:<18} fold {r['fold']}: F1 {r['f1_micro']:.4f}, cv {r['cv_score']:.4f}, "
+                f"{r['seconds']:.0f} s, {r['best_params']}"
+            )
     return "\n".join(rows)
 
 
@@ -181,8 +220,7 @@ def speed(a) -> None:
             with dmlr.config_context(backend="local"):
                 m = OMF(n_components=350, n_epochs=1, batch_size=b, eta0=0.3, shuffle_window=4096).fit(X, Y)
             times.append(time.perf_counter() - t)
-        print(f"  fit, 1 epoch over {n} rows, batch {b:>3}: {min(times):.2f} s "
-              f"({min(times) / n * 1e6:.1f} us per row)")
+        print(f"  fit, 1 epoch over {n} rows, batch {b:>3}: {min(times):.2f} s ({min(times) / n * 1e6:.1f} us per row)")
     with threadpool_limits(limits=1, user_api="blas"):
         t = time.perf_counter()
         for _ in range(3):
@@ -190,10 +228,12 @@ def speed(a) -> None:
         dt = (time.perf_counter() - t) / 3
         t = time.perf_counter()
         for i in range(200):
-            m.decision_function(X[i:i + 1])
+            m.decision_function(X[i : i + 1])
         dt1 = (time.perf_counter() - t) / 200
-    print(f"  decision_function on all {n} rows: {dt:.3f} s ({dt / n * 1e6:.2f} us per row, W = P(xi I + "
-          f"P^T P)^-1 Q^T formed once per call, xi = alpha_code); one row per call: {dt1 * 1e3:.2f} ms")
+    print(
+        f"  decision_function on all {n} rows: {dt:.3f} s ({dt / n * 1e6:.2f} us per row, W = P(xi I + "
+        f"P^T P)^-1 Q^T formed once per call, xi = alpha_code); one row per call: {dt1 * 1e3:.2f} ms"
+    )
 
 
 def main(argv=None) -> None:

@@ -37,8 +37,12 @@ def load_mediamill(workdir: Path):
         name = "mediamill synthetic"
     ds = dmlr.open_dataset(path)
     (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")
-    return name, (np.asarray(Xtr.compute(), dtype=np.float64), np.asarray(Ytr.compute(), dtype=np.int8),
-                  np.asarray(Xte.compute(), dtype=np.float64), np.asarray(Yte.compute(), dtype=np.int8))
+    return name, (
+        np.asarray(Xtr.compute(), dtype=np.float64),
+        np.asarray(Ytr.compute(), dtype=np.int8),
+        np.asarray(Xte.compute(), dtype=np.float64),
+        np.asarray(Yte.compute(), dtype=np.int8),
+    )
 
 
 def best_of(fn, reps=2):
@@ -67,7 +71,7 @@ def main(argv=None):
     print(f"{'n (|D|)':>8} {'d':>4} {'update ms':>10} {'active':>7} {'OML predict ms':>15} {'KNN predict ms':>15}")
     base = OML(random_state=0, init_fraction=0.5).fit(Xtr[:4000], Ytr[:4000])
     d = base.n_components_
-    Q = Xte[:args.queries]
+    Q = Xte[: args.queries]
     for n in sizes:
         mem = (Xtr[:n], Ytr[:n])
         rows = slice(n, n + args.rounds)
@@ -76,18 +80,30 @@ def main(argv=None):
         t_upd, res = best_of(lambda: oml_train_stream(stream, base.P_, base.V_, mem, None, n, params))
         m = OML(random_state=0)
         m.set_params()
-        for attr in ("P_", "V_", "n_features_in_", "n_labels_", "n_components_", "classes_", "target_type_",
-                     "label_dtype_"):
+        for attr in (
+            "P_",
+            "V_",
+            "n_features_in_",
+            "n_labels_",
+            "n_components_",
+            "classes_",
+            "target_type_",
+            "label_dtype_",
+        ):
             setattr(m, attr, getattr(base, attr))
         m.memory_X_, m.memory_Y_, m.n_memory_ = Xtr[:n], Ytr[:n], n
         with dmlr.config_context(backend="local"):
             t_pred, _ = best_of(lambda: m.decision_function(Q))
             knn = KNN().fit(Xtr[:n], Ytr[:n])
             t_knn, _ = best_of(lambda: knn.decision_function(Q))
-        print(f"{n:>8} {d:>4} {1e3 * t_upd / args.rounds:>10.3f} {int((res['losses'] > 0).sum()):>7} "
-              f"{1e3 * t_pred / len(Q):>15.4f} {1e3 * t_knn / len(Q):>15.4f}")
-    print(f"(Table II: update O(np + dpq) = {sizes[0] * p:.2g}/{sizes[-1] * p:.2g} + {d * p * q:.2g} flops; "
-          f"OML predict O(dpq + nd) = {d * p * q:.2g} + {sizes[0] * d:.2g}/{sizes[-1] * d:.2g}; KNN O(np))")
+        print(
+            f"{n:>8} {d:>4} {1e3 * t_upd / args.rounds:>10.3f} {int((res['losses'] > 0).sum()):>7} "
+            f"{1e3 * t_pred / len(Q):>15.4f} {1e3 * t_knn / len(Q):>15.4f}"
+        )
+    print(
+        f"(Table II: update O(np + dpq) = {sizes[0] * p:.2g}/{sizes[-1] * p:.2g} + {d * p * q:.2g} flops; "
+        f"OML predict O(dpq + nd) = {d * p * q:.2g} + {sizes[0] * d:.2g}/{sizes[-1] * d:.2g}; KNN O(np))"
+    )
     print()
     from distributed import Client
 
@@ -109,9 +125,11 @@ def main(argv=None):
             chunks = make_chunkset(Xtr, Ytr, fit_intercept=False, backend=backend, client=client)
             mem = index_chunks(chunks)
             chunks.close()
-            knn_search(mem, Q[:10], 10)                              # warm-up (Numba, actors)
+            knn_search(mem, Q[:10], 10)  # warm-up (Numba, actors)
             t, out = best_of(lambda: knn_search(mem, Q, 10))
-            same = "reference" if ref is None else str(np.array_equal(out[1], ref[1]) and np.array_equal(out[0], ref[0]))
+            same = (
+                "reference" if ref is None else str(np.array_equal(out[1], ref[1]) and np.array_equal(out[0], ref[0]))
+            )
             ref = ref or out
             where = "in-process" if client is None else f"{workers} worker(s)"
             print(f"{where:<22}{mem.n_blocks:>7}{t:>9.2f}{1e3 * t / len(Q):>10.3f}  {same}")

@@ -72,8 +72,10 @@ def median_seconds(fn, repeats: int) -> float:
 
 
 def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repeats: int, workdir: str) -> None:
-    print(f"## Rank-SVM online solvers: {n_updates} uniform updates, lambda={lam:g}, median of {repeats} "
-          f"(before: {before_repeats}) runs\n")
+    print(
+        f"## Rank-SVM online solvers: {n_updates} uniform updates, lambda={lam:g}, median of {repeats} "
+        f"(before: {before_repeats}) runs\n"
+    )
     print("| set | n x d (+bias), K | nnz/row | solver | before s | after s | before/after | max |dM_hat| |")
     print("|---|---|---|---|---|---|---|---|")
     for name in sets:
@@ -97,12 +99,15 @@ def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repea
                 out[lazy] = state.M_avg
 
             for lazy in (False, True):
-                run(lazy, order[:5])   # compile
+                run(lazy, order[:5])  # compile
             before = median_seconds(lambda: run(False), before_repeats)
             after = median_seconds(lambda: run(True), repeats)
             diff = float(np.abs(out[True] - out[False]).max())
-            print(f"| {name} | {n} x {d}, {K} | {nnz:.1f} | {solver.upper()} | {before:.2f} | {after:.3f} | "
-                  f"{before / after:.1f}x | {diff:.1e} |", flush=True)
+            print(
+                f"| {name} | {n} x {d}, {K} | {nnz:.1f} | {solver.upper()} | {before:.2f} | {after:.3f} | "
+                f"{before / after:.1f}x | {diff:.1e} |",
+                flush=True,
+            )
 
 
 def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None:
@@ -129,21 +134,31 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
     block_loss_grad(Xb[:5], Yb[:5], Wt, code)
     with threadpool_limits(limits=1):
         floor = median_seconds(lambda: Xb @ Wt, max(repeats, 9))
-    rows = [("one X @ W pass (BLAS, 1 thread)", floor),
-            ("row by row: scores + loss and gradient", median_seconds(
-                lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=False), repeats)),
-            ("row by row: scores + loss and gradient + rank-1 update", median_seconds(
-                lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=True), repeats)),
-            ("SGD epoch, before (plain: W shrunk in full each step)", median_seconds(lambda: epoch(False), repeats)),
-            ("SGD epoch, after (lazy)", median_seconds(lambda: epoch(True), repeats))]
-    print(f"\n## One SGD epoch (hamming, lam={lam:g}, step 1) on MediaMill-26: {desc}; "
-          f"{n} x {d} (+bias), {K} labels; median of {repeats} runs\n")
+    rows = [
+        ("one X @ W pass (BLAS, 1 thread)", floor),
+        (
+            "row by row: scores + loss and gradient",
+            median_seconds(lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=False), repeats),
+        ),
+        (
+            "row by row: scores + loss and gradient + rank-1 update",
+            median_seconds(lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=True), repeats),
+        ),
+        ("SGD epoch, before (plain: W shrunk in full each step)", median_seconds(lambda: epoch(False), repeats)),
+        ("SGD epoch, after (lazy)", median_seconds(lambda: epoch(True), repeats)),
+    ]
+    print(
+        f"\n## One SGD epoch (hamming, lam={lam:g}, step 1) on MediaMill-26: {desc}; "
+        f"{n} x {d} (+bias), {K} labels; median of {repeats} runs\n"
+    )
     print("| what | ms | x X @ W |")
     print("|---|---|---|")
     for label, secs in rows:
         print(f"| {label} | {secs * 1e3:.1f} | {secs / floor:.1f} |")
-    print(f"\nmax |W_after - W_before| after the epoch: {np.abs(out[True] - out[False]).max():.1e} "
-          f"(max |W| {np.abs(out[False]).max():.2f})")
+    print(
+        f"\nmax |W_after - W_before| after the epoch: {np.abs(out[True] - out[False]).max():.1e} "
+        f"(max |W| {np.abs(out[False]).max():.2f})"
+    )
 
 
 def main(argv=None):
@@ -151,8 +166,12 @@ def main(argv=None):
     ap.add_argument("--sections", default="ranksvm,mediamill")
     ap.add_argument("--sets", default="corel5k,bibtex,mediamill_discretized")
     ap.add_argument("--updates", type=int, default=70_000)
-    ap.add_argument("--lam", type=float, default=1e-4,
-                    help="regularization lambda, the solvers' lam (RankSVM's alpha), also the SGD epoch's")
+    ap.add_argument(
+        "--lam",
+        type=float,
+        default=1e-4,
+        help="regularization lambda, the solvers' lam (RankSVM's alpha), also the SGD epoch's",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before-repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="MediaMill-26's label draw and row order")
@@ -160,8 +179,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     workdir = a.workdir or tempfile.mkdtemp(prefix="dmlr-online-")
     sections = a.sections.split(",")
-    print(f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs; "
-          f"load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}\n")
+    print(
+        f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs; "
+        f"load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}\n"
+    )
     if "ranksvm" in sections:
         ranksvm_section(a.sets.split(","), a.updates, a.lam, a.repeats, a.before_repeats, workdir)
     if "mediamill" in sections:

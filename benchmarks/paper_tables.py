@@ -99,8 +99,14 @@ from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import PAPER_GRID, grid_search_cv
 from dmlr.models import RBRL, KernelRBRL
 
-METRICS = [("Hal", "hamming_loss", -1), ("Sa", "subset_accuracy", 1), ("F1e", "f1_example", 1),
-           ("Ral", "ranking_loss", -1), ("Cov", "coverage", -1), ("Ap", "average_precision", 1)]
+METRICS = [
+    ("Hal", "hamming_loss", -1),
+    ("Sa", "subset_accuracy", 1),
+    ("F1e", "f1_example", 1),
+    ("Ral", "ranking_loss", -1),
+    ("Cov", "coverage", -1),
+    ("Ap", "average_precision", 1),
+]
 
 #: Cache-name suffix of each selection rule (see the module docstring).
 SELECTION_SUFFIX = {"mean": "", "per-metric": "-permetric"}
@@ -108,18 +114,21 @@ SELECTION_SUFFIX = {"mean": "", "per-metric": "-permetric"}
 #: Table 3, RBRL column (mean, std), in METRICS order; Table 6 BRL column.
 PAPER_TABLE3 = {
     "emotions": [(0.181, 0.012), (0.334, 0.032), (0.666, 0.022), (0.138, 0.011), (0.277, 0.010), (0.828, 0.014)],
-    "image_subset600": [(0.149, 0.005), (0.552, 0.011), (0.688, 0.012), (0.133, 0.007), (0.160, 0.006),
-                        (0.836, 0.008)],
+    "image_subset600": [(0.149, 0.005), (0.552, 0.011), (0.688, 0.012), (0.133, 0.007), (0.160, 0.006), (0.836, 0.008)],
     "scene": [(0.073, 0.004), (0.735, 0.013), (0.803, 0.010), (0.058, 0.004), (0.062, 0.003), (0.895, 0.006)],
     "yeast": [(0.187, 0.004), (0.192, 0.009), (0.628, 0.007), (0.157, 0.005), (0.436, 0.007), (0.777, 0.005)],
     "enron": [(0.046, 0.001), (0.137, 0.014), (0.569, 0.009), (0.072, 0.003), (0.214, 0.008), (0.709, 0.007)],
     "yahoo_arts": [(0.059, 0.001), (0.348, 0.007), (0.465, 0.008), (0.106, 0.002), (0.164, 0.004), (0.635, 0.005)],
-    "yahoo_education": [(0.042, 0.001), (0.349, 0.011), (0.461, 0.010), (0.070, 0.001), (0.099, 0.002),
-                        (0.643, 0.005)],
-    "yahoo_recreation": [(0.061, 0.001), (0.397, 0.008), (0.483, 0.007), (0.120, 0.003), (0.164, 0.004),
-                         (0.642, 0.005)],
-    "yahoo_business": [(0.025, 0.001), (0.563, 0.007), (0.769, 0.005), (0.030, 0.002), (0.065, 0.003),
-                       (0.890, 0.004)],
+    "yahoo_education": [(0.042, 0.001), (0.349, 0.011), (0.461, 0.010), (0.070, 0.001), (0.099, 0.002), (0.643, 0.005)],
+    "yahoo_recreation": [
+        (0.061, 0.001),
+        (0.397, 0.008),
+        (0.483, 0.007),
+        (0.120, 0.003),
+        (0.164, 0.004),
+        (0.642, 0.005),
+    ],
+    "yahoo_business": [(0.025, 0.001), (0.563, 0.007), (0.769, 0.005), (0.030, 0.002), (0.065, 0.003), (0.890, 0.004)],
 }
 PAPER_TABLE6_BRL = {
     "emotions": [(0.185, 0.010), (0.319, 0.029), (0.658, 0.019), (0.146, 0.010), (0.289, 0.010), (0.819, 0.012)],
@@ -128,11 +137,20 @@ PAPER_TABLE6_BRL = {
 KERNEL_SETS = {"emotions", "scene", "yeast", "image_subset600"}
 
 COARSE_GRID = {"alpha": [1e-3, 1e-1, 1e1], "alpha_rank": [1e-3, 1e-1, 1e1], "alpha_nuclear": [1e-3, 1e-2, 1e-1, 1.0]}
-GRIDS = {"paper": PAPER_GRID, "coarse": COARSE_GRID,
-         "coarse100": {**COARSE_GRID, "alpha": COARSE_GRID["alpha"] + [1e2],
-                       "alpha_rank": COARSE_GRID["alpha_rank"] + [1e2]},
-         "coarse1": {**COARSE_GRID, "alpha": sorted(COARSE_GRID["alpha"] + [1.0]),
-                     "alpha_rank": sorted(COARSE_GRID["alpha_rank"] + [1.0])}}
+GRIDS = {
+    "paper": PAPER_GRID,
+    "coarse": COARSE_GRID,
+    "coarse100": {
+        **COARSE_GRID,
+        "alpha": COARSE_GRID["alpha"] + [1e2],
+        "alpha_rank": COARSE_GRID["alpha_rank"] + [1e2],
+    },
+    "coarse1": {
+        **COARSE_GRID,
+        "alpha": sorted(COARSE_GRID["alpha"] + [1.0]),
+        "alpha_rank": sorted(COARSE_GRID["alpha_rank"] + [1.0]),
+    },
+}
 
 
 def load_all(name: str, workdir: Path):
@@ -182,7 +200,7 @@ def paper_style_yahoo(X, Y, n_docs=5000, keep=0.02, seed=0):
     rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=n_docs, replace=False))
     X = sp.csr_matrix(X)[rows]
     doc_freq = np.asarray((X > 0).sum(axis=0)).ravel()
-    words = np.sort(np.argsort(-doc_freq, kind="stable")[:int(keep * X.shape[1])])
+    words = np.sort(np.argsort(-doc_freq, kind="stable")[: int(keep * X.shape[1])])
     X = X[:, words].astype(np.float64)
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
     norms[norms == 0] = 1.0
@@ -210,14 +228,16 @@ def split_repeat(name, X, Y, repeat):
     Xtr, Xte, Ytr, Yte = X[tr], X[te], Y[tr], Y[te]
     kernel = "rbf" if name in KERNEL_SETS else None
     if kernel:
-        Xtr, Xte = standardize(np.asarray(Xtr.todense()) if hasattr(Xtr, "todense") else Xtr,
-                               np.asarray(Xte.todense()) if hasattr(Xte, "todense") else Xte)
+        Xtr, Xte = standardize(
+            np.asarray(Xtr.todense()) if hasattr(Xtr, "todense") else Xtr,
+            np.asarray(Xte.todense()) if hasattr(Xte, "todense") else Xte,
+        )
     return Xtr, Xte, Ytr, Yte, kernel
 
 
 def make_rbrl(kernel, **params):
     """Linear :class:`RBRL` (``kernel`` None) or :class:`KernelRBRL` with ``kernel``, as :func:`split_repeat` says."""
-    params.setdefault("scaling", None)   # the paper's protocol: features as given (as the reference)
+    params.setdefault("scaling", None)  # the paper's protocol: features as given (as the reference)
     return RBRL(**params) if kernel is None else KernelRBRL(kernel, **params)
 
 
@@ -249,7 +269,7 @@ def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
         grid["alpha_rank"] = [0.0]
     est = make_rbrl(kernel, step_rule="spectral", max_iter=cv_iter, tol=1e-5)
     search = grid_search_cv(est, Xtr, Ytr, grid, cv=5, seed=repeat, client=client, refit=False)
-    test_scores = {}   # the test part's six metrics per chosen point, each point fitted once
+    test_scores = {}  # the test part's six metrics per chosen point, each point fitted once
 
     def scores_at(params):
         key = tuple(sorted(params.items()))
@@ -278,9 +298,13 @@ def main(argv=None):
     ap.add_argument("--table", choices=("3", "6", "both"), default="both")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cv-max-iter", type=int, default=1000)
-    ap.add_argument("--select", choices=tuple(SELECTION_SUFFIX), default="mean",
-                    help="mean: one point per repeat, the best mean of the six metrics on the validation "
-                         "folds; per-metric: each metric at its own best point")
+    ap.add_argument(
+        "--select",
+        choices=tuple(SELECTION_SUFFIX),
+        default="mean",
+        help="mean: one point per repeat, the best mean of the six metrics on the validation "
+        "folds; per-metric: each metric at its own best point",
+    )
     ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
     ap.add_argument("--cached-only", action="store_true", help="print the table from the cache, fit nothing")
     args = ap.parse_args(argv)
@@ -319,8 +343,11 @@ def main(argv=None):
                     continue
                 if name in PAPER_STYLE_YAHOO:
                     X, Y = paper_style_yahoo(X, Y)
-                    print(f"{name}: paper-style version {X.shape[0]} x {X.shape[1]}, {Y.shape[1]} labels, "
-                          f"cardinality {Y.sum(axis=1).mean():.3f}", flush=True)
+                    print(
+                        f"{name}: paper-style version {X.shape[0]} x {X.shape[1]}, {Y.shape[1]} labels, "
+                        f"cardinality {Y.sum(axis=1).mean():.3f}",
+                        flush=True,
+                    )
             t0 = time.perf_counter()
             scores, chosen = [], []
             for r, cache in enumerate(caches):
@@ -332,19 +359,23 @@ def main(argv=None):
                     seconds = time.perf_counter() - t
                     for selection, suffix in SELECTION_SUFFIX.items():
                         path = work / f"{stem}{suffix}-r{r}.json"
-                        if not path.exists():   # never overwrite a cached repeat
+                        if not path.exists():  # never overwrite a cached repeat
                             s, p = both[selection]
                             path.write_text(json.dumps({"scores": s, "params": p, "seconds": seconds}))
                 saved = json.loads(cache.read_text())
                 scores.append(saved["scores"])
                 chosen.append(saved["params"])
             scores = np.array(scores)
-            label = (("BRL" if brl else "RBRL") + (" (RBF)" if name in KERNEL_SETS else " (linear)")
-                     + (", per-metric selection" if sel else ""))
+            label = (
+                ("BRL" if brl else "RBRL")
+                + (" (RBF)" if name in KERNEL_SETS else " (linear)")
+                + (", per-metric selection" if sel else "")
+            )
             paper = PAPER_TABLE6_BRL[name] if brl else PAPER_TABLE3.get(name)
             secs = time.perf_counter() - t0
-            print(f"\n{name} {label}: {len(caches)} repeats, {secs:.0f} s; chosen params per repeat: {chosen}",
-                  flush=True)
+            print(
+                f"\n{name} {label}: {len(caches)} repeats, {secs:.0f} s; chosen params per repeat: {chosen}", flush=True
+            )
             for j, (short, _, sign) in enumerate(METRICS):
                 m, s = scores[:, j].mean(), scores[:, j].std()
                 p = paper[j] if paper else None

@@ -96,7 +96,7 @@ import scipy.sparse as sp
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-ranksvm-tables"
 
-PAPER_LAMBDAS = [10.0 ** e for e in range(-6, 1)]
+PAPER_LAMBDAS = [10.0**e for e in range(-6, 1)]
 METHODS = ("batch", "sgd", "mmp", "ansgd")
 METHOD_TITLES = {"batch": "Batch", "sgd": "SGD", "mmp": "MMP", "ansgd": "ANSGD (ours)"}
 
@@ -158,14 +158,14 @@ def fold_indices(n: int, n_folds: int, fold: int, seed: int):
 def ranking_metrics(Y, S) -> dict:
     from dmlr.metrics import multilabel_metrics, predict_from_scores
 
-    return multilabel_metrics(Y, S, predict_from_scores(S),
-                              metrics=["auc_instance", "auc_macro", "ranking_loss"])
+    return multilabel_metrics(Y, S, predict_from_scores(S), metrics=["auc_instance", "auc_macro", "ranking_loss"])
 
 
 # -- lambda selection ------------------------------------------------------------------
 def _select_key(name, fold, a) -> str:
-    key = json.dumps([name, fold, a["folds"], a["seed"], a["val_frac"], a["lambdas"], a["select_with"],
-                      a["select_iter"], a["iters"]])
+    key = json.dumps(
+        [name, fold, a["folds"], a["seed"], a["val_frac"], a["lambdas"], a["select_with"], a["select_iter"], a["iters"]]
+    )
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
@@ -206,7 +206,7 @@ def table2_fold(name: str, fold: int, a: dict) -> dict:
     sel_fold = 0 if (once == "all" or name in once.split(",")) else fold
     key = hashlib.sha1(json.dumps([_select_key(name, sel_fold, a), fold, a["batch_iter"], a["methods"]]).encode())
     cache = Path(a["workdir"]) / f"table2-{name}-{fold}-{key.hexdigest()[:16]}.json"
-    if cache.exists():   # a fold finished by an earlier run with the same settings
+    if cache.exists():  # a fold finished by an earlier run with the same settings
         out = json.loads(cache.read_text())
         out["val_losses"] = {float(k): v for k, v in out["val_losses"].items()}
         return out
@@ -217,8 +217,16 @@ def table2_fold(name: str, fold: int, a: dict) -> dict:
     train, test = fold_indices(Y.shape[0], a["folds"], fold, a["seed"])
     lam, losses, sel_secs = select_lambda(name, sel_fold, a)
     Xtr, Ytr, Xte, Yte = X[train], Y[train], X[test], Y[test]
-    out = {"name": name, "fold": fold, "lam": lam, "val_losses": losses, "select_seconds": sel_secs,
-           "auc": {}, "auc_macro": {}, "seconds": {}}
+    out = {
+        "name": name,
+        "fold": fold,
+        "lam": lam,
+        "val_losses": losses,
+        "select_seconds": sel_secs,
+        "auc": {},
+        "auc_macro": {},
+        "seconds": {},
+    }
     for method in a["methods"]:
         if method == "batch":
             est = RankSVM(alpha=lam, solver="lbfgs", max_iter=a["batch_iter"], random_state=fold)
@@ -248,10 +256,15 @@ def print_table2(results: dict, a: dict) -> None:
     names = [n for n in a["sets"] if results.get(n)]
     if not names:
         return
-    print("\n### Table 2 -- instance AUC (dmlr.metrics auc_instance = the paper's sample-averaged ROC AUC), "
-          "ours (mean±std over the folds run) vs paper Table 2 mean(std)\n")
-    head = "| data set (paper row) | folds | " + " | ".join(
-        f"{METHOD_TITLES[m]} ours | paper" for m in a["methods"]) + " |"
+    print(
+        "\n### Table 2 -- instance AUC (dmlr.metrics auc_instance = the paper's sample-averaged ROC AUC), "
+        "ours (mean±std over the folds run) vs paper Table 2 mean(std)\n"
+    )
+    head = (
+        "| data set (paper row) | folds | "
+        + " | ".join(f"{METHOD_TITLES[m]} ours | paper" for m in a["methods"])
+        + " |"
+    )
     print(head)
     print("|" + "---|" * (2 + 2 * len(a["methods"])))
     for n in names:
@@ -267,17 +280,22 @@ def print_table2(results: dict, a: dict) -> None:
     print("| data set | " + " | ".join(METHOD_TITLES[m] for m in a["methods"]) + " |")
     print("|" + "---|" * (1 + len(a["methods"])))
     for n in names:
-        print(f"| {n} | " + " | ".join(cell([r['auc_macro'][m] for r in results[n]]) for m in a["methods"]) + " |")
+        print(f"| {n} | " + " | ".join(cell([r["auc_macro"][m] for r in results[n]]) for m in a["methods"]) + " |")
     print("\nChosen lambda per fold, mean fit seconds per method, wall seconds per fold:\n")
-    print("| data set | lambda per fold | " + " | ".join(f"{METHOD_TITLES[m]} s" for m in a["methods"])
-          + " | selection s | fold wall s |")
+    print(
+        "| data set | lambda per fold | "
+        + " | ".join(f"{METHOD_TITLES[m]} s" for m in a["methods"])
+        + " | selection s | fold wall s |"
+    )
     print("|" + "---|" * (4 + len(a["methods"])))
     for n in names:
         rs = sorted(results[n], key=lambda r: r["fold"])
         lams = ", ".join(f"{r['lam']:g}" for r in rs)
         secs = " | ".join(f"{np.mean([r['seconds'][m] for r in rs]):.1f}" for m in a["methods"])
-        print(f"| {n} | {lams} | {secs} | {np.mean([r['select_seconds'] for r in rs]):.1f} | "
-              f"{np.mean([r['wall'] for r in rs]):.1f} |")
+        print(
+            f"| {n} | {lams} | {secs} | {np.mean([r['select_seconds'] for r in rs]):.1f} | "
+            f"{np.mean([r['wall'] for r in rs]):.1f} |"
+        )
     sys.stdout.flush()
 
 
@@ -290,7 +308,7 @@ def fig1_curve(name: str, solver: str, a: dict) -> dict:
 
     key = hashlib.sha1(json.dumps([_select_key(name, 0, a), a["fig1_lam"], a["record_every"]]).encode())
     cache = Path(a["workdir"]) / f"fig1-{name}-{solver}-{key.hexdigest()[:16]}.json"
-    if cache.exists():   # a curve computed by an earlier run with the same settings
+    if cache.exists():  # a curve computed by an earlier run with the same settings
         return json.loads(cache.read_text())
     t0 = time.perf_counter()
     X, Y = load(name, a["workdir"])
@@ -309,10 +327,20 @@ def fig1_curve(name: str, solver: str, a: dict) -> dict:
         return f_iter[-1]
 
     step_kw = {"L": 1.0} if solver == "ansgd" else {"omega": solvers.SGD_OMEGA}
-    solvers.run_online(solver, state, tr.X, tr.Y, order, lam=lam, objective=record,
-                       record_every=a["record_every"], **step_kw)
-    out = {"name": name, "solver": solver, "lam": lam, "n_train": tr.n_rows, "n_test": te.n_rows, "t": ts,
-           "iterate": f_iter, "average": f_avg, "wall": time.perf_counter() - t0}
+    solvers.run_online(
+        solver, state, tr.X, tr.Y, order, lam=lam, objective=record, record_every=a["record_every"], **step_kw
+    )
+    out = {
+        "name": name,
+        "solver": solver,
+        "lam": lam,
+        "n_train": tr.n_rows,
+        "n_test": te.n_rows,
+        "t": ts,
+        "iterate": f_iter,
+        "average": f_avg,
+        "wall": time.perf_counter() - t0,
+    }
     cache.write_text(json.dumps(out))
     return out
 
@@ -321,15 +349,19 @@ def report_fig1(curves: list, a: dict) -> None:
     by = {}
     for c in curves:
         by.setdefault(c["name"], {})[c["solver"]] = c
-    print("\n### Fig. 1 -- test regularized hinge ranking loss lambda/2||M||^2 + mean_test R_i(M) vs t "
-          "(fold 0; M_t = iterate as in the paper's caption, M_hat = running average)\n")
+    print(
+        "\n### Fig. 1 -- test regularized hinge ranking loss lambda/2||M||^2 + mean_test R_i(M) vs t "
+        "(fold 0; M_t = iterate as in the paper's caption, M_hat = running average)\n"
+    )
     for name, d in by.items():
         if not {"ansgd", "sgd"} <= set(d):
             continue
         an, sg = d["ansgd"], d["sgd"]
-        print(f"{name}: lambda = {an['lam']:g}, fold 0: {an['n_train']} training / {an['n_test']} test rows, "
-              f"record every {a['record_every']}; "
-              f"wall ANSGD {an['wall']:.0f} s, SGD {sg['wall']:.0f} s (including the recording passes)\n")
+        print(
+            f"{name}: lambda = {an['lam']:g}, fold 0: {an['n_train']} training / {an['n_test']} test rows, "
+            f"record every {a['record_every']}; "
+            f"wall ANSGD {an['wall']:.0f} s, SGD {sg['wall']:.0f} s (including the recording passes)\n"
+        )
         print("| t | ANSGD F(M_t) | SGD F(M_t) | ANSGD F(M_hat) | SGD F(M_hat) |")
         print("|---|---|---|---|---|")
         T = an["t"]
@@ -337,8 +369,10 @@ def report_fig1(curves: list, a: dict) -> None:
         for t in want:
             if t in T:
                 i = T.index(t)
-                print(f"| {t} | {an['iterate'][i]:.4f} | {sg['iterate'][i]:.4f} | {an['average'][i]:.4f} | "
-                      f"{sg['average'][i]:.4f} |")
+                print(
+                    f"| {t} | {an['iterate'][i]:.4f} | {sg['iterate'][i]:.4f} | {an['average'][i]:.4f} | "
+                    f"{sg['average'][i]:.4f} |"
+                )
         print()
     try:
         import matplotlib
@@ -392,6 +426,7 @@ def _numba_floor():
                 for k in range(K):
                     M[j, k] += xj * c[k]
         return acc
+
     return floor_loop
 
 
@@ -411,8 +446,10 @@ def speed(a: dict) -> None:
     T = a["iters"]
     order = solvers.instance_order(n, T, 0, "uniform")
     lam = a["speed_lam"]
-    print(f"\n### Speed -- {T} updates on {name} (n={n}, D+1={d}, K={K}), lambda={lam:g}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n")
+    print(
+        f"\n### Speed -- {T} updates on {name} (n={n}, D+1={d}, K={K}), lambda={lam:g}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n"
+    )
 
     def best(fn, reps=a["speed_reps"]):
         ts = []
@@ -431,6 +468,7 @@ def speed(a: dict) -> None:
             x = Xb[i]
             s = x @ M  # noqa: F841
             M.__iadd__(np.outer(x, c))
+
     floor_np = best(floor_numpy)
     fl = _numba_floor()
     fl(Xb, order[:10], np.zeros((d, K)), c)
@@ -443,15 +481,20 @@ def speed(a: dict) -> None:
     def oracle_only():
         for j, i in enumerate(order):
             orc(S[j % 2000], Yb[i], 2.0 / (j + 2.0))
+
     t_oracle = best(oracle_only)
-    rows = [("floor: numpy x @ M + M += outer(x, c)", floor_np), ("floor: Numba loop (same work, no allocation)",
-                                                                  floor_nb),
-            ("ranksvm_row oracle alone (K log K part)", t_oracle)]
+    rows = [
+        ("floor: numpy x @ M + M += outer(x, c)", floor_np),
+        ("floor: Numba loop (same work, no allocation)", floor_nb),
+        ("ranksvm_row oracle alone (K log K part)", t_oracle),
+    ]
     for solver in ("ansgd", "sgd", "mmp"):
+
         def run(solver=solver):
             st = solvers.init_state((d, K), 0, solver)
             kw = {"L": 1.0} if solver == "ansgd" else ({"omega": solvers.SGD_OMEGA} if solver == "sgd" else {})
             solvers.run_online(solver, st, Xb, Yb, order, lam=lam, **kw)
+
         rows.append((f"{solver.upper()} run_online loop", best(run)))
     est = RankSVM(alpha=lam, solver="ansgd", n_updates=T, random_state=0)
     t_fit = best(lambda: est.fit(X, Y), reps=1)
@@ -464,9 +507,11 @@ def speed(a: dict) -> None:
     for label, secs in rows:
         print(f"| {label} | {secs:.3f} | {secs / T * 1e6:.1f} | {secs / floor_np:.1f} | {secs / floor_nb:.1f} |")
     ans = dict(rows)["ANSGD run_online loop"]
-    print(f"\n(best of {a['speed_reps']} repeats, fits: 1 run; the two floors do not include the oracle, whose "
-          f"K log K cost is its own row.) ANSGD / (Numba floor + oracle) = "
-          f"{ans / (floor_nb + t_oracle):.1f}; ANSGD / numpy floor = {ans / floor_np:.1f}.")
+    print(
+        f"\n(best of {a['speed_reps']} repeats, fits: 1 run; the two floors do not include the oracle, whose "
+        f"K log K cost is its own row.) ANSGD / (Numba floor + oracle) = "
+        f"{ans / (floor_nb + t_oracle):.1f}; ANSGD / numpy floor = {ans / floor_np:.1f}."
+    )
     sys.stdout.flush()
 
 
@@ -484,47 +529,78 @@ def main(argv=None):
     ap.add_argument("--fig1-sets", default=",".join(FIG1_SETS))
     ap.add_argument("--folds", type=int, default=5, help="folds of the random CV partition")
     ap.add_argument("--run-folds", type=int, default=None, help="run only the first k folds")
-    ap.add_argument("--iters", type=int, default=70_000,
-                    help="online updates, RankSVM's and MMP's n_updates (paper: 7e4)")
-    ap.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
-                    help="candidate RankSVM alpha values (the paper's lambda)")
+    ap.add_argument(
+        "--iters", type=int, default=70_000, help="online updates, RankSVM's and MMP's n_updates (paper: 7e4)"
+    )
+    ap.add_argument(
+        "--lambdas",
+        default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
+        help="candidate RankSVM alpha values (the paper's lambda)",
+    )
     ap.add_argument("--val-frac", type=float, default=0.2)
-    ap.add_argument("--select-with", choices=("lbfgs", "ansgd", "sgd"), default="lbfgs",
-                    help="solver of the lambda selection (paper: the batch method)")
-    ap.add_argument("--select-iter", type=int, default=300,
-                    help="L-BFGS iterations (max_iter) per selection fit")
-    ap.add_argument("--select-once", nargs="?", const="all", default="",
-                    help="select lambda on fold 0 only and reuse it (all sets, or the comma-separated sets given)")
+    ap.add_argument(
+        "--select-with",
+        choices=("lbfgs", "ansgd", "sgd"),
+        default="lbfgs",
+        help="solver of the lambda selection (paper: the batch method)",
+    )
+    ap.add_argument("--select-iter", type=int, default=300, help="L-BFGS iterations (max_iter) per selection fit")
+    ap.add_argument(
+        "--select-once",
+        nargs="?",
+        const="all",
+        default="",
+        help="select lambda on fold 0 only and reuse it (all sets, or the comma-separated sets given)",
+    )
     ap.add_argument("--batch-iter", type=int, default=1000, help="L-BFGS iterations (max_iter) of the batch method")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--record-every", type=int, default=1000)
-    ap.add_argument("--fig1-lam", type=float, default=None,
-                    help="fixed lambda (alpha) for Fig. 1 (default: selected)")
+    ap.add_argument("--fig1-lam", type=float, default=None, help="fixed lambda (alpha) for Fig. 1 (default: selected)")
     ap.add_argument("--speed-set", default="mediamill_discretized")
     ap.add_argument("--speed-lam", type=float, default=1e-4, help="lambda (alpha) of the speed section")
     ap.add_argument("--speed-reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (folds / curves in parallel)")
-    ap.add_argument("--cached-only", action="store_true",
-                    help="Table 2: only print the folds finished by earlier runs (cached in --workdir)")
+    ap.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="Table 2: only print the folds finished by earlier runs (cached in --workdir)",
+    )
     ap.add_argument("--workdir", default=str(DEFAULT_WORK), help="converted stores and the selection cache")
     args = ap.parse_args(argv)
     if not (args.table2 or args.fig1 or args.speed):
         ap.error("choose at least one of --table2, --fig1, --speed")
-    a = {"sets": [s for s in args.sets.split(",") if s], "folds": args.folds, "iters": args.iters,
-         "lambdas": parse_lambdas(args.lambdas), "val_frac": args.val_frac, "select_with": args.select_with,
-         "select_iter": args.select_iter, "select_once": args.select_once, "batch_iter": args.batch_iter,
-         "methods": [m for m in args.methods.split(",") if m], "record_every": args.record_every,
-         "fig1_lam": args.fig1_lam, "speed_set": args.speed_set, "speed_lam": args.speed_lam,
-         "speed_reps": args.speed_reps, "seed": args.seed, "workdir": args.workdir,
-         "cached_only": args.cached_only}
+    a = {
+        "sets": [s for s in args.sets.split(",") if s],
+        "folds": args.folds,
+        "iters": args.iters,
+        "lambdas": parse_lambdas(args.lambdas),
+        "val_frac": args.val_frac,
+        "select_with": args.select_with,
+        "select_iter": args.select_iter,
+        "select_once": args.select_once,
+        "batch_iter": args.batch_iter,
+        "methods": [m for m in args.methods.split(",") if m],
+        "record_every": args.record_every,
+        "fig1_lam": args.fig1_lam,
+        "speed_set": args.speed_set,
+        "speed_lam": args.speed_lam,
+        "speed_reps": args.speed_reps,
+        "seed": args.seed,
+        "workdir": args.workdir,
+        "cached_only": args.cached_only,
+    }
     run_folds = min(args.run_folds or args.folds, args.folds)
     print(f"# ranksvm_tables: {' '.join(sys.argv[1:])}")
-    print(f"# folds {run_folds}/{args.folds}, iters {args.iters}, lambdas {a['lambdas']}, val {args.val_frac:.0%} "
-          f"of the training part, selection by {args.select_with}"
-          f"{f' ({args.select_iter} L-BFGS its)' if args.select_with == 'lbfgs' else ''}"
-          f"{f', on fold 0 only ({args.select_once})' if args.select_once else ', per fold'}; batch {args.batch_iter} L-BFGS its; "
-          f"seed {args.seed}", flush=True)
+    print(
+        f"# folds {run_folds}/{args.folds}, iters {args.iters}, lambdas {a['lambdas']}, val {args.val_frac:.0%} "
+        f"of the training part, selection by {args.select_with}"
+        f"{f' ({args.select_iter} L-BFGS its)' if args.select_with == 'lbfgs' else ''}"
+        f"{f', on fold 0 only ({args.select_once})' if args.select_once else ', per fold'}; "
+        f"batch {args.batch_iter} L-BFGS its; "
+        f"seed {args.seed}",
+        flush=True,
+    )
     t_start = time.perf_counter()
     if args.speed:
         prepare(args.speed_set, Path(args.workdir))
@@ -542,14 +618,14 @@ def main(argv=None):
     if args.table2:
         for name in a["sets"]:
             tasks += [("t2", name, f) for f in range(run_folds)]
-            if name in fig_sets:   # after the set's folds: Fig. 1 reuses fold 0's cached selection
+            if name in fig_sets:  # after the set's folds: Fig. 1 reuses fold 0's cached selection
                 tasks += [("fig", name, s) for s in ("ansgd", "sgd")]
     tasks += [("fig", n, s) for n in fig_sets for s in ("ansgd", "sgd") if ("fig", n, s) not in tasks]
     results, curves = {}, []
     remaining = {n: sum(1 for t in tasks if t[0] == "t2" and t[1] == n) for n in a["sets"]}
 
     def handle(task, res):
-        if res is None:   # --cached-only and not cached
+        if res is None:  # --cached-only and not cached
             remaining[task[1]] -= 1
             print(f"{task[1]} fold {task[2]}: not in the cache, skipped (--cached-only)")
             if remaining[task[1]] == 0 and results.get(task[1]):
@@ -557,19 +633,25 @@ def main(argv=None):
             return
         if task[0] == "t2":
             results.setdefault(task[1], []).append(res)
-            print(f"[{time.perf_counter() - t_start:6.0f} s] {task[1]} fold {task[2]}: lambda={res['lam']:g} "
-                  f"(val ranking loss {', '.join(f'{k:g}:{v:.4f}' for k, v in res['val_losses'].items())}) "
-                  + " ".join(f"{m}={res['auc'][m]:.4f} ({res['seconds'][m]:.0f}s)" for m in a["methods"])
-                  + f" wall {res['wall']:.0f} s", flush=True)
+            print(
+                f"[{time.perf_counter() - t_start:6.0f} s] {task[1]} fold {task[2]}: lambda={res['lam']:g} "
+                f"(val ranking loss {', '.join(f'{k:g}:{v:.4f}' for k, v in res['val_losses'].items())}) "
+                + " ".join(f"{m}={res['auc'][m]:.4f} ({res['seconds'][m]:.0f}s)" for m in a["methods"])
+                + f" wall {res['wall']:.0f} s",
+                flush=True,
+            )
             remaining[task[1]] -= 1
             if remaining[task[1]] == 0:
                 a_one = dict(a, sets=[task[1]])
                 print_table2(results, a_one)
         else:
             curves.append(res)
-            print(f"[{time.perf_counter() - t_start:6.0f} s] Fig. 1 {task[1]} {task[2]}: lambda={res['lam']:g}, "
-                  f"final F(M_t)={res['iterate'][-1]:.4f}, F(M_hat)={res['average'][-1]:.4f}, "
-                  f"{res['wall']:.0f} s", flush=True)
+            print(
+                f"[{time.perf_counter() - t_start:6.0f} s] Fig. 1 {task[1]} {task[2]}: lambda={res['lam']:g}, "
+                f"final F(M_t)={res['iterate'][-1]:.4f}, F(M_hat)={res['average'][-1]:.4f}, "
+                f"{res['wall']:.0f} s",
+                flush=True,
+            )
 
     if args.jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(args.jobs) as pool:

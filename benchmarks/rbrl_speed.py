@@ -128,7 +128,7 @@ def worker_floor_ms(block, points, two_point=True):
 
 def worker_pass_ms(block, points):
     """One APG iteration's work on the block in steady state: the speculative call with W_prev held."""
-    keys = iter(range(1, 10 ** 9))
+    keys = iter(range(1, 10**9))
     held = [0]
     objective.block_extrapolated_value_and_grad(block, points[0], points[1], 0.5, None, 0, 0.01)
 
@@ -196,16 +196,23 @@ def section_reference():
     m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
     Xtr, Ytr = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
     RBRL(max_iter=5).fit(Xtr, Ytr)  # compile
-    print("\n| emotions (reference split) | iterations (reference) | final objective | whole fit, best of 3 "
-          "| reference | speed-up |")
+    print(
+        "\n| emotions (reference split) | iterations (reference) | final objective | whole fit, best of 3 "
+        "| reference | speed-up |"
+    )
     print("|---|---|---|---|---|---|")
-    models = {"linear": lambda: RBRL(step_rule="paper", max_iter=1999, scaling=None),
-              "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, step_rule="paper", max_iter=1999, scaling=None)}
+    models = {
+        "linear": lambda: RBRL(step_rule="paper", max_iter=1999, scaling=None),
+        "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, step_rule="paper", max_iter=1999, scaling=None),
+    }
     for key, model in models.items():
         fits = [model().fit(Xtr, Ytr) for _ in range(3)]
         best = min(f.fit_seconds_ for f in fits)
-        print(f"| {key} | {fits[0].n_iter_} ({REFERENCE_ITERS[key]}) | {fits[0].objective_history_[-1]:.10g} | "
-              f"{best:.3f} s | {REFERENCE_SECONDS[key]} s | {REFERENCE_SECONDS[key] / best:.0f}x |", flush=True)
+        print(
+            f"| {key} | {fits[0].n_iter_} ({REFERENCE_ITERS[key]}) | {fits[0].objective_history_[-1]:.10g} | "
+            f"{best:.3f} s | {REFERENCE_SECONDS[key]} s | {REFERENCE_SECONDS[key] / best:.0f}x |",
+            flush=True,
+        )
 
 
 class ClusterFigures(NamedTuple):
@@ -246,29 +253,40 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
     client.run(reset_peak)
     # iterations' memory: the chunk, what the block keeps, the pass's temporaries, through the
     # fit's own oracle (the first call's exchange included)
-    oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad,
-                                  (0.01, chunks.private_arguments), lambda values, grad, W, G: (values, grad))
+    oracle = _extrapolated_oracle(
+        chunks,
+        objective.block_extrapolated_value_and_grad,
+        (0.01, chunks.private_arguments),
+        lambda values, grad, W, G: (values, grad),
+    )
     W_prev = points[1]
     for k in range(4):
-        W = points[k % 2].copy()   # a new array each call, as apg's W; W_prev is the last one sent
+        W = points[k % 2].copy()  # a new array each call, as apg's W; W_prev is the last one sent
         oracle(W, W_prev, 0.5, W + 0.5 * (W - W_prev))
         W_prev = W
     peaks = client.run(peak_bytes)
     # timings after the memory reading (the floor's products allocate what an iteration does not)
     floors = client.gather([client.submit(worker_floor_ms, f, points, pure=False) for f in chunks.futures])
     passes = client.gather([client.submit(worker_pass_ms, f, points, pure=False) for f in chunks.futures])
-    floors_alone = [client.submit(worker_floor_ms, f, points, two_point=False, pure=False).result()[1]
-                    for f in chunks.futures]
+    floors_alone = [
+        client.submit(worker_floor_ms, f, points, two_point=False, pure=False).result()[1] for f in chunks.futures
+    ]
     passes_alone = [client.submit(worker_pass_ms, f, points, pure=False).result() for f in chunks.futures]
     chunks.close()
     model, fit_pass = fit_with_pass_times(X, Y, client, iters)
     median_iter = median_ms_per_iteration(model)
     mem = max((peaks[w] - base[w]) for w in peaks) / max(sizes)
     temp = max((peaks[w] - loaded[w]) for w in peaks) / max(sizes)
-    return ClusterFigures(per_iter=ms_per_iteration(model), median_iter=median_iter,
-                          floor=tuple(max(f[i] for f in floors) for i in range(3)),
-                          passes=(fit_pass, max(passes)), overhead=median_iter - fit_pass, memory=(mem, temp),
-                          model=model, alone=(max(floors_alone), max(passes_alone)))
+    return ClusterFigures(
+        per_iter=ms_per_iteration(model),
+        median_iter=median_iter,
+        floor=tuple(max(f[i] for f in floors) for i in range(3)),
+        passes=(fit_pass, max(passes)),
+        overhead=median_iter - fit_pass,
+        memory=(mem, temp),
+        model=model,
+        alone=(max(floors_alone), max(passes_alone)),
+    )
 
 
 _BLOCK_PASS = objective.block_extrapolated_value_and_grad
@@ -315,21 +333,25 @@ def fit_with_pass_times(X, Y, client, iters):
         objective.block_extrapolated_value_and_grad = _BLOCK_PASS
     per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
     if not per_worker:
-        raise RuntimeError("the fit made no timed block calls: RBRL no longer looks up "
-                           "objective.block_extrapolated_value_and_grad when it fits")
+        raise RuntimeError(
+            "the fit made no timed block calls: RBRL no longer looks up "
+            "objective.block_extrapolated_value_and_grad when it fits"
+        )
     calls = min(len(v) for v in per_worker)
     slowest = np.max([v[:calls] for v in per_worker], axis=0)
     return model, 1000 * float(np.median(slowest))
 
 
 def section_cluster(client, work, iters):
-    print("\n| data set (train) | n x d | APG ms/iter | floor ms: X@[W|G] + X.T@C (X@W + X.T@C) "
-          "| iter / floor (/ one-product floor) "
-          "| median iter / median one-product floor "
-          "| fused pass ms: in the fit, median of the slowest worker (best of 5 outside it) "
-          "| Dask + client ms/iter: median iter - median pass in the fit "
-          "| peak worker memory / chunk bytes (pass temporaries / chunk) "
-          "| whole fit | one worker at a time: fused pass / one-product floor |")
+    print(
+        "\n| data set (train) | n x d | APG ms/iter | floor ms: X@[W|G] + X.T@C (X@W + X.T@C) "
+        "| iter / floor (/ one-product floor) "
+        "| median iter / median one-product floor "
+        "| fused pass ms: in the fit, median of the slowest worker (best of 5 outside it) "
+        "| Dask + client ms/iter: median iter - median pass in the fit "
+        "| peak worker memory / chunk bytes (pass temporaries / chunk) "
+        "| whole fit | one worker at a time: fused pass / one-product floor |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     sets = []
     try:
@@ -337,18 +359,19 @@ def section_cluster(client, work, iters):
         sets.append(("mediamill_discretized", *ds.arrays("train")))
     except FileNotFoundError as e:
         print(f"(skipping mediamill_discretized: {e})")
-    sets.append(("bookmarks-shaped synthetic",
-                 *dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")))
+    sets.append(("bookmarks-shaped synthetic", *dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")))
     for name, X, Y in sets:
         m = cluster_measure(X, Y, client, iters)
         floor, alone = m.floor, m.alone
-        print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {m.per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
-              f"{m.per_iter / floor[0]:.2f}x ({m.per_iter / floor[1]:.2f}x) | "
-              f"{m.median_iter:.1f} / {floor[2]:.1f} = {m.median_iter / floor[2]:.2f}x | "
-              f"{m.passes[0]:.1f} ({m.passes[1]:.1f}) | {m.overhead:.1f} | {m.memory[0]:.2f}x ({m.memory[1]:.2f}x) "
-              f"| {m.model.fit_seconds_:.1f} s ({m.model.n_iter_} it) "
-              f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
-              flush=True)
+        print(
+            f"| {name} | {X.shape[0]} x {X.shape[1]} | {m.per_iter:.1f} | {floor[0]:.1f} ({floor[1]:.1f}) | "
+            f"{m.per_iter / floor[0]:.2f}x ({m.per_iter / floor[1]:.2f}x) | "
+            f"{m.median_iter:.1f} / {floor[2]:.1f} = {m.median_iter / floor[2]:.2f}x | "
+            f"{m.passes[0]:.1f} ({m.passes[1]:.1f}) | {m.overhead:.1f} | {m.memory[0]:.2f}x ({m.memory[1]:.2f}x) "
+            f"| {m.model.fit_seconds_:.1f} s ({m.model.n_iter_} it) "
+            f"| {alone[1]:.1f} / {alone[0]:.1f} = {alone[1] / alone[0]:.2f}x |",
+            flush=True,
+        )
 
 
 def section_scaling(bk, iters):
@@ -357,16 +380,19 @@ def section_scaling(bk, iters):
     from dmlr.distributed import local_cluster
 
     X, Y = dmlr.open_dataset(bk).arrays("train")
-    print("\n| Bookmarks shape, workers | APG ms/iter | fused pass ms in the fit, median of the slowest worker "
-          "| Dask + client ms/iter: median iter - median pass | speed-up |")
+    print(
+        "\n| Bookmarks shape, workers | APG ms/iter | fused pass ms in the fit, median of the slowest worker "
+        "| Dask + client ms/iter: median iter - median pass | speed-up |"
+    )
     print("|---|---|---|---|---|")
     one = None
     for n in (1, 2):
         with local_cluster(n, 1) as cluster, Client(cluster) as client:
             m = cluster_measure(X, Y, client, iters)
         one = one or m.per_iter
-        print(f"| {n} | {m.per_iter:.1f} | {m.passes[0]:.1f} | {m.overhead:.1f} | {one / m.per_iter:.2f}x |",
-              flush=True)
+        print(
+            f"| {n} | {m.per_iter:.1f} | {m.passes[0]:.1f} | {m.overhead:.1f} | {one / m.per_iter:.2f}x |", flush=True
+        )
 
 
 def section_kernel(client, work, iters):
@@ -378,13 +404,19 @@ def section_kernel(client, work, iters):
         model = KernelRBRL("rbf", max_iter=iters, tol=0.0, step_rule="spectral", scaling=None).fit(X, Y)
     peaks = client.run(peak_bytes)
     per_iter = ms_per_iteration(model)
-    k_rows = 10000 * 10000 * 8 / len(peaks) / 2 ** 20
-    print("\n| kernel RBRL (RBF), n = 10,000 x 120, 101 labels, 2 workers | ms/iter | setup s (K rows, Lanczos) "
-          "| peak memory per worker above start | its K rows |")
+    k_rows = 10000 * 10000 * 8 / len(peaks) / 2**20
+    print(
+        "\n| kernel RBRL (RBF), n = 10,000 x 120, 101 labels, 2 workers | ms/iter | setup s (K rows, Lanczos) "
+        "| peak memory per worker above start | its K rows |"
+    )
     print("|---|---|---|---|---|")
-    mem = max(peaks[w] - base[w] for w in peaks) / 2 ** 20
-    print(f"| mediamill-shaped synthetic | {per_iter:.1f} | {model.fit_seconds_ - model.objective_seconds_[-1]:.1f} | {mem:.0f} MiB "
-          f"| {k_rows:.0f} MiB |", flush=True)
+    mem = max(peaks[w] - base[w] for w in peaks) / 2**20
+    print(
+        f"| mediamill-shaped synthetic | {per_iter:.1f} | "
+        f"{model.fit_seconds_ - model.objective_seconds_[-1]:.1f} | {mem:.0f} MiB "
+        f"| {k_rows:.0f} MiB |",
+        flush=True,
+    )
 
 
 def section_in_process(work, iters):
@@ -405,17 +437,22 @@ def section_in_process(work, iters):
     floor, floor_median = fwd[0] + back[0], fwd[1] + back[1]
     threads = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
     RBRL(max_iter=5, tol=0.0).fit(X, Y)  # compile
-    print(f"\n| mediamill_discretized in-process ({X.shape[0]} x {X.shape[1]}) | blocks | APG ms/iter "
-          f"| floor ms: X@W + X.T@C, {threads} BLAS threads | iter / floor "
-          f"| median iter / median floor |")
+    print(
+        f"\n| mediamill_discretized in-process ({X.shape[0]} x {X.shape[1]}) | blocks | APG ms/iter "
+        f"| floor ms: X@W + X.T@C, {threads} BLAS threads | iter / floor "
+        f"| median iter / median floor |"
+    )
     print("|---|---|---|---|---|---|")
     for label, n_blocks in (("one block", 1), ("default (one per core)", local_block_count(X))):
         with dmlr.config_context(n_blocks=n_blocks):
             model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
         per_iter = ms_per_iteration(model)
         med = median_ms_per_iteration(model)
-        print(f"| {label} | {n_blocks} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x "
-              f"| {med:.1f} / {floor_median:.1f} = {med / floor_median:.2f}x |", flush=True)
+        print(
+            f"| {label} | {n_blocks} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x "
+            f"| {med:.1f} / {floor_median:.1f} = {med / floor_median:.2f}x |",
+            flush=True,
+        )
     section_in_process_sparse(work, iters)
 
 
@@ -437,6 +474,7 @@ def section_in_process_sparse(work, iters):
     W = np.random.default_rng(0).normal(size=(blocks[0].X.shape[1], Y.shape[1])) * 0.01
     Cs = [np.ones((b.n_rows, Y.shape[1])) for b in blocks]
     with ThreadPoolExecutor(len(blocks)) as pool, threadpool_limits(limits=1, user_api="blas"):
+
         def side_by_side(product):
             return lambda: list(pool.map(product, range(len(blocks))))
 
@@ -446,12 +484,17 @@ def section_in_process_sparse(work, iters):
     floor, floor_median = fwd[0] + back[0], fwd[1] + back[1]
     model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
     per_iter, med = ms_per_iteration(model), median_ms_per_iteration(model)
-    print(f"\n| Bookmarks-shaped train split in-process ({X.shape[0]} x {X.shape[1]} sparse, backend "
-          f"{model.backend_!r}) | blocks | APG ms/iter | sparse floor ms: X_b@W + X_b.T@C per block, "
-          f"side by side | iter / floor | median iter / median floor |")
+    print(
+        f"\n| Bookmarks-shaped train split in-process ({X.shape[0]} x {X.shape[1]} sparse, backend "
+        f"{model.backend_!r}) | blocks | APG ms/iter | sparse floor ms: X_b@W + X_b.T@C per block, "
+        f"side by side | iter / floor | median iter / median floor |"
+    )
     print("|---|---|---|---|---|---|")
-    print(f"| default | {len(blocks)} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x "
-          f"| {med:.1f} / {floor_median:.1f} = {med / floor_median:.2f}x |", flush=True)
+    print(
+        f"| default | {len(blocks)} | {per_iter:.1f} | {floor:.1f} | {per_iter / floor:.2f}x "
+        f"| {med:.1f} / {floor_median:.1f} = {med / floor_median:.2f}x |",
+        flush=True,
+    )
 
 
 def main(argv=None):

@@ -26,9 +26,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from paper_tables import (METRICS, PAPER_STYLE_YAHOO, PAPER_TABLE3, final_test_scores, load_all, paper_style_yahoo,
-                          split_repeat)
+from paper_tables import (
+    METRICS,
+    PAPER_STYLE_YAHOO,
+    PAPER_TABLE3,
+    final_test_scores,
+    load_all,
+    paper_style_yahoo,
+    split_repeat,
+)
 
 
 def sample_scores(X, Y, name, point, splits):
@@ -41,8 +47,9 @@ def sample_scores(X, Y, name, point, splits):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="yahoo_education", choices=sorted(PAPER_STYLE_YAHOO))
-    ap.add_argument("--point", default="10,10,0.1",
-                    help="alpha,alpha_rank,alpha_nuclear (the paper's lambda1,lambda2,lambda3)")
+    ap.add_argument(
+        "--point", default="10,10,0.1", help="alpha,alpha_rank,alpha_nuclear (the paper's lambda1,lambda2,lambda3)"
+    )
     ap.add_argument("--samples", type=int, default=10, help="document samples, seeds 0..samples-1")
     ap.add_argument("--splits", type=int, default=3)
     ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
@@ -60,8 +67,10 @@ def main(argv=None):
         t = time.perf_counter()
         X, Y = paper_style_yahoo(full_X, full_Y, seed=seed)
         means.append(sample_scores(X, Y, args.set, point, args.splits))
-        print(f"| {seed} | " + " | ".join(f"{v:.4f}" for v in means[-1]) + f" | {time.perf_counter() - t:.0f} |",
-              flush=True)
+        print(
+            f"| {seed} | " + " | ".join(f"{v:.4f}" for v in means[-1]) + f" | {time.perf_counter() - t:.0f} |",
+            flush=True,
+        )
     means = np.array(means)
     paper = PAPER_TABLE3[args.set]
     print("\n| metric | samples: mean +- std | range | paper | seed 0 (paper_tables.py's sample) |")
@@ -69,8 +78,10 @@ def main(argv=None):
     for j, short in enumerate(names):
         col = means[:, j]
         std = col.std(ddof=1) if len(col) > 1 else float("nan")
-        print(f"| {short} | {col.mean():.4f} +- {std:.4f} | {col.min():.4f} - {col.max():.4f} "
-              f"| {paper[j][0]:.3f} +- {paper[j][1]:.3f} | {col[0]:.4f} |")
+        print(
+            f"| {short} | {col.mean():.4f} +- {std:.4f} | {col.min():.4f} - {col.max():.4f} "
+            f"| {paper[j][0]:.3f} +- {paper[j][1]:.3f} | {col[0]:.4f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -87,8 +87,9 @@ def load(name: str, workdir: Path, max_rows: int, seed: int):
     if name == "synthetic":
         store = workdir / f"synthetic_seed{seed}.zarr"
         if not store.exists():
-            make_multilabel(store, n_samples=2000, n_features=100, n_labels=20, cardinality=2.0,
-                            test_fraction=0.25, seed=seed)
+            make_multilabel(
+                store, n_samples=2000, n_features=100, n_labels=20, cardinality=2.0, test_fraction=0.25, seed=seed
+            )
         label = "synthetic (make_multilabel 2000x100, 20 labels, train split)"
     else:
         store = staged_store(name, workdir)
@@ -116,15 +117,20 @@ def run_dmlr(est, X, Y, splits, client, warm: bool) -> dict:
     t = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = grid_search_cv(est, X, Y, GRID, cv=splits, scoring=METRIC, client=client, refit=False,
-                             path_param="auto" if warm else None)
+        res = grid_search_cv(
+            est, X, Y, GRID, cv=splits, scoring=METRIC, client=client, refit=False, path_param="auto" if warm else None
+        )
     seconds = time.perf_counter() - t
-    return {"seconds": seconds, "fits": res.n_fits,
-            "iters": int(sum(sum(r["fold_n_iter"]) for r in res.results)),
-            "best": res.best_params, "best_score": res.best_score,
-            "scores": {_key(r["params"]): r["mean_score"] for r in res.results},
-            "note": (f"warm fits {res.n_warm_fits}, first-test stops {res.n_warm_first_test_stops}" if warm else "")
-            + "".join(f"; warning: {w.message}" for w in caught)}
+    return {
+        "seconds": seconds,
+        "fits": res.n_fits,
+        "iters": int(sum(sum(r["fold_n_iter"]) for r in res.results)),
+        "best": res.best_params,
+        "best_score": res.best_score,
+        "scores": {_key(r["params"]): r["mean_score"] for r in res.results},
+        "note": (f"warm fits {res.n_warm_fits}, first-test stops {res.n_warm_first_test_stops}" if warm else "")
+        + "".join(f"; warning: {w.message}" for w in caught),
+    }
 
 
 def run_sklearn(est, X, Y, splits, on_dask: bool) -> dict:
@@ -133,8 +139,15 @@ def run_sklearn(est, X, Y, splits, on_dask: bool) -> dict:
 
     from dmlr.scoring import get_scorer
 
-    search = GridSearchCV(est, GRID, cv=splits, scoring={METRIC: get_scorer(METRIC), "n_iter": _n_iter},
-                          refit=False, n_jobs=-1 if on_dask else 1, error_score="raise")
+    search = GridSearchCV(
+        est,
+        GRID,
+        cv=splits,
+        scoring={METRIC: get_scorer(METRIC), "n_iter": _n_iter},
+        refit=False,
+        n_jobs=-1 if on_dask else 1,
+        error_score="raise",
+    )
     t = time.perf_counter()
     if on_dask:
         with joblib.parallel_backend("dask"):
@@ -146,10 +159,15 @@ def run_sklearn(est, X, Y, splits, on_dask: bool) -> dict:
     n_splits = len(splits)
     mean_rl = -cv[f"mean_test_{METRIC}"]
     best = int(np.argmin(mean_rl))  # first in scikit-learn's grid order on ties, as its rank_test_ does
-    return {"seconds": seconds, "fits": len(cv["params"]) * n_splits,
-            "iters": int(sum(cv[f"split{k}_test_n_iter"].sum() for k in range(n_splits))),
-            "best": dict(cv["params"][best]), "best_score": float(mean_rl[best]),
-            "scores": {_key(p): float(s) for p, s in zip(cv["params"], mean_rl)}, "note": ""}
+    return {
+        "seconds": seconds,
+        "fits": len(cv["params"]) * n_splits,
+        "iters": int(sum(cv[f"split{k}_test_n_iter"].sum() for k in range(n_splits))),
+        "best": dict(cv["params"][best]),
+        "best_score": float(mean_rl[best]),
+        "scores": {_key(p): float(s) for p, s in zip(cv["params"], mean_rl)},
+        "note": "",
+    }
 
 
 def _key(params: dict) -> tuple:
@@ -162,10 +180,12 @@ def measure(X, Y, args, client) -> dict:
 
     est = RBRL(step_rule="spectral", tol=args.tol, max_iter=args.max_iter)
     splits = kfold_indices(X.shape[0], args.cv, seed=args.seed)
-    calls = {METHODS[0]: lambda: run_dmlr(est, X, Y, splits, client, warm=True),
-             METHODS[1]: lambda: run_dmlr(est, X, Y, splits, client, warm=False),
-             METHODS[2]: lambda: run_sklearn(est, X, Y, splits, on_dask=True),
-             METHODS[3]: lambda: run_sklearn(est, X, Y, splits, on_dask=False)}
+    calls = {
+        METHODS[0]: lambda: run_dmlr(est, X, Y, splits, client, warm=True),
+        METHODS[1]: lambda: run_dmlr(est, X, Y, splits, client, warm=False),
+        METHODS[2]: lambda: run_sklearn(est, X, Y, splits, on_dask=True),
+        METHODS[3]: lambda: run_sklearn(est, X, Y, splits, on_dask=False),
+    }
     # Untimed: compile the Numba kernels in this process and on every worker for this data's types.
     tiny = RBRL(step_rule="spectral", tol=args.tol, max_iter=3)
     tiny_splits = kfold_indices(min(X.shape[0], 60), 2, seed=args.seed)
@@ -187,10 +207,16 @@ def measure(X, Y, args, client) -> dict:
 def table(label: str, runs: dict, n_rows: int, args) -> str:
     ref = statistics.median(o["seconds"] for o in runs[METHODS[0]])
     cold = runs[METHODS[1]][-1]["scores"]
-    head = (f"{'method':22s} {'wall s':>8s} {'(min-max)':>15s} {'x (a)':>6s} {'fits':>5s} {'APG iters':>10s}  "
-            f"{'best (alpha, alpha_rank, alpha_nuclear)':40s} {'best RL':>9s} {'max |dRL| vs (b)':>17s}")
-    lines = [f"\n{label}: {n_rows} rows, cv={args.cv}, {args.repeats} repeat(s), "
-             f"RBRL(step_rule='spectral', tol={args.tol:g}, max_iter={args.max_iter})", head, "-" * len(head)]
+    head = (
+        f"{'method':22s} {'wall s':>8s} {'(min-max)':>15s} {'x (a)':>6s} {'fits':>5s} {'APG iters':>10s}  "
+        f"{'best (alpha, alpha_rank, alpha_nuclear)':40s} {'best RL':>9s} {'max |dRL| vs (b)':>17s}"
+    )
+    lines = [
+        f"\n{label}: {n_rows} rows, cv={args.cv}, {args.repeats} repeat(s), "
+        f"RBRL(step_rule='spectral', tol={args.tol:g}, max_iter={args.max_iter})",
+        head,
+        "-" * len(head),
+    ]
     notes = []
     for m in METHODS:
         outs = runs[m]
@@ -204,8 +230,10 @@ def table(label: str, runs: dict, n_rows: int, args) -> str:
             best_s += " varies"
         diff = max(abs(last["scores"][k] - cold[k]) for k in cold)
         med = statistics.median(secs)
-        lines.append(f"{m:22s} {med:8.2f} {f'({min(secs):.2f}-{max(secs):.2f})':>15s} {med / ref:6.2f} "
-                     f"{last['fits']:5d} {iters_s:>10s}  {best_s:40s} {last['best_score']:9.5f} {diff:17.2e}")
+        lines.append(
+            f"{m:22s} {med:8.2f} {f'({min(secs):.2f}-{max(secs):.2f})':>15s} {med / ref:6.2f} "
+            f"{last['fits']:5d} {iters_s:>10s}  {best_s:40s} {last['best_score']:9.5f} {diff:17.2e}"
+        )
         if last["note"]:
             notes.append(f"  {m}: {last['note']}")
     return "\n".join(lines + notes)
@@ -213,8 +241,12 @@ def table(label: str, runs: dict, n_rows: int, args) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", nargs="+", default=["yeast", "synthetic"],
-                    help="staged set names (dmlr.datasets.STAGED) and/or 'synthetic'")
+    ap.add_argument(
+        "--sets",
+        nargs="+",
+        default=["yeast", "synthetic"],
+        help="staged set names (dmlr.datasets.STAGED) and/or 'synthetic'",
+    )
     ap.add_argument("--cv", type=int, default=3, help="number of folds")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each method; the table shows the median")
     ap.add_argument("--max-iter", type=int, default=500)
@@ -236,8 +268,11 @@ def main(argv=None):
             print(f"SKIP {name}: {e}")
     tables = []
     with local_cluster(2, 1) as cluster, Client(cluster) as client:
-        print(f"cluster: {len(client.scheduler_info()['workers'])} workers x 1 thread; "
-              f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"cluster: {len(client.scheduler_info()['workers'])} workers x 1 thread; "
+            f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         for name, (X, Y, label) in data.items():
             print(f"  {label}: X {X.shape}, Y {Y.shape}", flush=True)
             runs = measure(X, Y, args, client)

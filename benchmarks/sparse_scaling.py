@@ -67,8 +67,12 @@ def make_scaler(name: str):
     from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.preprocessing import MaxAbsScaler, Normalizer
 
-    factories = {"none": lambda: None, "maxabs": MaxAbsScaler, "l2": lambda: Normalizer(norm="l2"),
-                 "tfidf": TfidfTransformer}
+    factories = {
+        "none": lambda: None,
+        "maxabs": MaxAbsScaler,
+        "l2": lambda: Normalizer(norm="l2"),
+        "tfidf": TfidfTransformer,
+    }
     if name not in factories:
         raise ValueError(f"unknown scaling {name!r}; choose from {list(factories)}")
     return factories[name]()
@@ -124,16 +128,22 @@ def run_rbrl(Xtr, Ytr, Xte, Yte, a) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        res = grid_search_cv(est, Xtr, Ytr, grid, cv=a.folds, scoring="ranking_loss", seed=a.seed,
-                             client="local")
+        res = grid_search_cv(est, Xtr, Ytr, grid, cv=a.folds, scoring="ranking_loss", seed=a.seed, client="local")
     seconds = time.perf_counter() - t0
     test = dmlr.evaluate(res.best_estimator, (Xte, Yte), metrics=list(METRICS))
     best = res.best_params
     edges = sorted(k for k, v in grid.items() if len(v) > 1 and best[k] in (min(v), max(v)))
-    return {**test, "seconds": seconds, "cv_ranking_loss": res.best_score, "best_params": best,
-            "on_edge": edges, "refit_n_iter": int(res.best_estimator.n_iter_),
-            "n_warm_first_test_stops": res.n_warm_first_test_stops, "n_warm_fits": res.n_warm_fits,
-            "warnings": sorted({str(w.message)[:120] for w in caught})}
+    return {
+        **test,
+        "seconds": seconds,
+        "cv_ranking_loss": res.best_score,
+        "best_params": best,
+        "on_edge": edges,
+        "refit_n_iter": int(res.best_estimator.n_iter_),
+        "n_warm_first_test_stops": res.n_warm_first_test_stops,
+        "n_warm_fits": res.n_warm_fits,
+        "warnings": sorted({str(w.message)[:120] for w in caught}),
+    }
 
 
 def run_logreg(Xtr, Ytr, Xte, Yte, a) -> dict:
@@ -146,21 +156,31 @@ def run_logreg(Xtr, Ytr, Xte, Yte, a) -> dict:
     from dmlr.model_selection import kfold_indices
     from dmlr.scoring import get_scorer
 
-    folds = kfold_indices(Xtr.shape[0], a.folds, a.seed)   # the folds grid_search_cv(cv=a.folds) uses
+    folds = kfold_indices(Xtr.shape[0], a.folds, a.seed)  # the folds grid_search_cv(cv=a.folds) uses
     Y64 = Ytr.astype(np.int64)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # labels absent from a fold: OneVsRest predicts a constant
-        search = GridSearchCV(OneVsRestClassifier(LogisticRegression(solver="liblinear")),
-                              {"estimator__C": a.C}, scoring=get_scorer("ranking_loss"), cv=folds,
-                              refit=True, n_jobs=1).fit(Xtr, Y64)
+        warnings.simplefilter("ignore")  # labels absent from a fold: OneVsRest predicts a constant
+        search = GridSearchCV(
+            OneVsRestClassifier(LogisticRegression(solver="liblinear")),
+            {"estimator__C": a.C},
+            scoring=get_scorer("ranking_loss"),
+            cv=folds,
+            refit=True,
+            n_jobs=1,
+        ).fit(Xtr, Y64)
     seconds = time.perf_counter() - t0
     model = search.best_estimator_
     S = model.decision_function(Xte)
     test = multilabel_metrics(Yte, S, (S > 0).astype(np.int8), metrics=list(METRICS))
     C = search.best_params_["estimator__C"]
-    return {**test, "seconds": seconds, "cv_ranking_loss": -float(search.best_score_), "best_params": {"C": C},
-            "on_edge": ["C"] if len(a.C) > 1 and C in (min(a.C), max(a.C)) else []}
+    return {
+        **test,
+        "seconds": seconds,
+        "cv_ranking_loss": -float(search.best_score_),
+        "best_params": {"C": C},
+        "on_edge": ["C"] if len(a.C) > 1 and C in (min(a.C), max(a.C)) else [],
+    }
 
 
 def cache_key(name: str, scaling: str, model: str, a) -> str:
@@ -184,20 +204,32 @@ def run_set(name: str, a) -> dict | None:
     if a.cached_only:
         if not info_file.exists():
             return None
-        return {"info": json.loads(info_file.read_text()),
-                "rows": {k: json.loads(f.read_text()) for k, f in files.items() if f.exists()}}
+        return {
+            "info": json.loads(info_file.read_text()),
+            "rows": {k: json.loads(f.read_text()) for k, f in files.items() if f.exists()},
+        }
     try:
         Xtr, Ytr, Xte, Yte, n_full = load(name, work, a.max_train_rows, a.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"skipping {name}: {e}", flush=True)
         return None
     binary = bool(np.all(Xtr.data == 1.0) and np.all(Xte.data == 1.0))
-    info = {"n_train": Xtr.shape[0], "n_train_full": n_full, "n_test": Xte.shape[0], "d": Xtr.shape[1],
-            "L": Ytr.shape[1], "density": Xtr.nnz / (Xtr.shape[0] * Xtr.shape[1]), "binary": binary,
-            "value_range": [float(min(Xtr.data.min(), Xte.data.min())), float(max(Xtr.data.max(), Xte.data.max()))]}
+    info = {
+        "n_train": Xtr.shape[0],
+        "n_train_full": n_full,
+        "n_test": Xte.shape[0],
+        "d": Xtr.shape[1],
+        "L": Ytr.shape[1],
+        "density": Xtr.nnz / (Xtr.shape[0] * Xtr.shape[1]),
+        "binary": binary,
+        "value_range": [float(min(Xtr.data.min(), Xte.data.min())), float(max(Xtr.data.max(), Xte.data.max()))],
+    }
     info_file.write_text(json.dumps(info))
-    print(f"{name}: train {info['n_train']} (of {n_full}) x {info['d']}, test {info['n_test']}, "
-          f"{info['L']} labels, density {info['density']:.4f}, binary features: {binary}", flush=True)
+    print(
+        f"{name}: train {info['n_train']} (of {n_full}) x {info['d']}, test {info['n_test']}, "
+        f"{info['L']} labels, density {info['density']:.4f}, binary features: {binary}",
+        flush=True,
+    )
     rows, scaled = {}, {}
     for s in a.scalings:
         Xtr_s = Xte_s = None
@@ -230,8 +262,11 @@ def run_set(name: str, a) -> dict | None:
                     continue
             f.write_text(json.dumps(out))
             rows[(s, m)] = out
-            print(f"  {name} {s:<6} {m:<6} rl {out['ranking_loss']:.4f} ap {out['average_precision']:.4f} "
-                  f"p@1 {out['precision_at_1']:.4f} {out['seconds']:.1f} s {out['best_params']}", flush=True)
+            print(
+                f"  {name} {s:<6} {m:<6} rl {out['ranking_loss']:.4f} ap {out['average_precision']:.4f} "
+                f"p@1 {out['precision_at_1']:.4f} {out['seconds']:.1f} s {out['best_params']}",
+                flush=True,
+            )
     return {"info": info, "rows": rows}
 
 
@@ -255,12 +290,16 @@ def table(name: str, result: dict, a) -> str:
     info, rows = result["info"], result["rows"]
     capped = info["n_train"] < info["n_train_full"]
     lo, hi = info["value_range"]
-    title = (f"{name}: train {info['n_train']}"
-             + (f" (seeded subsample of {info['n_train_full']}, seed {a.seed})" if capped else "")
-             + f", test {info['n_test']}, d {info['d']}, L {info['L']}, density {info['density']:.4f}, "
-             f"features {'binary' if info['binary'] else f'in [{lo:g}, {hi:g}]'}")
-    head = (f"{'model':<7} {'scaling':<7} {'test RL':>8} {'test AP':>8} {'test P@1':>8} {'cv RL':>8} "
-            f"{'seconds':>8}  chosen (edge)")
+    title = (
+        f"{name}: train {info['n_train']}"
+        + (f" (seeded subsample of {info['n_train_full']}, seed {a.seed})" if capped else "")
+        + f", test {info['n_test']}, d {info['d']}, L {info['L']}, density {info['density']:.4f}, "
+        f"features {'binary' if info['binary'] else f'in [{lo:g}, {hi:g}]'}"
+    )
+    head = (
+        f"{'model':<7} {'scaling':<7} {'test RL':>8} {'test AP':>8} {'test P@1':>8} {'cv RL':>8} "
+        f"{'seconds':>8}  chosen (edge)"
+    )
     lines = [title, head, "-" * len(head)]
     for m in ("rbrl", "logreg"):
         for s in a.scalings:
@@ -274,9 +313,11 @@ def table(name: str, result: dict, a) -> str:
             edge = f" ({','.join(r['on_edge'])})" if r["on_edge"] else ""
             if "same_as" in r:
                 edge += f" [features identical to {r['same_as']!r}: its fit, not refitted]"
-            lines.append(f"{m:<7} {s:<7} {r['ranking_loss']:>8.4f} {r['average_precision']:>8.4f} "
-                         f"{r['precision_at_1']:>8.4f} {r['cv_ranking_loss']:>8.4f} {r['seconds']:>8.1f}  "
-                         f"{_fmt_params(r['best_params'])}{edge}")
+            lines.append(
+                f"{m:<7} {s:<7} {r['ranking_loss']:>8.4f} {r['average_precision']:>8.4f} "
+                f"{r['precision_at_1']:>8.4f} {r['cv_ranking_loss']:>8.4f} {r['seconds']:>8.1f}  "
+                f"{_fmt_params(r['best_params'])}{edge}"
+            )
     return "\n".join(lines)
 
 
@@ -297,14 +338,19 @@ def summary(results: dict, a) -> str:
             for s in w:
                 wins[metric][s] += 1
             per.append("/".join(w))
-        winners_by_set.append(f"  {name:<18} test RL: {per[0]:<14} test AP: {per[1]:<14} cv RL: {per[2]}"
-                              + (f"  (failed, not counted: {', '.join(failed)})" if failed else ""))
+        winners_by_set.append(
+            f"  {name:<18} test RL: {per[0]:<14} test AP: {per[1]:<14} cv RL: {per[2]}"
+            + (f"  (failed, not counted: {', '.join(failed)})" if failed else "")
+        )
     n = len(winners_by_set)
-    lines = [f"RBRL: sets won by each scaling ({n} sets; ties shared; a failed fit wins nothing)",
-             f"{'scaling':<8} {'test RL':>8} {'test AP':>8} {'cv RL':>8}"]
+    lines = [
+        f"RBRL: sets won by each scaling ({n} sets; ties shared; a failed fit wins nothing)",
+        f"{'scaling':<8} {'test RL':>8} {'test AP':>8} {'cv RL':>8}",
+    ]
     for s in a.scalings:
-        lines.append(f"{s:<8} {wins['ranking_loss'][s]:>8} {wins['average_precision'][s]:>8} "
-                     f"{wins['cv_ranking_loss'][s]:>8}")
+        lines.append(
+            f"{s:<8} {wins['ranking_loss'][s]:>8} {wins['average_precision'][s]:>8} {wins['cv_ranking_loss'][s]:>8}"
+        )
     lines += ["winners per set:"] + winners_by_set
     # Mean relative gap of each scaling to the per-set best, a tie-free view of the same numbers.
     gaps = []
@@ -332,8 +378,12 @@ def floats(text: str) -> list[float]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default=DEFAULT_SETS, help=f"comma-separated staged sets (default {DEFAULT_SETS})")
-    p.add_argument("--max-train-rows", type=int, default=None,
-                   help="cap every training split at this many rows (seeded subsample); default: no cap")
+    p.add_argument(
+        "--max-train-rows",
+        type=int,
+        default=None,
+        help="cap every training split at this many rows (seeded subsample); default: no cap",
+    )
     p.add_argument("--workdir", default=str(DEFAULT_WORK), help="Zarr stores and the result cache")
     p.add_argument("--scalings", default=",".join(SCALINGS), help="comma-separated subset of " + ",".join(SCALINGS))
     p.add_argument("--alpha", type=floats, default=[0.01, 0.1, 1.0, 10.0])
@@ -347,16 +397,18 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     a.scalings = [s.strip() for s in a.scalings.split(",") if s.strip()]
     for s in a.scalings:
-        make_scaler(s)   # unknown names fail here, before any work
+        make_scaler(s)  # unknown names fail here, before any work
     t0 = time.perf_counter()
     results = {}
     for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
         res = run_set(name, a)
         if res is not None:
             results[name] = res
-    grid = (f"RBRL grid alpha {a.alpha} x alpha_rank {a.alpha_rank} x alpha_nuclear {a.alpha_nuclear}, "
-            f"step_rule='spectral', tol=1e-4, max_iter={a.max_iter}; logistic regression C {a.C}; "
-            f"{a.folds}-fold CV on ranking loss, seed {a.seed}")
+    grid = (
+        f"RBRL grid alpha {a.alpha} x alpha_rank {a.alpha_rank} x alpha_nuclear {a.alpha_nuclear}, "
+        f"step_rule='spectral', tol=1e-4, max_iter={a.max_iter}; logistic regression C {a.C}; "
+        f"{a.folds}-fold CV on ranking loss, seed {a.seed}"
+    )
     print("\n" + grid + "\n")
     for name, res in results.items():
         print(table(name, res, a) + "\n")

@@ -54,7 +54,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-
 from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yahoo
 
 import dmlr
@@ -63,9 +62,19 @@ from dmlr.models import RBRL
 
 RULES = [("backtracking", None), ("spectral", None), ("spectral", False)]
 SETS = {  # name -> kernel (None: linear)
-    "emotions_ref": None, "emotions_ref_kernel": "rbf", "scene": "rbf", "yeast": "rbf", "image_subset600": "rbf",
-    "yeast_raw": "rbf", "enron": None, "yahoo_arts": None, "yahoo_recreation": None,
-    "yahoo_business": None, "yahoo_education": None, "mediamill_discretized": None, "bookmarks_synthetic": None,
+    "emotions_ref": None,
+    "emotions_ref_kernel": "rbf",
+    "scene": "rbf",
+    "yeast": "rbf",
+    "image_subset600": "rbf",
+    "yeast_raw": "rbf",
+    "enron": None,
+    "yahoo_arts": None,
+    "yahoo_recreation": None,
+    "yahoo_business": None,
+    "yahoo_education": None,
+    "mediamill_discretized": None,
+    "bookmarks_synthetic": None,
 }
 
 
@@ -126,12 +135,16 @@ def fit_or_load(path: Path, X, Y, kernel=None, **params):
             return SimpleNamespace(**{k: f[k] for k in f.files})
     with dmlr.config_context(backend="local"):
         m = make_rbrl(kernel, **params).fit(X, Y)
-    figures = dict(objective_history_=np.asarray(m.objective_history_), objective_seconds_=np.asarray(
-        m.objective_seconds_), n_iter_=np.int64(m.n_iter_), lipschitz_=np.float64(m.lipschitz_))
+    figures = dict(
+        objective_history_=np.asarray(m.objective_history_),
+        objective_seconds_=np.asarray(m.objective_seconds_),
+        n_iter_=np.int64(m.n_iter_),
+        lipschitz_=np.float64(m.lipschitz_),
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part.npz")
     np.savez(tmp, **figures)
-    tmp.replace(path)   # a run killed while writing leaves no truncated history behind
+    tmp.replace(path)  # a run killed while writing leaves no truncated history behind
     return SimpleNamespace(**figures)
 
 
@@ -140,14 +153,26 @@ def main(argv=None):
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--png", default=str(Path(__file__).parent / "out" / "convergence.png"))
     ap.add_argument("--max-iter", type=int, default=5000)
-    ap.add_argument("--histories", default=str(Path(__file__).parent / "out" / "step_rules"),
-                    help="folder of the saved fits (reused by a rerun with the same --max-iter)")
+    ap.add_argument(
+        "--histories",
+        default=str(Path(__file__).parent / "out" / "step_rules"),
+        help="folder of the saved fits (reused by a rerun with the same --max-iter)",
+    )
     args = ap.parse_args(argv)
     saved = Path(args.histories)
     work = Path(tempfile.mkdtemp(prefix="dmlr-steps-"))
     RBRL(max_iter=3).fit(np.eye(4), np.eye(4, 2, dtype=np.int8))  # compile the kernels before timing
-    head = ("data set", "model", "n x d", "rule", "iters to paper opt", "s to paper opt", "iters at stop",
-            "final obj vs paper", "L (paper L)")
+    head = (
+        "data set",
+        "model",
+        "n x d",
+        "rule",
+        "iters to paper opt",
+        "s to paper opt",
+        "iters at stop",
+        "final obj vs paper",
+        "L (paper L)",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     curves = {}
@@ -174,12 +199,17 @@ def main(argv=None):
             reach = "never" if k is None else f"{k + 1}"
             secs = "-" if k is None else f"{m.objective_seconds_[k]:.3f}"
             rel = (m.objective_history_[-1] - target) / abs(target)
-            print(f"| {name} | {kind} | {X.shape[0]} x {X.shape[1]} | {label} | {reach} | {secs} | {m.n_iter_} | "
-                  f"{rel:+.2e} | {m.lipschitz_:.4g} ({paper.lipschitz_:.4g}) |", flush=True)
+            print(
+                f"| {name} | {kind} | {X.shape[0]} x {X.shape[1]} | {label} | {reach} | {secs} | {m.n_iter_} | "
+                f"{rel:+.2e} | {m.lipschitz_:.4g} ({paper.lipschitz_:.4g}) |",
+                flush=True,
+            )
             if name.startswith("emotions_ref"):
                 curves[(name, label)] = (np.asarray(m.objective_history_), np.asarray(m.objective_seconds_))
-    print("\nrestart: default (None) is on for every rule but 'paper'. L: the last step constant (backtracking "
-          "may raise it); paper L: eq. 23 / eq. 33.")
+    print(
+        "\nrestart: default (None) is on for every rule but 'paper'. L: the last step constant (backtracking "
+        "may raise it); paper L: eq. 23 / eq. 33."
+    )
     if curves:
         plot(curves, Path(args.png))
 
@@ -203,8 +233,7 @@ def plot(curves, png: Path):
             gap = np.maximum(h - best, 1e-12) / abs(best)
             axes[row, 0].semilogy(np.arange(1, len(h) + 1), gap, label=label)
             axes[row, 1].semilogy(s, gap, label=label)
-        axes[row, 0].set(title=f"{name}: objective vs iteration", xlabel="iteration",
-                         ylabel="(F - F_best) / F_best")
+        axes[row, 0].set(title=f"{name}: objective vs iteration", xlabel="iteration", ylabel="(F - F_best) / F_best")
         axes[row, 1].set(title=f"{name}: objective vs seconds", xlabel="seconds")
         axes[row, 0].legend()
     fig.tight_layout()

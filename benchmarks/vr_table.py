@@ -50,15 +50,18 @@ PAPER = {
     "emotions": {
         "hamming": [0.27, 0.23, 0.23, 0.23, 1.02, 0.30, 0.23, 0.20, 0.21, 0.24],
         "subset": [1.46, 2.27, 2.23, 2.23, 18.25, 2.97, 2.25, 1.70, 2.06, 2.03],
-        "gebru": [2.48, 3.07, 3.06, 2.96, 6.34, 2.81, 3.11, 2.65, 2.92, 3.01]},
+        "gebru": [2.48, 3.07, 3.06, 2.96, 6.34, 2.81, 3.11, 2.65, 2.92, 3.01],
+    },
     "mediamill7": {
         "hamming": [32.74, 32.52, 31.88, 32.73, 110, 43.98, 34.78, 1.64, 33.96, 35.82],
         "subset": [37.93, 39.38, 40.25, 39.69, 684, 123, 40.36, 7.46, 38.69, 39.37],
-        "gebru": [55.25, 57.20, 55.09, 55.11, 417, 102, 56, 22.04, 54.60, 55.85]},
+        "gebru": [55.25, 57.20, 55.09, 55.11, 417, 102, 56, 22.04, 54.60, 55.85],
+    },
     "mediamill26": {
         "hamming": [880, 873, 867, 876, 2508, 1005, 873, 8, 870, 872],
         "subset": [1087, 1248, 1252, 1259, None, 26606, 1240, 271, 1190, 1204],
-        "gebru": [1071, 1124, 1114, 1109, None, 3854, 1116, 214, 1141, 1159]},
+        "gebru": [1071, 1124, 1114, 1109, None, 3854, 1116, 214, 1141, 1159],
+    },
 }
 
 
@@ -96,8 +99,9 @@ def sgd_epoch_floor(X, Y, eta0, alpha, repeats=5):
     Xb = np.hstack([X, np.ones((X.shape[0], 1))])
     with threadpool_limits(limits=1):
         floor = min(_timed(lambda: Xb @ W) for _ in range(repeats))
-    model = LinearMultiLabel(loss="hamming", solver="sgd", n_epochs=1, learning_rate="1/k", eta0=eta0, alpha=alpha,
-                             record=False)
+    model = LinearMultiLabel(
+        loss="hamming", solver="sgd", n_epochs=1, learning_rate="1/k", eta0=eta0, alpha=alpha, record=False
+    )
     with dmlr.config_context(backend="local"):
         epoch = min(model.fit(X, Y).fit_seconds_ for _ in range(repeats))
     return epoch, floor
@@ -115,13 +119,23 @@ def main(argv=None):
     ap.add_argument("--losses", default=",".join(PAPER_LOSSES))
     ap.add_argument("--solvers", default=",".join(SOLVERS))
     ap.add_argument("--n-epochs", "--epochs", type=int, default=5, help="LinearMultiLabel's n_epochs")
-    ap.add_argument("--eta0", "--step-size", type=float, default=1.0,
-                    help="LinearMultiLabel's eta0, the base of the step eta0 / k (paper: 1; 0: dmlr's default 1/L)")
-    ap.add_argument("--alpha", "--lam", type=float, default=1e-4,
-                    help="LinearMultiLabel's alpha (L2 strength; the paper's lambda)")
+    ap.add_argument(
+        "--eta0",
+        "--step-size",
+        type=float,
+        default=1.0,
+        help="LinearMultiLabel's eta0, the base of the step eta0 / k (paper: 1; 0: dmlr's default 1/L)",
+    )
+    ap.add_argument(
+        "--alpha", "--lam", type=float, default=1e-4, help="LinearMultiLabel's alpha (L2 strength; the paper's lambda)"
+    )
     ap.add_argument("--seed", type=int, default=0, help="label draw of MediaMill-7/26 and the row order")
-    ap.add_argument("--backend", default="local", choices=["local", "dask"],
-                    help="execution setting dmlr.config_context(backend=...)")
+    ap.add_argument(
+        "--backend",
+        default="local",
+        choices=["local", "dask"],
+        help="execution setting dmlr.config_context(backend=...)",
+    )
     ap.add_argument("--png", default=None, help="save the objective-vs-epoch curves here")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
@@ -136,8 +150,10 @@ def main(argv=None):
 
         client = Client(local_cluster(2, 1))
     curves = {}
-    print(f"# n_epochs={args.n_epochs} learning_rate=1/k eta0={eta0 or '1/L (dmlr default)'} alpha={args.alpha} "
-          f"backend={args.backend}")
+    print(
+        f"# n_epochs={args.n_epochs} learning_rate=1/k eta0={eta0 or '1/L (dmlr default)'} alpha={args.alpha} "
+        f"backend={args.backend}"
+    )
     for name in sets:
         try:
             X, Y, desc = load_set(name, workdir, args.seed)
@@ -145,13 +161,21 @@ def main(argv=None):
             print(f"# {name}: skipped ({e})")
             continue
         print(f"\n## {desc}: {X.shape[0]} x {X.shape[1]}, {Y.shape[1]} labels")
-        print(f"{'loss':8s} {'solver':14s} {'ours':>9s} {'paper':>9s} {'paper/ours':>10s} "
-              f"{'F(5 ep)':>10s} {'vs SGD':>6s}")
+        print(
+            f"{'loss':8s} {'solver':14s} {'ours':>9s} {'paper':>9s} {'paper/ours':>10s} {'F(5 ep)':>10s} {'vs SGD':>6s}"
+        )
         for loss in losses:
             sgd_final = None
             for solver in solvers:
-                m = LinearMultiLabel(loss=loss, solver=solver, n_epochs=args.n_epochs, learning_rate="1/k",
-                                     eta0=eta0, alpha=args.alpha, random_state=args.seed)
+                m = LinearMultiLabel(
+                    loss=loss,
+                    solver=solver,
+                    n_epochs=args.n_epochs,
+                    learning_rate="1/k",
+                    eta0=eta0,
+                    alpha=args.alpha,
+                    random_state=args.seed,
+                )
                 try:
                     with dmlr.config_context(backend=args.backend, client=client):
                         m.fit(X, Y)
@@ -165,13 +189,18 @@ def main(argv=None):
                 verdict = "=" if abs(rel) <= 0.01 else ("+" if rel < 0 else "-")
                 paper = PAPER.get(name, {}).get(loss, [None] * len(SOLVERS))[SOLVERS.index(solver)]
                 ratio = f"{paper / m.fit_seconds_:.0f}x" if paper else "-"
-                print(f"{loss:8s} {solver:14s} {fmt_time(m.fit_seconds_):>9s} {fmt_time(paper):>9s} {ratio:>10s} "
-                      f"{final:10.5f} {verdict:>6s}", flush=True)
+                print(
+                    f"{loss:8s} {solver:14s} {fmt_time(m.fit_seconds_):>9s} {fmt_time(paper):>9s} {ratio:>10s} "
+                    f"{final:10.5f} {verdict:>6s}",
+                    flush=True,
+                )
                 curves[(name, loss, solver)] = m.objective_history_
         if name == "mediamill26":
             epoch, floor = sgd_epoch_floor(X, Y, eta0, args.alpha)
-            print(f"\nSGD epoch (hamming) on MediaMill-26: {epoch * 1e3:.1f} ms; one X @ W pass (1 BLAS thread): "
-                  f"{floor * 1e3:.2f} ms; ratio {epoch / floor:.1f}x")
+            print(
+                f"\nSGD epoch (hamming) on MediaMill-26: {epoch * 1e3:.1f} ms; one X @ W pass (1 BLAS thread): "
+                f"{floor * 1e3:.2f} ms; ratio {epoch / floor:.1f}x"
+            )
     if args.png and curves:
         save_png(curves, sets, losses, solvers, args.png)
         print(f"\ncurves written to {args.png}")

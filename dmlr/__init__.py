@@ -22,5 +22,21 @@ from dmlr.errors import DmlrInputError, NotADmlrStoreError
 
 __version__ = "0.1.0"
 
-__all__ = ["Dataset", "DmlrInputError", "NotADmlrStoreError", "config_context", "convert", "datasets", "evaluate",
-           "fit", "get_client", "get_config", "load", "metrics", "models", "open_dataset", "scoring", "set_config"]
+__all__ = [
+    "Dataset",
+    "DmlrInputError",
+    "NotADmlrStoreError",
+    "config_context",
+    "convert",
+    "datasets",
+    "evaluate",
+    "fit",
+    "get_client",
+    "get_config",
+    "load",
+    "metrics",
+    "models",
+    "open_dataset",
+    "scoring",
+    "set_config",
+]

@@ -15,8 +15,16 @@ from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, 
 from dmlr.models.base import BaseModel, load_model
 
 #: ``model=`` names accepted by :func:`fit`.
-MODELS = {"rbrl": RBRL, "kernel_rbrl": KernelRBRL, "ranksvm": RankSVM, "mmp": MMP, "linear": LinearMultiLabel,
-          "oml": OML, "knn": KNN, "omf": OMF}
+MODELS = {
+    "rbrl": RBRL,
+    "kernel_rbrl": KernelRBRL,
+    "ranksvm": RankSVM,
+    "mmp": MMP,
+    "linear": LinearMultiLabel,
+    "oml": OML,
+    "knn": KNN,
+    "omf": OMF,
+}
 
 
 def _as_dataset(data):
@@ -57,8 +65,17 @@ def make_model(model, **params) -> BaseModel:
     return cls(**params)
 
 
-def fit(data, model="rbrl", *, split: str | None = "train", client=None, checkpoint=None,
-        checkpoint_every: int = 10, resume: bool = False, **params) -> BaseModel:
+def fit(
+    data,
+    model="rbrl",
+    *,
+    split: str | None = "train",
+    client=None,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    **params,
+) -> BaseModel:
     """Fit a model on a data set.
 
     Parameters

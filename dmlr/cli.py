@@ -22,8 +22,15 @@ def cmd_convert(args) -> int:
     from dmlr.data.convert import convert
 
     src = args.src if len(args.src) > 1 else args.src[0]
-    dst = convert(src, args.dst, fmt=args.fmt, xml=args.xml, n_labels=args.n_labels, overwrite=args.overwrite,
-                  keep_identifiers=args.keep_identifiers)
+    dst = convert(
+        src,
+        args.dst,
+        fmt=args.fmt,
+        xml=args.xml,
+        n_labels=args.n_labels,
+        overwrite=args.overwrite,
+        keep_identifiers=args.keep_identifiers,
+    )
     return cmd_info(argparse.Namespace(data=str(dst), json=False))
 
 
@@ -32,10 +39,17 @@ def cmd_info(args) -> int:
 
     ds = open_dataset(args.data)
     Y = ds.Y.sum(axis=1).compute()
-    info = {"path": ds.path, "n_samples": ds.n_samples, "n_features": ds.n_features, "n_labels": ds.n_labels,
-            "cardinality": float(Y.mean()), "x_encoding": ds.attrs["x_encoding"],
-            "chunk_rows": ds.attrs["chunk_rows"], "splits": {k: int(len(v)) for k, v in ds.splits.items()},
-            "source": ds.attrs.get("source")}
+    info = {
+        "path": ds.path,
+        "n_samples": ds.n_samples,
+        "n_features": ds.n_features,
+        "n_labels": ds.n_labels,
+        "cardinality": float(Y.mean()),
+        "x_encoding": ds.attrs["x_encoding"],
+        "chunk_rows": ds.attrs["chunk_rows"],
+        "splits": {k: int(len(v)) for k, v in ds.splits.items()},
+        "source": ds.attrs.get("source"),
+    }
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -57,7 +71,7 @@ def _model_params(args) -> dict:
         try:
             params[name] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            params[name] = text   # a bare word: a string value (e.g. --param solver=lbfgs)
+            params[name] = text  # a bare word: a string value (e.g. --param solver=lbfgs)
     params["verbose"] = 0 if getattr(args, "quiet", False) else args.verbose
     return params
 
@@ -85,12 +99,15 @@ def cmd_fit(args) -> int:
         ckpt = {"checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume}
     settings = {"backend": args.backend} if args.backend else {}
     with dmlr.config_context(**settings):
-        model = dmlr.fit(args.data, _model_name(args), split=args.split, client=_client(args), **ckpt,
-                         **_model_params(args))
+        model = dmlr.fit(
+            args.data, _model_name(args), split=args.split, client=_client(args), **ckpt, **_model_params(args)
+        )
     if getattr(model, "resumed_from_iteration_", 0):
         print(f"resumed from the checkpoint at iteration {model.resumed_from_iteration_} in {args.checkpoint}")
-    print(f"fitted {type(model).__name__}: {model.n_iter_} iterations, objective "
-          f"{model.objective_history_[-1]:.6g}, {model.fit_seconds_:.2f} s ({model.backend_} backend)")
+    print(
+        f"fitted {type(model).__name__}: {model.n_iter_} iterations, objective "
+        f"{model.objective_history_[-1]:.6g}, {model.fit_seconds_:.2f} s ({model.backend_} backend)"
+    )
     path = model.save(args.out)
     print(f"model saved to {path}")
     return 0
@@ -129,18 +146,24 @@ def cmd_demo(args) -> int:
 
     out = Path(args.dir)
     t0 = time.perf_counter()
-    print(f"Mediamill-shaped synthetic set (43,907 x 120, 101 labels), seed {args.seed}, in {out} "
-          "(generated on first use) ...")
+    print(
+        f"Mediamill-shaped synthetic set (43,907 x 120, 101 labels), seed {args.seed}, in {out} "
+        "(generated on first use) ..."
+    )
     data = synthetic_store("mediamill", out, seed=args.seed)
     ds = dmlr.open_dataset(data)
     print(ds)
     client = dmlr.get_client(args.scheduler) if args.scheduler else dmlr.get_client()
-    print(f"fitting linear RBRL (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter={args.max_iter}) "
-          f"on the {len(ds.splits['train'])} training rows ...")
+    print(
+        f"fitting linear RBRL (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter={args.max_iter}) "
+        f"on the {len(ds.splits['train'])} training rows ..."
+    )
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(ds, "rbrl", split="train", client=client, max_iter=args.max_iter, verbose=args.verbose)
-    print(f"  {model.n_iter_} iterations in {model.fit_seconds_:.2f} s, final objective "
-          f"{model.objective_history_[-1]:.6g}")
+    print(
+        f"  {model.n_iter_} iterations in {model.fit_seconds_:.2f} s, final objective "
+        f"{model.objective_history_[-1]:.6g}"
+    )
     metrics = dmlr.evaluate(model, ds, split="test")
     print(f"test metrics on {len(ds.splits['test'])} rows:")
     _print_metrics(metrics)
@@ -160,8 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--xml", help="MULAN XML label file")
     c.add_argument("--n-labels", type=int)
     c.add_argument("--overwrite", action="store_true")
-    c.add_argument("--keep-identifiers", action="store_true",
-                   help="ARFF: keep (one-hot) nominal attributes with a different value in every row")
+    c.add_argument(
+        "--keep-identifiers",
+        action="store_true",
+        help="ARFF: keep (one-hot) nominal attributes with a different value in every row",
+    )
     c.set_defaults(func=cmd_convert)
 
     i = sub.add_parser("info", help="describe a dmlr Zarr store")
@@ -181,24 +207,43 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--tol", type=float)
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
-    f.add_argument("--step-rule", dest="step_rule", choices=["paper", "backtracking", "spectral"],
-                   help="RBRL: APG step rule")
-    f.add_argument("--param", action="append", metavar="NAME=VALUE",
-                   help="any other model parameter (repeatable), e.g. --param n_updates=20000")
-    f.add_argument("--backend", choices=["auto", "local", "dask"],
-                   help="where the row blocks live (dmlr.config_context's backend)")
+    f.add_argument(
+        "--step-rule", dest="step_rule", choices=["paper", "backtracking", "spectral"], help="RBRL: APG step rule"
+    )
+    f.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other model parameter (repeatable), e.g. --param n_updates=20000",
+    )
+    f.add_argument(
+        "--backend", choices=["auto", "local", "dask"], help="where the row blocks live (dmlr.config_context's backend)"
+    )
     f.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
-    f.add_argument("--checkpoint", metavar="DIR",
-                   help="write the solver state to this Zarr checkpoint every --checkpoint-every iterations "
-                        "(marked complete at the end)")
-    f.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=10, metavar="K",
-                   help="iterations between checkpoints (default: 10)")
-    f.add_argument("--resume", action="store_true",
-                   help="continue from the state in --checkpoint (start from scratch if there is none); "
-                        "a checkpoint of other parameters or data is an error")
+    f.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="write the solver state to this Zarr checkpoint every --checkpoint-every iterations "
+        "(marked complete at the end)",
+    )
+    f.add_argument(
+        "--checkpoint-every",
+        dest="checkpoint_every",
+        type=int,
+        default=10,
+        metavar="K",
+        help="iterations between checkpoints (default: 10)",
+    )
+    f.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the state in --checkpoint (start from scratch if there is none); "
+        "a checkpoint of other parameters or data is an error",
+    )
     shown = f.add_mutually_exclusive_group()
-    shown.add_argument("--verbose", type=int, default=10, metavar="N",
-                       help="show progress every N iterations (default: 10; 0: none)")
+    shown.add_argument(
+        "--verbose", type=int, default=10, metavar="N", help="show progress every N iterations (default: 10; 0: none)"
+    )
     shown.add_argument("--quiet", action="store_true", help="no progress lines (same as --verbose 0)")
     f.set_defaults(func=cmd_fit)
 
@@ -209,8 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_evaluate)
 
-    r = sub.add_parser("report", help="write a PNG: convergence, per-label F1 and AUC, score distributions "
-                                      "(needs matplotlib: pip install 'dmlr[plot]')")
+    r = sub.add_parser(
+        "report",
+        help="write a PNG: convergence, per-label F1 and AUC, score distributions "
+        "(needs matplotlib: pip install 'dmlr[plot]')",
+    )
     r.add_argument("model", help="model file (.npz)")
     r.add_argument("data", help="dmlr Zarr store")
     r.add_argument("--split", default="test", help="split to evaluate on (default: test; 'all': every row)")
@@ -220,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="synthetic Mediamill-shaped set -> local cluster -> RBRL -> metrics")
     d.add_argument("--dir", default="dmlr-demo")
     d.add_argument("--max-iter", dest="max_iter", type=int, default=300)
-    d.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic set (each seed gets its own store in --dir)")
+    d.add_argument(
+        "--seed", type=int, default=0, help="seed of the synthetic set (each seed gets its own store in --dir)"
+    )
     d.add_argument("--scheduler")
     d.add_argument("--verbose", type=int, default=50)
     d.set_defaults(func=cmd_demo)

@@ -34,8 +34,14 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-_DEFAULTS = {"client": None, "backend": "auto", "n_blocks": None, "chunk_rows": 4096, "query_batch": 2048,
-             "kernel_memory": "keep"}
+_DEFAULTS = {
+    "client": None,
+    "backend": "auto",
+    "n_blocks": None,
+    "chunk_rows": 4096,
+    "query_batch": 2048,
+    "kernel_memory": "keep",
+}
 _CHOICES = {"backend": ("auto", "local", "dask"), "kernel_memory": ("keep", "recompute")}
 _local = threading.local()
 

@@ -25,9 +25,11 @@ def anchors_dir() -> Path:
 #: Staged real sets (MANIFEST.md): name -> (folder, files, convert options). Where split files
 #: exist they are converted together (the union, with "train"/"test" splits recorded).
 STAGED = {
-    "mediamill_discretized": ("mediamill_discretized", ["mediamill-train.arff-sort-Discretized.arff.gz",
-                                                        "mediamill-test-Discretized.arff.gz"],
-                              {"drop_truncated_last_line": True}),
+    "mediamill_discretized": (
+        "mediamill_discretized",
+        ["mediamill-train.arff-sort-Discretized.arff.gz", "mediamill-test-Discretized.arff.gz"],
+        {"drop_truncated_last_line": True},
+    ),
     "mediamill_subset2000": ("mediamill_subset2000", ["mediamill-train.arff.gz", "mediamill-test.arff.gz"], {}),
     "emotions": ("emotions", ["emotions-train.arff.gz", "emotions-test.arff.gz"], {}),
     "yeast": ("yeast", ["yeast-train.arff.gz", "yeast-test.arff.gz"], {}),

@@ -66,8 +66,9 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         "random_state": SEED,
     }
 
-    def __init__(self, kernel="rbf", n_components=256, *, method="nystroem", gamma=None, degree=3, coef0=1.0,
-                 random_state=0):
+    def __init__(
+        self, kernel="rbf", n_components=256, *, method="nystroem", gamma=None, degree=3, coef0=1.0, random_state=0
+    ):
         self.kernel = kernel
         self.n_components = n_components
         self.method = method

@@ -168,15 +168,34 @@ TOP_K = (1, 3, 5)
 BLOCK_ENTRIES = 2**21
 
 METRIC_NAMES = (
-    "hamming_loss", "subset_accuracy", "accuracy", "f1_example", "f1_micro", "f1_macro",
-    "ranking_loss", "one_error", "coverage", "average_precision", "auc_macro", "auc_instance",
-    "precision_at_1", "precision_at_3", "precision_at_5", "ndcg_at_1", "ndcg_at_3", "ndcg_at_5",
+    "hamming_loss",
+    "subset_accuracy",
+    "accuracy",
+    "f1_example",
+    "f1_micro",
+    "f1_macro",
+    "ranking_loss",
+    "one_error",
+    "coverage",
+    "average_precision",
+    "auc_macro",
+    "auc_instance",
+    "precision_at_1",
+    "precision_at_3",
+    "precision_at_5",
+    "ndcg_at_1",
+    "ndcg_at_3",
+    "ndcg_at_5",
 )
 
 #: Propensity-scored metrics; they need the training labels' propensities.
 PS_METRIC_NAMES = (
-    "psprecision_at_1", "psprecision_at_3", "psprecision_at_5",
-    "psndcg_at_1", "psndcg_at_3", "psndcg_at_5",
+    "psprecision_at_1",
+    "psprecision_at_3",
+    "psprecision_at_5",
+    "psndcg_at_1",
+    "psndcg_at_3",
+    "psndcg_at_5",
 )
 
 #: Metrics for which lower is better; every other metric is higher-better.
@@ -190,6 +209,7 @@ PROPENSITY_B = 1.5
 # ----------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------
+
 
 def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str, float]:
     """Evaluate multi-label predictions chunk by chunk.
@@ -240,9 +260,9 @@ def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str,
     if with_auc:
         calls += [(_positive_scores, block[:2]) for block in blocks]
     results = _evaluate(calls, lazy)
-    stats = combine(results[:len(blocks)])
+    stats = combine(results[: len(blocks)])
     if with_auc:
-        positives = _sort_positives(results[len(blocks):], len(stats["tp"]))
+        positives = _sort_positives(results[len(blocks) :], len(stats["tp"]))
         stats.update(_macro_auc_pair_counts(blocks, positives, lazy))
     values = finalize(stats)
     return {name: values[name] for name in names}
@@ -272,8 +292,9 @@ def predict_from_scores(S, threshold: float = 0.0):
     return _predict_block(S, threshold)
 
 
-def propensities_from_counts(label_counts, n_train: int, *, A: float = PROPENSITY_A,
-                             B: float = PROPENSITY_B) -> np.ndarray:
+def propensities_from_counts(
+    label_counts, n_train: int, *, A: float = PROPENSITY_A, B: float = PROPENSITY_B
+) -> np.ndarray:
     """Propensities of Jain et al. (2016) from the training label counts.
 
     ``p_l = 1 / (1 + C (N_l + B)^(-A))`` with ``C = (ln N - 1) (B + 1)^A``
@@ -309,14 +330,18 @@ def propensities_from_counts(label_counts, n_train: int, *, A: float = PROPENSIT
     if counts.ndim != 1 or counts.size == 0:
         raise ValueError(f"label_counts must be a 1-D array of l >= 1 counts, got shape {counts.shape}")
     if isinstance(n_train, (bool, np.bool_)) or not isinstance(n_train, (int, np.integer)) or n_train < 3:
-        raise ValueError(f"n_train must be an integer >= 3 (C = (ln N - 1)(B + 1)^A must be "
-                         f"positive), got {n_train!r}")
-    if not (np.issubdtype(counts.dtype, np.number) and np.all(np.isfinite(counts))
-            and np.all(counts == np.round(counts)) and np.all((counts >= 0) & (counts <= n_train))):
+        raise ValueError(f"n_train must be an integer >= 3 (C = (ln N - 1)(B + 1)^A must be positive), got {n_train!r}")
+    if not (
+        np.issubdtype(counts.dtype, np.number)
+        and np.all(np.isfinite(counts))
+        and np.all(counts == np.round(counts))
+        and np.all((counts >= 0) & (counts <= n_train))
+    ):
         raise ValueError(f"label_counts must be integers in [0, n_train={n_train}]")
     for name, value in (("A", A), ("B", B)):
-        if not (isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
-                and value > 0) or isinstance(value, (bool, np.bool_)):
+        if not (
+            isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value) and value > 0
+        ) or isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     C = (math.log(n_train) - 1.0) * (B + 1.0) ** A
     return 1.0 / (1.0 + C * (counts.astype(np.float64) + B) ** -A)
@@ -383,9 +408,15 @@ def chunk_statistics(Y, S, P, inverse_propensities=None) -> dict:
     Y = _as_binary(Y, "Y")
     P = _as_binary(P, "P")
     S = _as_scores(S)
-    return combine([{**_classification_statistics(Y[rows], P[rows]),
-                     **_ranking_statistics(Y[rows], S[rows], inverse_propensities)}
-                    for rows in _row_slices(Y.shape)])
+    return combine(
+        [
+            {
+                **_classification_statistics(Y[rows], P[rows]),
+                **_ranking_statistics(Y[rows], S[rows], inverse_propensities),
+            }
+            for rows in _row_slices(Y.shape)
+        ]
+    )
 
 
 def combine(stats_list) -> dict:
@@ -460,6 +491,7 @@ def finalize(stats) -> dict[str, float]:
 # Input handling
 # ----------------------------------------------------------------------------
 
+
 def _metric_names(metrics, *, with_propensities: bool = False) -> tuple[str, ...]:
     """Validate the requested metric names (by default all those the inputs allow)."""
     if metrics is None:
@@ -470,8 +502,10 @@ def _metric_names(metrics, *, with_propensities: bool = False) -> tuple[str, ...
         raise ValueError(f"unknown metric(s) {unknown}; choose from {list(METRIC_NAMES + PS_METRIC_NAMES)}")
     needing = [name for name in names if name in PS_METRIC_NAMES]
     if needing and not with_propensities:
-        raise ValueError(f"{needing} need the label propensities of the training set; pass "
-                         f"propensities=dmlr.metrics.label_propensities(Y_train)")
+        raise ValueError(
+            f"{needing} need the label propensities of the training set; pass "
+            f"propensities=dmlr.metrics.label_propensities(Y_train)"
+        )
     return names
 
 
@@ -503,15 +537,14 @@ def _row_blocks(Y, S, P):
     reference = next((a for a in arrays if isinstance(a, da.Array)), None)
     if reference is None:
         return [tuple(arrays)], False
-    arrays = [a if isinstance(a, da.Array) else da.from_array(a, chunks=reference.chunks)
-              for a in arrays]
+    arrays = [a if isinstance(a, da.Array) else da.from_array(a, chunks=reference.chunks) for a in arrays]
     for array, name in zip(arrays, names):
         if len(array.chunks[1]) != 1:
-            raise ValueError(f"{name} must have a single column chunk, got column chunks "
-                             f"{array.chunks[1]}; rechunk with {{1: -1}}")
+            raise ValueError(
+                f"{name} must have a single column chunk, got column chunks {array.chunks[1]}; rechunk with {{1: -1}}"
+            )
     if len({array.chunks[0] for array in arrays}) != 1:
-        raise ValueError(f"Y, S and P must have identical row chunks, got "
-                         f"{[array.chunks[0] for array in arrays]}")
+        raise ValueError(f"Y, S and P must have identical row chunks, got {[array.chunks[0] for array in arrays]}")
     columns = [array.to_delayed().ravel() for array in arrays]
     return list(zip(*columns)), True
 
@@ -589,6 +622,7 @@ def _predict_block(S: np.ndarray, threshold: float) -> np.ndarray:
 # Per-chunk statistics
 # ----------------------------------------------------------------------------
 
+
 def _classification_statistics(Y: np.ndarray, P: np.ndarray) -> dict:
     """Sums for the metrics of the 0/1 predictions (bool Y, P of one chunk)."""
     both = Y & P
@@ -609,8 +643,7 @@ def _classification_statistics(Y: np.ndarray, P: np.ndarray) -> dict:
 
 def _safe_divide(numerator, denominator) -> np.ndarray:
     """Elementwise float division with 0 where the denominator is 0."""
-    return np.divide(numerator, denominator, out=np.zeros(len(numerator)),
-                     where=denominator > 0)
+    return np.divide(numerator, denominator, out=np.zeros(len(numerator)), where=denominator > 0)
 
 
 def _ranking_statistics(Y: np.ndarray, S: np.ndarray, inverse_propensities=None) -> dict:
@@ -653,7 +686,7 @@ def _ranked_positions(Y: np.ndarray, S: np.ndarray):
     order = np.argsort(-S, axis=1, kind="stable")
     y_sorted = np.take_along_axis(Y, order, axis=1)
     s_sorted = np.take_along_axis(S, order, axis=1)
-    top_labels = order[:, :max(TOP_K)].copy()
+    top_labels = order[:, : max(TOP_K)].copy()
     del order
     group_end = np.ones((m, n_labels), dtype=bool)
     group_end[:, :-1] = s_sorted[:, :-1] != s_sorted[:, 1:]
@@ -685,8 +718,8 @@ def _top_k_statistics(y_sorted: np.ndarray, n_pos: np.ndarray) -> dict:
     has_positive = n_pos > 0
     stats = {}
     for k in TOP_K:
-        top = y_sorted[:, :min(k, n_labels)]
-        dcg = top @ discount[:top.shape[1]]
+        top = y_sorted[:, : min(k, n_labels)]
+        dcg = top @ discount[: top.shape[1]]
         best = ideal[np.minimum(n_pos[has_positive], top.shape[1]) - 1]
         stats[f"hits_at_{k}"] = np.int64(np.count_nonzero(top))
         stats[f"ndcg_at_{k}_sum"] = (dcg[has_positive] / best).sum()
@@ -732,6 +765,7 @@ def _propensity_statistics(Y, y_sorted, n_pos, top_labels, weights) -> dict:
 # Macro AUC (two passes)
 # ----------------------------------------------------------------------------
 
+
 def _macro_auc_pair_counts(blocks, positives, lazy: bool) -> dict:
     """Pass 2 over all chunks: per-label doubled counts of correctly ordered pairs.
 
@@ -775,8 +809,9 @@ def _auc_chunk_counts(Y, S, indptr, scores) -> dict:
     """
     Y = _as_binary(Y, "Y")
     S = _as_scores(S)
-    return combine([{"auc_twice_correct": _auc_block_counts(Y[rows], S[rows], indptr, scores)}
-                    for rows in _row_slices(Y.shape)])
+    return combine(
+        [{"auc_twice_correct": _auc_block_counts(Y[rows], S[rows], indptr, scores)} for rows in _row_slices(Y.shape)]
+    )
 
 
 def _auc_block_counts(Y: np.ndarray, S: np.ndarray, indptr, scores) -> np.ndarray:
@@ -785,7 +820,7 @@ def _auc_block_counts(Y: np.ndarray, S: np.ndarray, indptr, scores) -> np.ndarra
     negatives = np.sort(np.where(Y, np.inf, S).T, axis=1)
     twice_correct = np.zeros(len(indptr) - 1, dtype=np.int64)
     for j in np.flatnonzero(np.diff(indptr)):
-        positives = scores[indptr[j]:indptr[j + 1]]
+        positives = scores[indptr[j] : indptr[j + 1]]
         below = np.searchsorted(negatives[j], positives, side="left")
         not_above = np.searchsorted(negatives[j], positives, side="right")
         twice_correct[j] = (below + not_above).sum()

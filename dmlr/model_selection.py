@@ -44,11 +44,10 @@ __all__ = [
 
 #: The search grid of the RBRL paper (Wu et al. 2020, Sec. 5.2): each of the
 #: three weights in {1e-4, 1e-3, ..., 1e2}.
-PAPER_GRID = {name: [10.0 ** k for k in range(-4, 3)] for name in ("alpha", "alpha_rank", "alpha_nuclear")}
+PAPER_GRID = {name: [10.0**k for k in range(-4, 3)] for name in ("alpha", "alpha_rank", "alpha_nuclear")}
 
 #: The six metrics the RBRL paper reports (its Tables 3-8).
-PAPER_METRICS = ("hamming_loss", "subset_accuracy", "f1_example", "ranking_loss", "coverage",
-                 "average_precision")
+PAPER_METRICS = ("hamming_loss", "subset_accuracy", "f1_example", "ranking_loss", "coverage", "average_precision")
 
 #: Metrics for which lower is better; every other metric of METRIC_NAMES is higher-better.
 LOSS_METRICS = ("hamming_loss", "ranking_loss", "one_error", "coverage")
@@ -64,6 +63,7 @@ PAPER_MEAN = "paper_mean"
 # ----------------------------------------------------------------------------
 # Splits and grids
 # ----------------------------------------------------------------------------
+
 
 def kfold_indices(n: int, n_splits: int = 5, seed: int | None = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """Shuffled K-fold split of ``range(n)``, deterministic for a given seed.
@@ -143,6 +143,7 @@ def param_grid(grid: Mapping | None = None, /, **axes) -> list[dict]:
 # Scoring
 # ----------------------------------------------------------------------------
 
+
 def _greater_is_better(scoring: str) -> bool:
     return scoring not in LOSS_METRICS
 
@@ -164,6 +165,7 @@ def _score(values: Mapping[str, float], scoring: str) -> float:
 # ----------------------------------------------------------------------------
 # Result
 # ----------------------------------------------------------------------------
+
 
 @dataclass
 class GridSearchResult:
@@ -263,9 +265,14 @@ class GridSearchResult:
         head = ["rank", *names, f"{self.scoring}", "std", *(m for m in PAPER_METRICS), "iters"]
         lines = ["  ".join(f"{h:>12}" for h in head)]
         for rank, r in enumerate(rows, 1):
-            cells = [f"{rank:>12d}", *(f"{r['params'][p]:>12.4g}" for p in names),
-                     f"{r['mean_score']:>12.5f}", f"{r['std_score']:>12.5f}",
-                     *(f"{r['mean_' + m]:>12.5f}" for m in PAPER_METRICS), f"{r['mean_n_iter']:>12.1f}"]
+            cells = [
+                f"{rank:>12d}",
+                *(f"{r['params'][p]:>12.4g}" for p in names),
+                f"{r['mean_score']:>12.5f}",
+                f"{r['std_score']:>12.5f}",
+                *(f"{r['mean_' + m]:>12.5f}" for m in PAPER_METRICS),
+                f"{r['mean_n_iter']:>12.1f}",
+            ]
             lines.append("  ".join(cells))
         return "\n".join(lines)
 
@@ -273,8 +280,7 @@ class GridSearchResult:
 def _ranking(records, greater_is_better: bool, key: str = "mean_score") -> list[int]:
     """Record indices best first by ``record[key]``; nan scores last; stable (grid order) on ties."""
     sign = -1.0 if greater_is_better else 1.0
-    keys = [(math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0, i)
-            for i, r in enumerate(records)]
+    keys = [(math.isnan(r[key]), sign * r[key] if not math.isnan(r[key]) else 0.0, i) for i, r in enumerate(records)]
     return [k[2] for k in sorted(keys)]
 
 
@@ -282,9 +288,21 @@ def _ranking(records, greater_is_better: bool, key: str = "mean_score") -> list[
 # The search
 # ----------------------------------------------------------------------------
 
-def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, seed: int | None = 0,
-                   client=None, refit: bool = True, path_param: str | None = "auto",
-                   verbose: int = 0) -> GridSearchResult:
+
+def grid_search_cv(
+    estimator,
+    X,
+    Y,
+    grid,
+    *,
+    cv=5,
+    scoring: str = PAPER_MEAN,
+    seed: int | None = 0,
+    client=None,
+    refit: bool = True,
+    path_param: str | None = "auto",
+    verbose: int = 0,
+) -> GridSearchResult:
     """Exhaustive grid search with K-fold cross-validation and warm-started paths.
 
     The RBRL paper (Wu et al. 2020, Sec. 5.2) chooses the hyper-parameters
@@ -381,8 +399,10 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     valid = set(estimator.get_params())
     unknown = [name for name in axes if name not in valid]
     if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} in the grid for {type(estimator).__name__}; "
-                         f"valid parameters: {sorted(valid)}")
+        raise ValueError(
+            f"unknown parameter(s) {unknown} in the grid for {type(estimator).__name__}; "
+            f"valid parameters: {sorted(valid)}"
+        )
     if scoring != PAPER_MEAN and scoring not in METRIC_NAMES:
         raise ValueError(f"unknown scoring {scoring!r}; use {PAPER_MEAN!r} or one of {list(METRIC_NAMES)}")
     if path_param == "auto":
@@ -406,8 +426,9 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
 
     runner, backend = _resolve_client(client)
     progress = _progress_printer(len(units), len(path_values), verbose, start) if verbose else None
-    outputs = runner(type(estimator), base_params, settings, path, path_values, units, X, Y, splits,
-                     metric_names, progress)
+    outputs = runner(
+        type(estimator), base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress
+    )
 
     # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
     per_point: dict[tuple, list] = {}
@@ -422,17 +443,23 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
     warm = [fit_out[1] for unit_out in outputs for fit_out in unit_out[1:]] if path is not None else []
     n_short = sum(it <= 2 for it in warm)
     if warm and n_short >= WARM_STOP_WARN_FRACTION * len(warm):
-        warnings.warn(f"{n_short} of {len(warm)} warm-started fits stopped at the solver's first stopping test "
-                      f"(n_iter_ <= 2) and may be short of their optimum, scoring like the previous "
-                      f"{path!r} value; use step_rule='spectral' or 'backtracking' (whose gradient_tol stops "
-                      f"them), a tighter tol or path_param=None", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{n_short} of {len(warm)} warm-started fits stopped at the solver's first stopping test "
+            f"(n_iter_ <= 2) and may be short of their optimum, scoring like the previous "
+            f"{path!r} value; use step_rule='spectral' or 'backtracking' (whose gradient_tol stops "
+            f"them), a tighter tol or path_param=None",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     greater = _greater_is_better(scoring)
     order = _ranking(records, greater)
     best_index = order[0]
     if math.isnan(records[best_index]["mean_score"]):
-        raise ValueError(f"every grid point scored nan in {scoring!r} (e.g. no validation row has both "
-                         f"relevant and irrelevant labels); choose another scoring")
+        raise ValueError(
+            f"every grid point scored nan in {scoring!r} (e.g. no validation row has both "
+            f"relevant and irrelevant labels); choose another scoring"
+        )
     seconds = time.perf_counter() - start
 
     best_params = dict(records[best_index]["params"])
@@ -444,17 +471,29 @@ def grid_search_cv(estimator, X, Y, grid, *, cv=5, scoring: str = PAPER_MEAN, se
         with config_context(**({"client": client} if on_cluster else {})):
             best_estimator.fit(X, Y)
         refit_seconds = time.perf_counter() - t
-    return GridSearchResult(results=records, best_params=best_params,
-                            best_score=records[best_index]["mean_score"], best_index=best_index,
-                            best_estimator=best_estimator, scoring=scoring, greater_is_better=greater,
-                            n_splits=len(splits), n_fits=len(records) * len(splits), seconds=seconds,
-                            refit_seconds=refit_seconds, path_param=path, backend=backend,
-                            n_warm_fits=len(warm), n_warm_first_test_stops=n_short)
+    return GridSearchResult(
+        results=records,
+        best_params=best_params,
+        best_score=records[best_index]["mean_score"],
+        best_index=best_index,
+        best_estimator=best_estimator,
+        scoring=scoring,
+        greater_is_better=greater,
+        n_splits=len(splits),
+        n_fits=len(records) * len(splits),
+        seconds=seconds,
+        refit_seconds=refit_seconds,
+        path_param=path,
+        backend=backend,
+        n_warm_fits=len(warm),
+        n_warm_first_test_stops=n_short,
+    )
 
 
 # ----------------------------------------------------------------------------
 # One unit of work (runs on a worker or in this process)
 # ----------------------------------------------------------------------------
+
 
 def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, metric_names):
     """Fit one fold along one path (largest value first, warm-started) and evaluate each fit.
@@ -507,8 +546,23 @@ def _cluster_runner(client):
             # Scatter to every worker: each of the units reads random rows of the whole set.
             client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
             X_f, Y_f, splits_f = client.scatter([X, Y, splits], broadcast=True, hash=False)
-            futures = {client.submit(_fit_path, cls, base_params, settings[units[i][0]], path, path_values, X_f,
-                                     Y_f, splits_f, units[i][1], metric_names, pure=False): i for i in todo}
+            futures = {
+                client.submit(
+                    _fit_path,
+                    cls,
+                    base_params,
+                    settings[units[i][0]],
+                    path,
+                    path_values,
+                    X_f,
+                    Y_f,
+                    splits_f,
+                    units[i][1],
+                    metric_names,
+                    pure=False,
+                ): i
+                for i in todo
+            }
             try:
                 for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
                     outputs[futures[fut]] = fut.result()  # raises the unit's exception, if any
@@ -524,14 +578,18 @@ def _cluster_runner(client):
                 # deterministic, so the result is the uninterrupted run's).
                 if attempt == MAX_RECOVERIES:
                     raise
-                warnings.warn(f"grid search: the workers holding the data were lost; resubmitting "
-                              f"{sum(out is None for out in outputs)} of {len(units)} units",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"grid search: the workers holding the data were lost; resubmitting "
+                    f"{sum(out is None for out in outputs)} of {len(units)} units",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             finally:
                 client.cancel([f for f in futures if f.status == "pending"])
                 for f in (X_f, Y_f, splits_f):
                     f.release()
         return outputs  # pragma: no cover - the loop returns or raises
+
     return run
 
 
@@ -543,8 +601,12 @@ def _progress_printer(n_units: int, fits_per_unit: int, every: int, start: float
         if done[0] % every == 0 or done[0] == n_units:
             elapsed = time.perf_counter() - start
             eta = elapsed / done[0] * (n_units - done[0])
-            print(f"  units {done[0]:5d}/{n_units} ({done[0] * fits_per_unit} fits)  {elapsed:8.1f} s elapsed, "
-                  f"~{eta:.0f} s to go", flush=True)
+            print(
+                f"  units {done[0]:5d}/{n_units} ({done[0] * fits_per_unit} fits)  {elapsed:8.1f} s elapsed, "
+                f"~{eta:.0f} s to go",
+                flush=True,
+            )
+
     return progress
 
 
@@ -568,10 +630,15 @@ def _resolve_client(client):
 # Helpers
 # ----------------------------------------------------------------------------
 
+
 def _record(params: dict, fold_outputs: list, scoring: str) -> dict:
     fold_scores = [_score(values, scoring) for values, _, _ in fold_outputs]
-    record = {"params": dict(params), "mean_score": float(np.mean(fold_scores)),
-              "std_score": float(np.std(fold_scores)), "fold_scores": fold_scores}
+    record = {
+        "params": dict(params),
+        "mean_score": float(np.mean(fold_scores)),
+        "std_score": float(np.std(fold_scores)),
+        "fold_scores": fold_scores,
+    }
     for name in fold_outputs[0][0]:
         record[f"mean_{name}"] = float(np.mean([values[name] for values, _, _ in fold_outputs]))
     record["fold_n_iter"] = [it for _, it, _ in fold_outputs]

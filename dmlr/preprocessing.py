@@ -37,8 +37,10 @@ def resolve_scaling(scaling, X) -> str | None:
     if scaling == "auto":
         return "maxabs" if is_sparse(X) else "standard"
     if scaling == "standard" and is_sparse(X):
-        raise ValueError("scaling='standard' centres the columns, which would make sparse X dense; "
-                         "use scaling='maxabs' (or 'auto') for sparse features")
+        raise ValueError(
+            "scaling='standard' centres the columns, which would make sparse X dense; "
+            "use scaling='maxabs' (or 'auto') for sparse features"
+        )
     return scaling
 
 
@@ -51,7 +53,7 @@ def fit_scaling(X, method: str) -> tuple[np.ndarray, np.ndarray]:
     method : {"standard", "maxabs"}
     """
     d = X.shape[1]
-    if is_dask(X) and X.dtype != np.float64:   # float64 sums, as for validated in-memory input
+    if is_dask(X) and X.dtype != np.float64:  # float64 sums, as for validated in-memory input
         X = X.astype(np.float64)
     if method == "standard":
         if is_dask(X):
@@ -87,7 +89,7 @@ def _round(v: np.ndarray) -> np.ndarray:
 
 
 def _scale_block(X, offset, inv_scale, center: bool):
-    if hasattr(X, "to_scipy_sparse"):          # pydata sparse chunk (a sparse store): stay GCXS
+    if hasattr(X, "to_scipy_sparse"):  # pydata sparse chunk (a sparse store): stay GCXS
         import sparse as pydata_sparse
 
         m = sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64) @ sp.diags(inv_scale)

@@ -123,8 +123,16 @@ class ProgressReporter:
         Number of reports shown.
     """
 
-    def __init__(self, every: int = 1, *, max_iter: int | None = None, tol: float | None = None, file=None,
-                 notebook: bool | None = None, prefix: str = "  "):
+    def __init__(
+        self,
+        every: int = 1,
+        *,
+        max_iter: int | None = None,
+        tol: float | None = None,
+        file=None,
+        notebook: bool | None = None,
+        prefix: str = "  ",
+    ):
         if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool) and every >= 0):
             raise ValueError(f"every must be an integer >= 0, got {every!r}")
         self.every = int(every)
@@ -210,8 +218,13 @@ class ProgressReporter:
             per_iter = window[-1][1] / max(window[-1][0], 1) if window else math.nan
         trend = math.inf
         points = [(it, lc) for it, _, lc in window if math.isfinite(lc)]
-        if (self.tol is not None and self.tol > 0 and len(points) >= MIN_TREND_POINTS
-                and math.isfinite(change) and change > 0):
+        if (
+            self.tol is not None
+            and self.tol > 0
+            and len(points) >= MIN_TREND_POINTS
+            and math.isfinite(change)
+            and change > 0
+        ):
             its = np.array([p[0] for p in points], dtype=np.float64)
             logs = np.array([p[1] for p in points])
             slope = np.polyfit(its - its.mean(), logs, 1)[0] if np.ptp(its) > 0 else 0.0
@@ -233,8 +246,10 @@ class ProgressReporter:
             est = self.last_estimate if self.last_estimate is not None else math.inf
             mark = "" if not math.isfinite(est) else "<=" if self.last_estimate_capped else "~"
             tail = f"left {mark}{format_seconds(est)}"
-        return (f"{self.prefix}iter {t:5d}  objective {objective:.6e}  rel.change {change_text:>8}  "
-                f"elapsed {format_seconds(seconds)}  {tail}")
+        return (
+            f"{self.prefix}iter {t:5d}  objective {objective:.6e}  rel.change {change_text:>8}  "
+            f"elapsed {format_seconds(seconds)}  {tail}"
+        )
 
     # -- output -----------------------------------------------------------------------
     def _show(self, text: str) -> None:

@@ -57,8 +57,16 @@ from dmlr.metrics import (
     predict_from_scores,
 )
 
-__all__ = ["MatplotlibMissingError", "label_metrics", "plot_convergence", "plot_label_metrics", "plot_report",
-           "plot_score_distributions", "report_statistics", "write_report"]
+__all__ = [
+    "MatplotlibMissingError",
+    "label_metrics",
+    "plot_convergence",
+    "plot_label_metrics",
+    "plot_report",
+    "plot_score_distributions",
+    "report_statistics",
+    "write_report",
+]
 
 #: Labels up to which the per-label panels draw one bar per label (beyond: a filled step curve).
 MAX_BARS = 200
@@ -74,14 +82,17 @@ def _matplotlib():
     try:
         import matplotlib
     except ImportError as e:
-        raise MatplotlibMissingError("dmlr.report draws with matplotlib, which is not installed; install the "
-                                     "'plot' extra: pip install 'dmlr[plot]'") from e
+        raise MatplotlibMissingError(
+            "dmlr.report draws with matplotlib, which is not installed; install the "
+            "'plot' extra: pip install 'dmlr[plot]'"
+        ) from e
     return matplotlib
 
 
 # ----------------------------------------------------------------------------
 # Numbers
 # ----------------------------------------------------------------------------
+
 
 def _score_range(S) -> np.ndarray:
     S = np.asarray(S, dtype=np.float64)
@@ -91,8 +102,10 @@ def _score_range(S) -> np.ndarray:
 def _score_histograms(Y, S, edges) -> dict:
     Y = np.asarray(Y) != 0
     S = np.asarray(S, dtype=np.float64)
-    return {"relevant": np.histogram(S[Y], bins=edges)[0].astype(np.int64),
-            "irrelevant": np.histogram(S[~Y], bins=edges)[0].astype(np.int64)}
+    return {
+        "relevant": np.histogram(S[Y], bins=edges)[0].astype(np.int64),
+        "irrelevant": np.histogram(S[~Y], bins=edges)[0].astype(np.int64),
+    }
 
 
 def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
@@ -122,20 +135,27 @@ def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
         P = predict_from_scores(S)
     blocks, lazy = _row_blocks(Y, S, P)
     k = len(blocks)
-    first = _evaluate([(chunk_statistics, b) for b in blocks] + [(_positive_scores, b[:2]) for b in blocks]
-                      + [(_score_range, b[1:2]) for b in blocks], lazy)
+    first = _evaluate(
+        [(chunk_statistics, b) for b in blocks]
+        + [(_positive_scores, b[:2]) for b in blocks]
+        + [(_score_range, b[1:2]) for b in blocks],
+        lazy,
+    )
     stats = combine(first[:k])
     n_labels = len(stats["tp"])
-    positives = _sort_positives(first[k:2 * k], n_labels)
-    ranges = np.array(first[2 * k:])
+    positives = _sort_positives(first[k : 2 * k], n_labels)
+    ranges = np.array(first[2 * k :])
     lo, hi = float(ranges[:, 0].min()), float(ranges[:, 1].max())
     if not lo < hi:  # one score value (or no rows): a unit-wide bin range around it
         lo, hi = (lo - 0.5, lo + 0.5) if math.isfinite(lo) else (-0.5, 0.5)
     edges = np.linspace(lo, hi, int(bins) + 1)
     if lazy:
         positives = [dask.delayed(a) for a in positives]
-    second = _evaluate([(_auc_chunk_counts, (*b[:2], *positives)) for b in blocks]
-                       + [(_score_histograms, (*b[:2], edges)) for b in blocks], lazy)
+    second = _evaluate(
+        [(_auc_chunk_counts, (*b[:2], *positives)) for b in blocks]
+        + [(_score_histograms, (*b[:2], edges)) for b in blocks],
+        lazy,
+    )
     twice_correct = combine(second[:k])["auc_twice_correct"]
     hist = combine(second[k:])
 
@@ -199,6 +219,7 @@ def _as_model(model):
 # ----------------------------------------------------------------------------
 # Panels
 # ----------------------------------------------------------------------------
+
 
 def _new_axes(n: int = 1):
     _matplotlib()
@@ -383,8 +404,10 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
     plot_report(model, stats, fig)
     source = "arrays" if isinstance(data, tuple) else Path(str(getattr(data, "path", data))).name
     split_text = "all rows" if split in (None, "all") else f"split {split!r}"
-    fig.suptitle(f"{type(model).__name__} on {source}, {split_text}: {stats['n_rows']:,} rows, "
-                 f"{len(stats['f1'])} labels", fontsize=12)
+    fig.suptitle(
+        f"{type(model).__name__} on {source}, {split_text}: {stats['n_rows']:,} rows, {len(stats['f1'])} labels",
+        fontsize=12,
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, format="png")

@@ -69,11 +69,14 @@ def make_scorer(name: str, *, propensities=None):
     if propensities is not None:
         kwargs["propensities"] = np.asarray(propensities, dtype=np.float64)
     elif name in PS_METRIC_NAMES:
-        raise ValueError(f"{name!r} needs the label propensities of the training set; use "
-                         f"make_scorer({name!r}, propensities=dmlr.metrics.label_propensities(Y_train))")
+        raise ValueError(
+            f"{name!r} needs the label propensities of the training set; use "
+            f"make_scorer({name!r}, propensities=dmlr.metrics.label_propensities(Y_train))"
+        )
     response_method = "predict" if name in PREDICTION_METRICS else "decision_function"
-    return _sklearn_make_scorer(_score, response_method=response_method,
-                                greater_is_better=name not in LOSS_METRICS, metric=name, **kwargs)
+    return _sklearn_make_scorer(
+        _score, response_method=response_method, greater_is_better=name not in LOSS_METRICS, metric=name, **kwargs
+    )
 
 
 def get_scorer(name: str):

@@ -45,8 +45,10 @@ def _check_dask_X(est, X, reset: bool):
         if hasattr(est, "feature_names_in_"):
             del est.feature_names_in_
     elif X.shape[1] != est.n_features_in_:
-        raise ValueError(f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
-                         f"{est.n_features_in_} features as input.")
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
+            f"{est.n_features_in_} features as input."
+        )
     return X
 
 
@@ -159,14 +161,19 @@ def encode_target(y, classes=None):
         if bad.any():
             i, j = np.argwhere(bad)[0]
             raise DmlrInputError(f"labels must be 0 or 1; found {y[i, j].item()!r} at label {int(j)}", row=int(i))
-        return (y.astype(np.int8), np.arange(y.shape[1]), "multilabel",
-                str(y.dtype) if y.dtype.kind in "biu" else "int64")
+        return (
+            y.astype(np.int8),
+            np.arange(y.shape[1]),
+            "multilabel",
+            str(y.dtype) if y.dtype.kind in "biu" else "int64",
+        )
     if y.ndim != 1:
         raise DmlrInputError(f"y must be 1-D or 2-D, got shape {y.shape}")
     kind = type_of_target(y, input_name="y")
     if kind not in ("binary", "multiclass"):
-        raise ValueError(f"Unknown label type: {kind!r}; dmlr classifiers take class labels (1-D) or a "
-                         f"0/1 label matrix (2-D)")
+        raise ValueError(
+            f"Unknown label type: {kind!r}; dmlr classifiers take class labels (1-D) or a 0/1 label matrix (2-D)"
+        )
     if classes is None:
         classes = np.unique(y)
         if len(classes) < 2:

@@ -66,8 +66,9 @@ def small_presets(monkeypatch):
 
     def small(path, *, preset, seed):
         calls.append((preset, seed))
-        return make(path, n_samples=300, n_features=30, n_labels=5, sparse=preset == "bookmarks", density=0.1,
-                    seed=seed)
+        return make(
+            path, n_samples=300, n_features=30, n_labels=5, sparse=preset == "bookmarks", density=0.1, seed=seed
+        )
 
     monkeypatch.setattr(datasets, "make_multilabel", small)
     return calls

@@ -46,10 +46,12 @@ BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 BASE_VENV = "/opt/venv"
 #: The docker-stacks notebook images' user, who owns their Python environment.
 NB_UID, NB_GID = 1000, 100
-BASE_HOOK = (f"python3 -m venv {BASE_VENV}; "
-             f"useradd --uid {NB_UID} --gid {NB_GID} --no-create-home --home-dir /home/jovyan "
-             f"--shell /bin/bash jovyan; mkdir -p /home/jovyan; "
-             f"chown -R {NB_UID}:{NB_GID} {BASE_VENV} /home/jovyan")
+BASE_HOOK = (
+    f"python3 -m venv {BASE_VENV}; "
+    f"useradd --uid {NB_UID} --gid {NB_GID} --no-create-home --home-dir /home/jovyan "
+    f"--shell /bin/bash jovyan; mkdir -p /home/jovyan; "
+    f"chown -R {NB_UID}:{NB_GID} {BASE_VENV} /home/jovyan"
+)
 BASE_CHANGES = (f"ENV PATH={BASE_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 BASE_REPOSITORY = "localhost/dmlr-test-base"
 #: Repository of the per-run tags of the images a run builds (see :class:`Resources`).
@@ -71,15 +73,16 @@ def run_id() -> str:
     return f"dmlr-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def remove_stale(podman: "Podman") -> list[str]:
+def remove_stale(podman: Podman) -> list[str]:
     """Remove the containers, networks, volumes and image tags of runs that died before
     cleaning up (named ``dmlr-test-<pid>-...`` with that pid gone); returns their names."""
     stale = []
-    for listing, remove in ((("ps", "-a", "--format", "{{.Names}}"), ("rm", "-f", "-v", "-t", "0")),
-                            (("network", "ls", "--format", "{{.Name}}"), ("network", "rm", "-f")),
-                            (("volume", "ls", "--format", "{{.Name}}"), ("volume", "rm", "-f")),
-                            (("images", "--filter", f"reference={RUN_REPOSITORY}", "--format",
-                              "{{.Repository}}:{{.Tag}}"), ("rmi",))):
+    for listing, remove in (
+        (("ps", "-a", "--format", "{{.Names}}"), ("rm", "-f", "-v", "-t", "0")),
+        (("network", "ls", "--format", "{{.Name}}"), ("network", "rm", "-f")),
+        (("volume", "ls", "--format", "{{.Name}}"), ("volume", "rm", "-f")),
+        (("images", "--filter", f"reference={RUN_REPOSITORY}", "--format", "{{.Repository}}:{{.Tag}}"), ("rmi",)),
+    ):
         for name in podman.run(*listing, timeout=60).stdout.split():
             m = re.fullmatch(r"(?:.*:)?dmlr-test-(\d+)-[0-9a-f]+-.*", name)
             if m and not _pid_alive(int(m.group(1))):
@@ -96,6 +99,7 @@ def container_ulimits() -> dict[str, int]:
     with a hard nproc limit of 96365: 32768 starts a container, 32769 fails
     with "error setting rlimit type 6: operation not permitted").
     """
+
     def hard(kind):
         limit = resource.getrlimit(kind)[1]
         return None if limit == resource.RLIM_INFINITY else limit
@@ -124,8 +128,9 @@ class Podman:
         try:
             proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout, **kwargs)
         except subprocess.TimeoutExpired as e:
-            raise CommandFailed(f"timed out after {timeout:.0f} s: {' '.join(cmd)}\n{_text(e.stdout)}"
-                                f"{_text(e.stderr)}") from None
+            raise CommandFailed(
+                f"timed out after {timeout:.0f} s: {' '.join(cmd)}\n{_text(e.stdout)}{_text(e.stderr)}"
+            ) from None
         if check and proc.returncode != 0:
             raise CommandFailed(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
         return proc
@@ -151,8 +156,10 @@ def find_podman(workdir: Path) -> Podman:
     """Podman, with the environment of :func:`engine_env`; raises :class:`ContainersUnavailable`."""
     exe = shutil.which("podman")
     if exe is None:
-        raise ContainersUnavailable("podman is not installed (.ci/run installs podman, runc and mmdebstrap "
-                                    "from Debian's packages where apt-get works)")
+        raise ContainersUnavailable(
+            "podman is not installed (.ci/run installs podman, runc and mmdebstrap "
+            "from Debian's packages where apt-get works)"
+        )
     return Podman(env=engine_env(workdir), exe=exe)
 
 
@@ -178,12 +185,20 @@ def base_image(podman: Podman, workdir: Path) -> tuple[str, float | None]:
         return tag, None
     mmdebstrap = shutil.which("mmdebstrap")
     if mmdebstrap is None:
-        raise ContainersUnavailable(f"no base image: {tag} is not in podman's storage and mmdebstrap, which "
-                                    "builds it (no image registry is reachable), is not installed")
+        raise ContainersUnavailable(
+            f"no base image: {tag} is not in podman's storage and mmdebstrap, which "
+            "builds it (no image registry is reachable), is not installed"
+        )
     start = time.monotonic()
     tar = workdir / "base.tar"
-    cmd = [mmdebstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-           f"--customize-hook=chroot \"$1\" sh -ec '{BASE_HOOK}'", BASE_SUITE, str(tar)]
+    cmd = [
+        mmdebstrap,
+        "--variant=minbase",
+        f"--include={','.join(BASE_PACKAGES)}",
+        f"--customize-hook=chroot \"$1\" sh -ec '{BASE_HOOK}'",
+        BASE_SUITE,
+        str(tar),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -220,8 +235,9 @@ class Resources:
     def name(self, role: str) -> str:
         return f"{self.prefix}-{role}"
 
-    def build(self, context: Path, dockerfile: Path, tag: str, build_args: dict, workdir: Path,
-              timeout: float = 600) -> tuple[str, float]:
+    def build(
+        self, context: Path, dockerfile: Path, tag: str, build_args: dict, workdir: Path, timeout: float = 600
+    ) -> tuple[str, float]:
         """``podman build`` of ``dockerfile`` (its ``<name>.dockerignore`` applies): (image id, seconds).
 
         The host's CA bundle is mounted read-only for the build only.
@@ -264,8 +280,19 @@ class Resources:
         """``podman run -d`` (no ``--rm``: a dead container stays inspectable until :meth:`close`)."""
         name = self.name(role)
         self.containers.append(name)
-        self.podman.run("run", "-d", "--pull=never", "--name", name, "--label", f"dmlr-test={self.prefix}",
-                        *options, image, *args, timeout=timeout)
+        self.podman.run(
+            "run",
+            "-d",
+            "--pull=never",
+            "--name",
+            name,
+            "--label",
+            f"dmlr-test={self.prefix}",
+            *options,
+            image,
+            *args,
+            timeout=timeout,
+        )
         return name
 
     def state(self, name: str) -> dict:
@@ -280,10 +307,12 @@ class Resources:
     def close(self) -> list[str]:
         """Remove everything; returns the errors (removal goes on past them)."""
         errors = []
-        for kind, names, cmd in (("container", self.containers, ("rm", "-f", "-v", "-t", "0")),
-                                 ("network", self.networks, ("network", "rm", "-f")),
-                                 ("volume", self.volumes, ("volume", "rm", "-f")),
-                                 ("image", self.images, ("rmi",))):
+        for kind, names, cmd in (
+            ("container", self.containers, ("rm", "-f", "-v", "-t", "0")),
+            ("network", self.networks, ("network", "rm", "-f")),
+            ("volume", self.volumes, ("volume", "rm", "-f")),
+            ("image", self.images, ("rmi",)),
+        ):
             for name in reversed(names):
                 try:
                     proc = self.podman.run(*cmd, name, timeout=120, check=False)
@@ -303,8 +332,15 @@ def converse(podman: Podman, args, answer, timeout: float) -> tuple[int, list[st
 
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([podman.exe, *map(str, args)], env=podman.env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        proc = subprocess.Popen(
+            [podman.exe, *map(str, args)],
+            env=podman.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            bufsize=1,
+        )
         lines = []
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
@@ -312,8 +348,10 @@ def converse(podman: Podman, args, answer, timeout: float) -> tuple[int, list[st
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise CommandFailed(f"timed out after {timeout:.0f} s: podman {' '.join(map(str, args))}"
-                                            "\n" + "".join(lines[-20:]))
+                        raise CommandFailed(
+                            f"timed out after {timeout:.0f} s: podman {' '.join(map(str, args))}"
+                            "\n" + "".join(lines[-20:])
+                        )
                     if not sel.select(remaining):
                         continue
                     line = proc.stdout.readline()

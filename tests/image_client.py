@@ -74,38 +74,60 @@ def process_facts():
             for name in names:
                 files.append(os.path.relpath(os.path.join(root, name), cache))
                 owners.add(os.stat(os.path.join(root, name)).st_uid)
-    return dict(uid=os.getuid(), gid=os.getgid(), env=dict(os.environ),
-                numba_cache=dict(dir=cache, writable=bool(cache) and os.access(cache, os.W_OK),
-                                 index_files=sum(f.endswith(".nbi") for f in files),
-                                 data_files=sum(f.endswith(".nbc") for f in files), owners=sorted(owners)),
-                data_writable=os.access(DATA_DIR, os.W_OK) if os.path.isdir(DATA_DIR) else None)
+    return dict(
+        uid=os.getuid(),
+        gid=os.getgid(),
+        env=dict(os.environ),
+        numba_cache=dict(
+            dir=cache,
+            writable=bool(cache) and os.access(cache, os.W_OK),
+            index_files=sum(f.endswith(".nbi") for f in files),
+            data_files=sum(f.endswith(".nbc") for f in files),
+            owners=sorted(owners),
+        ),
+        data_writable=os.access(DATA_DIR, os.W_OK) if os.path.isdir(DATA_DIR) else None,
+    )
 
 
 def compare(model, reference):
     rel = float(np.linalg.norm(model.coef_ - reference.coef_) / np.linalg.norm(reference.coef_))
     a, b = np.asarray(model.objective_history_), np.asarray(reference.objective_history_)
     obj = float(np.max(np.abs(a - b) / np.abs(b))) if a.shape == b.shape else None
-    return dict(backend=model.backend_, n_iter=int(model.n_iter_), reference_n_iter=int(reference.n_iter_),
-                coef_rel_diff=rel, objective_max_rel_diff=obj)
+    return dict(
+        backend=model.backend_,
+        n_iter=int(model.n_iter_),
+        reference_n_iter=int(reference.n_iter_),
+        coef_rel_diff=rel,
+        objective_max_rel_diff=obj,
+    )
 
 
 def phase_fit(client, store):
     model = fit(store, backend="dask", client=client)
     reference = fit(store, backend="local")
     try:
-        versions = client.get_versions(check=True, packages=["dmlr", "numba", "zarr", "sparse", "scipy",
-                                                             "threadpoolctl"])
+        versions = client.get_versions(
+            check=True, packages=["dmlr", "numba", "zarr", "sparse", "scipy", "threadpoolctl"]
+        )
         versions_error = None
     except ValueError as e:
         versions, versions_error = client.get_versions(), str(e)
-    python = {"client": versions["client"]["host"]["python"], "scheduler": versions["scheduler"]["host"]["python"],
-              **{a: v["host"]["python"] for a, v in versions["workers"].items()}}
+    python = {
+        "client": versions["client"]["host"]["python"],
+        "scheduler": versions["scheduler"]["host"]["python"],
+        **{a: v["host"]["python"] for a, v in versions["workers"].items()},
+    }
     names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
-    report = dict(compare(model, reference), versions_error=versions_error, python=python,
-                  dmlr=versions["client"]["packages"].get("dmlr"),
-                  client=process_facts(), scheduler=client.run_on_scheduler(process_facts),
-                  workers={names[a]: f for a, f in client.run(process_facts).items()},
-                  expected_worker_environ=WORKER_ENVIRON)
+    report = dict(
+        compare(model, reference),
+        versions_error=versions_error,
+        python=python,
+        dmlr=versions["client"]["packages"].get("dmlr"),
+        client=process_facts(),
+        scheduler=client.run_on_scheduler(process_facts),
+        workers={names[a]: f for a, f in client.run(process_facts).items()},
+        expected_worker_environ=WORKER_ENVIRON,
+    )
     return report, reference
 
 
@@ -143,8 +165,9 @@ def phase_fault(client, store, reference):
                         holders.setdefault(str(k), []).append(addr)
             sole = sorted((addrs[0], k) for k, addrs in holders.items() if len(addrs) == 1)
             victim = sole[0][0]
-            killed.update(worker=names[victim], address=victim,
-                          blocks=sorted(k for a, k in sole if a == victim), holders=holders)
+            killed.update(
+                worker=names[victim], address=victim, blocks=sorted(k for a, k in sole if a == victim), holders=holders
+            )
             say("KILL", names[victim])
             killed["answer"] = sys.stdin.readline().strip()
         return map_blocks(self, fn, *args)
@@ -155,8 +178,14 @@ def phase_fault(client, store, reference):
     finally:
         ClusterChunks.map_blocks = map_blocks
     left = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
-    return dict(compare(model, reference), kill_at=KILL_AT, map_blocks_calls=calls[0], killed=killed,
-                workers_left=left, block_computations=client.run_on_scheduler(_counts))
+    return dict(
+        compare(model, reference),
+        kill_at=KILL_AT,
+        map_blocks_calls=calls[0],
+        killed=killed,
+        workers_left=left,
+        block_computations=client.run_on_scheduler(_counts),
+    )
 
 
 def main():

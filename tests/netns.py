@@ -76,23 +76,23 @@ def _remove_stale(ip_cmd: str, tag: str) -> None:
 
 @dataclass
 class Host:
-    name: str          # role, e.g. "scheduler"
-    netns: str         # namespace name
-    ip: str            # its address on the LAN
+    name: str  # role, e.g. "scheduler"
+    netns: str  # namespace name
+    ip: str  # its address on the LAN
 
 
 @dataclass
 class VirtualLan:
     ip_cmd: str
-    prefix: str                      # namespace names start with this
-    subnet: str = "10.77.0"          # /24; hosts get .2, .3, ...
+    prefix: str  # namespace names start with this
+    subnet: str = "10.77.0"  # /24; hosts get .2, .3, ...
     hosts: dict = field(default_factory=dict)
     procs: list = field(default_factory=list)
     namespaces: list = field(default_factory=list)
 
     # -- set-up -------------------------------------------------------------------
     @classmethod
-    def create(cls, roles, *, tag: str = "lan", subnet: str = "10.77.0") -> "VirtualLan":
+    def create(cls, roles, *, tag: str = "lan", subnet: str = "10.77.0") -> VirtualLan:
         """A bridge namespace plus one namespace per role in ``roles``, all linked."""
         if os.name != "posix" or not Path("/proc/self/ns/net").exists():
             raise NetnsUnavailable("not Linux: no network namespaces")
@@ -131,8 +131,9 @@ class VirtualLan:
         for i, role in enumerate(roles):
             ns, port = f"{self.prefix}-{role}", f"p{i}"
             self._add_netns(ns)
-            self._ip("-n", br, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns,
-                     unavailable=True)
+            self._ip(
+                "-n", br, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns, unavailable=True
+            )
             self._ip("-n", br, "link", "set", port, "master", "br0", "up")
             addr = f"{self.subnet}.{i + 2}"
             self._ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
@@ -140,8 +141,7 @@ class VirtualLan:
             self.hosts[role] = Host(role, ns, addr)
         # `ip netns exec` also needs to make a mount namespace (CAP_SYS_ADMIN)
         first = self.hosts[roles[0]].netns
-        r = subprocess.run([self.ip_cmd, "netns", "exec", first, "true"], capture_output=True, text=True,
-                           timeout=30)
+        r = subprocess.run([self.ip_cmd, "netns", "exec", first, "true"], capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             raise NetnsUnavailable(f"`ip netns exec` failed: {r.stderr.strip() or r.returncode}")
 
@@ -153,8 +153,9 @@ class VirtualLan:
     def popen(self, role: str, argv, *, log: Path, env=None, cwd=None) -> subprocess.Popen:
         """Start ``argv`` on host ``role`` in its own session, output to ``log``; killed by :meth:`close`."""
         with open(log, "wb") as out:
-            p = subprocess.Popen(self.argv(role, argv), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                 start_new_session=True)
+            p = subprocess.Popen(
+                self.argv(role, argv), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            )
         self.procs.append(p)
         return p
 

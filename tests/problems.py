@@ -16,7 +16,7 @@ def least_squares_nuclear(A, B, lam):
     def oracle(points, grad_point):
         R = np.einsum("ij,kjl->kil", A, points) - B
         grad = A.T @ R[grad_point] if grad_point >= 0 else None
-        return 0.5 * (R ** 2).sum(axis=(1, 2)), grad
+        return 0.5 * (R**2).sum(axis=(1, 2)), grad
 
     def prox(V, s):
         return prox_nuclear_norm(V, lam, s)

@@ -24,25 +24,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.pipeline import make_pipeline
 import pytest
+from problems import least_squares_nuclear
+from sklearn.pipeline import make_pipeline
 
 import dmlr
 from dmlr.cli import main as cli_main
 from dmlr.datasets import make_multilabel
-from dmlr.models import checkpoint as ckpt_mod
 from dmlr.kernel_approximation import KernelFeatures
 from dmlr.models import RBRL, KernelRBRL
+from dmlr.models import checkpoint as ckpt_mod
 from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError
 from dmlr.solvers import apg
 from dmlr.solvers.apg import APGState
 
-from problems import least_squares_nuclear
-
-
 # ---------------------------------------------------------------------------
 # Solver level (numpy, no cluster)
 # ---------------------------------------------------------------------------
+
 
 class _Interrupted(Exception):
     pass
@@ -73,8 +72,14 @@ def test_apg_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(rule
     cfg = RULES[rule]
     oracle, prox, L_true, rng = _problem()
     x0 = 0.1 * rng.normal(size=(8, 5)) if cfg["warm"] else np.zeros((8, 5))
-    kw = dict(lipschitz=cfg["scale"] * L_true, max_iter=400, tol=1e-9, backtracking=cfg["backtracking"],
-              restart=cfg["restart"], gradient_tol=cfg["gradient_tol"])
+    kw = dict(
+        lipschitz=cfg["scale"] * L_true,
+        max_iter=400,
+        tol=1e-9,
+        backtracking=cfg["backtracking"],
+        restart=cfg["restart"],
+        gradient_tol=cfg["gradient_tol"],
+    )
     full = apg(oracle, prox, x0, **kw)
     assert 60 < full.n_iter < 400 and full.converged
     if cfg["backtracking"]:
@@ -104,14 +109,22 @@ def test_apg_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(rule
         assert res.objective_history == full.objective_history  # bitwise, the whole history
         assert np.array_equal(res.x, full.x)
         assert res.lipschitz == full.lipschitz
-        assert (res.n_backtracks, res.n_restarts, res.n_oracle_calls) == \
-            (full.n_backtracks, full.n_restarts, full.n_oracle_calls)
+        assert (res.n_backtracks, res.n_restarts, res.n_oracle_calls) == (
+            full.n_backtracks,
+            full.n_restarts,
+            full.n_oracle_calls,
+        )
         assert len(res.seconds) == res.n_iter and res.seconds[t] >= state.seconds[-1]
 
     # the comparison is sharp: losing any part of the state changes the iterates
     state = states[2]
-    for field, value in (("b", 1.0), ("lipschitz", state.lipschitz * 2), ("G", state.W),
-                         ("f_G", 0.0), ("reference_mapping", 1e-300)):
+    for field, value in (
+        ("b", 1.0),
+        ("lipschitz", state.lipschitz * 2),
+        ("G", state.W),
+        ("f_G", 0.0),
+        ("reference_mapping", 1e-300),
+    ):
         if field == "f_G" and not cfg["backtracking"]:
             continue  # f(G) is read by the backtracking test only
         if field == "reference_mapping" and cfg["gradient_tol"] is None:
@@ -148,14 +161,17 @@ SETTINGS = dict(n_blocks=2)
 def _two_blocks():
     with dmlr.config_context(**SETTINGS):
         yield
+
+
 EVERY = 5
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "set.zarr"
-    return make_multilabel(path, n_samples=1200, n_features=24, n_labels=8, cardinality=2.0, chunk_rows=128,
-                           dtype="float64", seed=5)
+    return make_multilabel(
+        path, n_samples=1200, n_features=24, n_labels=8, cardinality=2.0, chunk_rows=128, dtype="float64", seed=5
+    )
 
 
 @pytest.fixture(scope="module")
@@ -311,8 +327,16 @@ def test_a_checkpoint_of_another_problem_is_refused(store, reference, tmp_path, 
         resume(data=(X, Y2))
     with pytest.raises(CheckpointMismatchError, match="training data differ"):
         resume(data=(X[:, ::-1].copy(), Y))
-    other = make_multilabel(tmp_path / "other.zarr", n_samples=1200, n_features=24, n_labels=8, cardinality=2.0,
-                            chunk_rows=128, dtype="float64", seed=6)
+    other = make_multilabel(
+        tmp_path / "other.zarr",
+        n_samples=1200,
+        n_features=24,
+        n_labels=8,
+        cardinality=2.0,
+        chunk_rows=128,
+        dtype="float64",
+        seed=6,
+    )
     with pytest.raises(CheckpointMismatchError, match="written for a different problem: .*training"):
         resume(data=other)
     # none of this touched the checkpoint; the same problem (as arrays, in other blocks, with a larger
@@ -449,9 +473,29 @@ def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
     ck, out = tmp_path / "ck", tmp_path / "m.npz"
     with dmlr.config_context(backend="local"):
         reference = dmlr.fit(store, "rbrl", **PARAMS)
-    args = ["fit", str(store), "--out", str(out), "--alpha", "1", "--alpha-rank", "0.01", "--alpha-nuclear", "0.1",
-            "--max-iter", "60", "--tol", "0", "--backend", "local", "--quiet", "--checkpoint", str(ck),
-            "--checkpoint-every", "4"]
+    args = [
+        "fit",
+        str(store),
+        "--out",
+        str(out),
+        "--alpha",
+        "1",
+        "--alpha-rank",
+        "0.01",
+        "--alpha-nuclear",
+        "0.1",
+        "--max-iter",
+        "60",
+        "--tol",
+        "0",
+        "--backend",
+        "local",
+        "--quiet",
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        "4",
+    ]
     _interrupt_at(monkeypatch, 24)
     with pytest.raises(_Interrupted):
         cli_main(args)
@@ -474,7 +518,7 @@ def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------
 
 #: Run in a subprocess: ``dmlr.fit`` of the store with a checkpoint, the model saved at the end.
-FIT_SCRIPT = '''
+FIT_SCRIPT = """
 import json
 import os
 import sys
@@ -518,10 +562,10 @@ def fit(cfg, client):
 
 if __name__ == "__main__":  # worker processes are spawned: they import this file
     main()
-'''
+"""
 KILL_PARAMS = {**PARAMS, "max_iter": 100}
 KILL_AFTER = 15  # iterations in the checkpoint before the kill
-SLEEP = 0.05     # seconds per APG step of the killed client: 100 iterations take >= 5 s
+SLEEP = 0.05  # seconds per APG step of the killed client: 100 iterations take >= 5 s
 
 
 @pytest.fixture(scope="module")
@@ -578,8 +622,18 @@ def _check_resumed(model, ref, t):
 
 def test_killed_client_in_process_fit_resumes_to_the_same_model(store, kill_reference, tmp_path):
     ck = tmp_path / "ck"
-    cfg = dict(store=str(store), backend="local", checkpoint=str(ck), every=EVERY, resume=False, sleep=SLEEP,
-               params=KILL_PARAMS, settings=SETTINGS, out=str(tmp_path / "never.npz"), pids=None)
+    cfg = dict(
+        store=str(store),
+        backend="local",
+        checkpoint=str(ck),
+        every=EVERY,
+        resume=False,
+        sleep=SLEEP,
+        params=KILL_PARAMS,
+        settings=SETTINGS,
+        out=str(tmp_path / "never.npz"),
+        pids=None,
+    )
     t = _fit_and_kill(tmp_path, cfg)
     saved = Checkpoint(ck).load()
     assert saved.n_iter == t
@@ -595,8 +649,18 @@ def test_killed_client_in_process_fit_resumes_to_the_same_model(store, kill_refe
 
 def test_killed_client_with_its_own_dask_cluster_resumes_to_the_same_model(store, kill_reference, tmp_path):
     ck, pids = tmp_path / "ck", tmp_path / "pids.json"
-    cfg = dict(store=str(store), backend="dask", checkpoint=str(ck), every=EVERY, resume=False, sleep=SLEEP,
-               params=KILL_PARAMS, settings=SETTINGS, out=str(tmp_path / "model.npz"), pids=str(pids))
+    cfg = dict(
+        store=str(store),
+        backend="dask",
+        checkpoint=str(ck),
+        every=EVERY,
+        resume=False,
+        sleep=SLEEP,
+        params=KILL_PARAMS,
+        settings=SETTINGS,
+        out=str(tmp_path / "model.npz"),
+        pids=str(pids),
+    )
     workers = []
     try:
         t = _fit_and_kill(tmp_path, cfg)

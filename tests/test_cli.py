@@ -39,8 +39,25 @@ def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
     from dmlr.models.base import load_model
 
     out = tmp_path / "k.npz"
-    assert main(["fit", str(store), "--out", str(out), "--kernel", "rbf", "--gamma", "0.05", "--step-rule", "spectral",
-                 "--max-iter", "30"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(store),
+                "--out",
+                str(out),
+                "--kernel",
+                "rbf",
+                "--gamma",
+                "0.05",
+                "--step-rule",
+                "spectral",
+                "--max-iter",
+                "30",
+            ]
+        )
+        == 0
+    )
     model = load_model(out)
     assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.step_rule == "spectral"
     assert model.dual_coef_.shape[1] == 5
@@ -57,8 +74,10 @@ def test_demo_keeps_one_store_per_seed(tmp_path, small_presets, client2, capsys)
     for seed in (1, 2, 1):
         assert main(["demo", "--dir", str(tmp_path), "--seed", str(seed), "--max-iter", "3", "--verbose", "0"]) == 0
     capsys.readouterr()
-    assert small_presets == [("mediamill", 1), ("mediamill", 2)]   # the second --seed 1 reuses its own store
+    assert small_presets == [("mediamill", 1), ("mediamill", 2)]  # the second --seed 1 reuses its own store
     Y1, Y2 = (dmlr.open_dataset(tmp_path / f"mediamill_synthetic_seed{s}.zarr").Y.compute() for s in (1, 2))
     assert not np.array_equal(Y1, Y2)
-    assert {p.name for p in tmp_path.glob("*.npz")} == {"rbrl_mediamill_synthetic_seed1.npz",
-                                                        "rbrl_mediamill_synthetic_seed2.npz"}
+    assert {p.name for p in tmp_path.glob("*.npz")} == {
+        "rbrl_mediamill_synthetic_seed1.npz",
+        "rbrl_mediamill_synthetic_seed2.npz",
+    }

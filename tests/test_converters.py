@@ -40,8 +40,10 @@ def write(path, text, *, gz=False):
 
 def xml_for(path, names):
     labels = "".join(f'<label name="{n}"></label>\n' for n in names)
-    path.write_text('<?xml version="1.0" encoding="utf-8"?>\n'
-                    f'<labels xmlns="http://mulan.sourceforge.net/labels">\n{labels}</labels>\n')
+    path.write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        f'<labels xmlns="http://mulan.sourceforge.net/labels">\n{labels}</labels>\n'
+    )
     return path
 
 
@@ -97,6 +99,7 @@ def assert_error(excinfo, path, line=None, row=None):
 # ARFF
 # ---------------------------------------------------------------------------
 
+
 def test_dense_arff_with_sibling_xml(tmp_path, toy_dense):
     out = convert(toy_dense, tmp_path / "out.zarr")
     X, Y, meta, splits = load(out)
@@ -117,8 +120,10 @@ def test_sparse_gzipped_arff_stays_sparse(tmp_path, toy_sparse):
 
 
 def test_quoted_nominal_values_and_escapes(tmp_path):
-    text = ("@relation q\n@attribute 'it\\'s' {'red','dark blue',\"x,y\"}\n@attribute n numeric\n"
-            "@attribute y {0,1}\n@data\n'dark blue',1.5,1\n\"x,y\",2,0\nred,3,'1'\n{0 'x,y',2 1}\n")
+    text = (
+        "@relation q\n@attribute 'it\\'s' {'red','dark blue',\"x,y\"}\n@attribute n numeric\n"
+        "@attribute y {0,1}\n@data\n'dark blue',1.5,1\n\"x,y\",2,0\nred,3,'1'\n{0 'x,y',2 1}\n"
+    )
     path = write(tmp_path / "q.arff", text)
     X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1, dtype="float32"))
     np.testing.assert_array_equal(X, [[0, 1, 0, 1.5], [0, 0, 1, 2], [1, 0, 0, 3], [0, 0, 1, 0]])
@@ -138,8 +143,10 @@ def test_corrupt_gzip_stream_names_file(tmp_path, toy_dense):
 
 
 def test_labels_located_by_xml_name_anywhere(tmp_path):
-    path = write(tmp_path / "mid.arff", "@relation m\n@attribute x1 numeric\n@attribute L {0,1}\n"
-                 "@attribute x2 numeric\n@data\n1,1,2\n3,0,4\n")
+    path = write(
+        tmp_path / "mid.arff",
+        "@relation m\n@attribute x1 numeric\n@attribute L {0,1}\n@attribute x2 numeric\n@data\n1,1,2\n3,0,4\n",
+    )
     out = convert(path, tmp_path / "o", xml=xml_for(tmp_path / "labels.xml", ["L"]))
     X, Y, meta, _ = load(out)
     np.testing.assert_array_equal(X, [[1, 2], [3, 4]])
@@ -148,8 +155,10 @@ def test_labels_located_by_xml_name_anywhere(tmp_path):
 
 
 def test_n_labels_without_xml_takes_last_attributes(tmp_path):
-    path = write(tmp_path / "noxml.arff", "@relation r\n@attribute a numeric\n@attribute b numeric\n"
-                 "@attribute c numeric\n@data\n1,0,1\n2,1,0\n")
+    path = write(
+        tmp_path / "noxml.arff",
+        "@relation r\n@attribute a numeric\n@attribute b numeric\n@attribute c numeric\n@data\n1,0,1\n2,1,0\n",
+    )
     X, Y, _, _ = load(convert(path, tmp_path / "o", n_labels=2))
     np.testing.assert_array_equal(X, [[1], [2]])
     np.testing.assert_array_equal(Y, [[0, 1], [1, 0]])
@@ -175,8 +184,9 @@ def test_meka_relation_gives_label_positions(tmp_path, c, first):
 def test_xml_takes_precedence_over_stale_meka_relation(tmp_path):
     # like MULAN's medical.arff: relation 'MEDC: -C 45 ...' yet labels are the last attributes per XML
     xml_for(tmp_path / "med.xml", ["y"])
-    path = write(tmp_path / "med.arff", "@relation 'MEDC: -C 1'\n@attribute a numeric\n@attribute y {0,1}\n"
-                 "@data\n3,1\n")
+    path = write(
+        tmp_path / "med.arff", "@relation 'MEDC: -C 1'\n@attribute a numeric\n@attribute y {0,1}\n@data\n3,1\n"
+    )
     X, Y, _, _ = load(convert(path, tmp_path / "o"))
     np.testing.assert_array_equal(X, [[3]])
     np.testing.assert_array_equal(Y, [[1]])
@@ -201,12 +211,15 @@ def test_parts_with_different_attributes_are_refused(tmp_path, toy_dense):
         convert([toy_dense, other], tmp_path / "o")
 
 
-@pytest.mark.parametrize("name, xml", [
-    ("emotions-train.arff.gz", "emotions.xml"),
-    ("Corel5k-train-sparse.arff.gz", "Corel5k.xml"),
-    ("mediamill-train.arff-sort-Discretized.arff.gz", "mediamill.xml"),
-    ("tmc2007-500-test.arff", "tmc2007-500.xml"),
-])
+@pytest.mark.parametrize(
+    "name, xml",
+    [
+        ("emotions-train.arff.gz", "emotions.xml"),
+        ("Corel5k-train-sparse.arff.gz", "Corel5k.xml"),
+        ("mediamill-train.arff-sort-Discretized.arff.gz", "mediamill.xml"),
+        ("tmc2007-500-test.arff", "tmc2007-500.xml"),
+    ],
+)
 def test_find_xml_strips_suffixes(tmp_path, name, xml):
     (tmp_path / xml).write_text("<labels/>")
     assert find_xml(tmp_path / name) == tmp_path / xml
@@ -216,22 +229,26 @@ def test_find_xml_strips_suffixes(tmp_path, name, xml):
 # ARFF errors
 # ---------------------------------------------------------------------------
 
+
 def _toy_with(tmp_path, rows, name="bad.arff"):
     xml_for(tmp_path / "bad.xml", ["lab1", "lab 2"])
     return write(tmp_path / name, DENSE_HEADER + rows)
 
 
-@pytest.mark.parametrize("rows, line, message", [
-    ("1,2,1,0,1\n1,2,1,0\n", 12, "4 values, expected 5"),              # malformed: a value short
-    ("1,2,1,0,1\n1,2,1,0,1,7\n", 12, "6 values"),
-    ("1,2,1,0,1\n1,abc,1,0,1\n", 12, "'abc' is not a number"),
-    ("1,?,1,0,1\n", 11, "missing value"),
-    ("nan,2,1,0,1\n", 11, "NaN or infinite"),
-    ("1,-inf,1,0,1\n", 11, "NaN or infinite"),
-    ("1,2,4,0,1\n", 11, "not one of the declared nominal values"),
-    ("1,2,1,0,2\n", 11, "not one of the declared nominal values"),   # non-binary label
-    ("1,2,1,0,'1\n", 11, "unterminated"),
-])
+@pytest.mark.parametrize(
+    "rows, line, message",
+    [
+        ("1,2,1,0,1\n1,2,1,0\n", 12, "4 values, expected 5"),  # malformed: a value short
+        ("1,2,1,0,1\n1,2,1,0,1,7\n", 12, "6 values"),
+        ("1,2,1,0,1\n1,abc,1,0,1\n", 12, "'abc' is not a number"),
+        ("1,?,1,0,1\n", 11, "missing value"),
+        ("nan,2,1,0,1\n", 11, "NaN or infinite"),
+        ("1,-inf,1,0,1\n", 11, "NaN or infinite"),
+        ("1,2,4,0,1\n", 11, "not one of the declared nominal values"),
+        ("1,2,1,0,2\n", 11, "not one of the declared nominal values"),  # non-binary label
+        ("1,2,1,0,'1\n", 11, "unterminated"),
+    ],
+)
 def test_bad_arff_rows_name_file_and_line(tmp_path, rows, line, message):
     path = _toy_with(tmp_path, rows)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -241,21 +258,23 @@ def test_bad_arff_rows_name_file_and_line(tmp_path, rows, line, message):
 
 
 def test_numeric_label_must_be_binary(tmp_path):
-    path = write(tmp_path / "num.arff", "@relation r\n@attribute a numeric\n@attribute y numeric\n"
-                 "@data\n1,1\n2,0.5\n")
+    path = write(tmp_path / "num.arff", "@relation r\n@attribute a numeric\n@attribute y numeric\n@data\n1,1\n2,0.5\n")
     with pytest.raises(DmlrInputError, match="labels must be 0 or 1") as excinfo:
         convert(path, tmp_path / "o", n_labels=1)
     assert_error(excinfo, path, line=6)
 
 
-@pytest.mark.parametrize("rows, line, message", [
-    ("{0 1,9 1}\n", 10, "outside 0..6"),
-    ("{0 1,0 1}\n", 10, "given twice"),
-    ("{0 1,2\n", 10, "not closed"),
-    ("{0 1,2}\n", 10, "malformed sparse entry"),
-    ("{x 1}\n", 10, "not an integer"),
-    ("{4 7}\n", 10, "not one of the declared"),
-])
+@pytest.mark.parametrize(
+    "rows, line, message",
+    [
+        ("{0 1,9 1}\n", 10, "outside 0..6"),
+        ("{0 1,0 1}\n", 10, "given twice"),
+        ("{0 1,2\n", 10, "not closed"),
+        ("{0 1,2}\n", 10, "malformed sparse entry"),
+        ("{x 1}\n", 10, "not an integer"),
+        ("{4 7}\n", 10, "not one of the declared"),
+    ],
+)
 def test_bad_sparse_rows(tmp_path, rows, line, message):
     path = write(tmp_path / "sp.arff", SPARSE_HEADER + rows)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -325,23 +344,38 @@ NO,no,False,b,1,1,green,0,0
 def test_nominal_features_are_one_hot_as_weka_nominal_to_binary(tmp_path):
     path = write(tmp_path / "nom.arff", NOMINAL)
     X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1))
-    assert meta["feature_names"] == ["yn=YES", "ny=yes", "tf=True", "ab=b", "one_zero", "zero_one",
-                                     "color=red", "color=green", "color=blue", "x"]
-    np.testing.assert_array_equal(X, [
-        # yes/no and true/false pairs: 1 means yes/true in either order; {a,b}: 1 for the second value;
-        # {1,0} and {0,1}: the value itself; three values: one column each
-        [1, 0, 0, 0, 1, 0, 1, 0, 0, 0.5],
-        [0, 1, 1, 1, 0, 1, 0, 0, 1, -1],
-        [1, 1, 1, 0, 0, 0, 0, 0, 1, 2],
-        [0, 0, 0, 1, 1, 1, 0, 1, 0, 0],
-    ])
+    assert meta["feature_names"] == [
+        "yn=YES",
+        "ny=yes",
+        "tf=True",
+        "ab=b",
+        "one_zero",
+        "zero_one",
+        "color=red",
+        "color=green",
+        "color=blue",
+        "x",
+    ]
+    np.testing.assert_array_equal(
+        X,
+        [
+            # yes/no and true/false pairs: 1 means yes/true in either order; {a,b}: 1 for the second value;
+            # {1,0} and {0,1}: the value itself; three values: one column each
+            [1, 0, 0, 0, 1, 0, 1, 0, 0, 0.5],
+            [0, 1, 1, 1, 0, 1, 0, 0, 1, -1],
+            [1, 1, 1, 0, 0, 0, 0, 0, 1, 2],
+            [0, 0, 0, 1, 1, 1, 0, 1, 0, 0],
+        ],
+    )
     np.testing.assert_array_equal(Y.ravel(), [1, 0, 1, 0])  # labels stay 0/1 labels
 
 
 def test_sparse_row_omitting_a_nominal_holds_its_first_value(tmp_path):
     # ARFF sparse rows: an omitted attribute has value index 0, for a nominal its first declared value
-    text = ("@relation s\n@attribute c {red,green,blue}\n@attribute yn {YES,NO}\n@attribute n numeric\n"
-            "@attribute y {0,1}\n@data\n{0 blue,1 NO,2 2}\n{2 3,3 1}\n{0 green}\n{0 blue,1 NO}\n")
+    text = (
+        "@relation s\n@attribute c {red,green,blue}\n@attribute yn {YES,NO}\n@attribute n numeric\n"
+        "@attribute y {0,1}\n@data\n{0 blue,1 NO,2 2}\n{2 3,3 1}\n{0 green}\n{0 blue,1 NO}\n"
+    )
     path = write(tmp_path / "s.arff", text)
     X, Y, meta, _ = load(convert(path, tmp_path / "o", n_labels=1))
     assert meta["x_encoding"] == "csr"
@@ -352,8 +386,11 @@ def test_sparse_row_omitting_a_nominal_holds_its_first_value(tmp_path):
 def _ids_file(tmp_path, name, ids, start=0):
     values = ",".join(f"r{i}" for i in range(8))
     rows = "".join(f"r{i},{i % 3},{i},{i % 2}\n" for i in ids)
-    return write(tmp_path / name, f"@relation ids\n@attribute id {{{values}}}\n@attribute c {{0,1,2}}\n"
-                                  f"@attribute n numeric\n@attribute y {{0,1}}\n@data\n{rows}")
+    return write(
+        tmp_path / name,
+        f"@relation ids\n@attribute id {{{values}}}\n@attribute c {{0,1,2}}\n"
+        f"@attribute n numeric\n@attribute y {{0,1}}\n@data\n{rows}",
+    )
 
 
 def test_identifier_attribute_is_left_out_with_a_warning(tmp_path, monkeypatch):
@@ -369,12 +406,13 @@ def test_identifier_attribute_is_left_out_with_a_warning(tmp_path, monkeypatch):
     assert meta["feature_names"][:8] == [f"id=r{i}" for i in range(8)]
     np.testing.assert_array_equal(X[:, :8], np.eye(8)[:6])
     from dmlr.cli import main
+
     with pytest.warns(UserWarning, match="kept one-hot"):
-        assert main(["convert", str(tr), str(te), str(tmp_path / "c"), "--n-labels", "1",
-                     "--keep-identifiers"]) == 0
+        assert main(["convert", str(tr), str(te), str(tmp_path / "c"), "--n-labels", "1", "--keep-identifiers"]) == 0
     assert load(tmp_path / "c")[2]["feature_names"] == meta["feature_names"]
-    only_id = write(tmp_path / "only-id.arff", "@relation r\n@attribute id {a,b,c}\n@attribute y {0,1}\n"
-                                                "@data\na,1\nb,0\nc,1\n")
+    only_id = write(
+        tmp_path / "only-id.arff", "@relation r\n@attribute id {a,b,c}\n@attribute y {0,1}\n@data\na,1\nb,0\nc,1\n"
+    )
     with pytest.warns(UserWarning, match="'id'"), pytest.raises(DmlrInputError, match="no features left") as excinfo:
         convert(only_id, tmp_path / "i", n_labels=1)
     assert_error(excinfo, only_id, line=4)
@@ -393,18 +431,23 @@ def test_repeated_identifier_value_or_two_rows_are_not_identifiers(tmp_path):
         convert(write(tmp_path / "d.svm", "0 1:1\n"), tmp_path / "s", keep_identifiers=True)
 
 
-PLAIN_ARFF = "@relation r\n@attribute 'n é' numeric\n@attribute c {é,b,c}\n@attribute y {0,1}\n@data\n" \
-             "1,é,1\n2,b,0\n3,b,1\n"
+PLAIN_ARFF = (
+    "@relation r\n@attribute 'n é' numeric\n@attribute c {é,b,c}\n@attribute y {0,1}\n@data\n1,é,1\n2,b,0\n3,b,1\n"
+)
 
 
-@pytest.mark.parametrize("encode", [
-    lambda t: ("\ufeff" + t).encode("utf-8"),                      # UTF-8 with a byte-order mark
-    lambda t: t.replace("\n", "\r\n").encode("utf-8"),              # CRLF line ends
-    lambda t: ("\ufeff" + t.replace("\n", "\r\n")).encode("utf-8"),  # both (Windows Notepad)
-    lambda t: gzip.compress(("\ufeff" + t).encode("utf-8")),       # gzipped, with a BOM
-    lambda t: t.replace("\n", "\r").encode("utf-8"),                # old Mac CR line ends
-    lambda t: t.replace("\n", "\r\n").encode("utf-16"),             # UTF-16 with its BOM
-], ids=["bom", "crlf", "bom-crlf", "gz-bom", "cr", "utf16"])
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda t: ("\ufeff" + t).encode("utf-8"),  # UTF-8 with a byte-order mark
+        lambda t: t.replace("\n", "\r\n").encode("utf-8"),  # CRLF line ends
+        lambda t: ("\ufeff" + t.replace("\n", "\r\n")).encode("utf-8"),  # both (Windows Notepad)
+        lambda t: gzip.compress(("\ufeff" + t).encode("utf-8")),  # gzipped, with a BOM
+        lambda t: t.replace("\n", "\r").encode("utf-8"),  # old Mac CR line ends
+        lambda t: t.replace("\n", "\r\n").encode("utf-16"),  # UTF-16 with its BOM
+    ],
+    ids=["bom", "crlf", "bom-crlf", "gz-bom", "cr", "utf16"],
+)
 def test_bom_and_line_ends_of_common_tools(tmp_path, encode):
     want = load(convert(write(tmp_path / "plain.arff", PLAIN_ARFF), tmp_path / "plain", n_labels=1))
     path = tmp_path / "tool.arff"
@@ -438,23 +481,41 @@ def test_libsvm_index_base_is_decided_over_all_files_and_recorded(tmp_path):
     assert "0-based feature indices, as given" in load(convert(tr, tmp_path / "o4", zero_based=True))[2]["source"]
 
 
-@pytest.mark.parametrize("text, options, message, line", [
-    ("@relation r\n@attribute a numeric\n\n@attribute y {0,1}\n", {"n_labels": 1}, "no @data", 4),
-    ("@relation r\n@attribute a numeric\n@attribute a {0,1}\n@data\n1,1\n", {"n_labels": 1},
-     r"'a' is declared twice \(first on line 2\)", 3),
-    ("% c\n@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {},
-     "cannot tell which attributes are labels", 2),
-    ("@relation 'r: -C 3'\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {},
-     "MEKA relation says -C 3", 1),
-    ("@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {"n_labels": 2},
-     "n_labels=2 with 2 attributes", 4),
-    ("@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {"fmt": "meka"},
-     "needs '-C <L>'", 1),
-    ("@relation r\n@attribute a {x,y\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "not closed", 2),
-    ("@relation r\n@attribute a date\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "type date", 2),
-    ("@relation r\nattribute a numeric\n@data\n", {"n_labels": 1}, "expected @relation", 2),
-    ("@relation r\n@data\n1\n", {"n_labels": 1}, "no @attribute", 2),
-])
+@pytest.mark.parametrize(
+    "text, options, message, line",
+    [
+        ("@relation r\n@attribute a numeric\n\n@attribute y {0,1}\n", {"n_labels": 1}, "no @data", 4),
+        (
+            "@relation r\n@attribute a numeric\n@attribute a {0,1}\n@data\n1,1\n",
+            {"n_labels": 1},
+            r"'a' is declared twice \(first on line 2\)",
+            3,
+        ),
+        (
+            "% c\n@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n",
+            {},
+            "cannot tell which attributes are labels",
+            2,
+        ),
+        (
+            "@relation 'r: -C 3'\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n",
+            {},
+            "MEKA relation says -C 3",
+            1,
+        ),
+        (
+            "@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n",
+            {"n_labels": 2},
+            "n_labels=2 with 2 attributes",
+            4,
+        ),
+        ("@relation r\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,1\n", {"fmt": "meka"}, "needs '-C <L>'", 1),
+        ("@relation r\n@attribute a {x,y\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "not closed", 2),
+        ("@relation r\n@attribute a date\n@attribute y {0,1}\n@data\n", {"n_labels": 1}, "type date", 2),
+        ("@relation r\nattribute a numeric\n@data\n", {"n_labels": 1}, "expected @relation", 2),
+        ("@relation r\n@data\n1\n", {"n_labels": 1}, "no @attribute", 2),
+    ],
+)
 def test_every_header_error_names_its_line(tmp_path, text, options, message, line):
     path = write(tmp_path / "h.arff", text)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -465,6 +526,7 @@ def test_every_header_error_names_its_line(tmp_path, text, options, message, lin
 # ---------------------------------------------------------------------------
 # Atomicity and overwrite
 # ---------------------------------------------------------------------------
+
 
 def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(convert_module, "BLOCK_ROWS", 2)  # the error comes after blocks were written
@@ -496,6 +558,7 @@ def test_overwrite_semantics(tmp_path, toy_dense):
 # LIBSVM and XC
 # ---------------------------------------------------------------------------
 
+
 def test_libsvm_one_based_with_unlabelled_row(tmp_path):
     path = write(tmp_path / "d.svm", "0,2 1:0.5 3:2\n 2:1\n# comment\n\n1 1:1 # trailing\n")
     X, Y, meta, _ = load(convert(path, tmp_path / "o"))
@@ -524,15 +587,18 @@ def test_libsvm_train_test_share_sizes(tmp_path):
     np.testing.assert_array_equal(splits["test"], [2])
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("0 1:x\n", 1, "feature value 'x'"),
-    ("0 1:1 1:2\n", 1, "given twice"),
-    ("0 1:nan\n", 1, "NaN or infinite"),
-    ("0 3\n", 1, "malformed feature"),
-    ("0,,1 1:1\n", 1, "empty label"),
-    ("a 1:1\n", 1, "label 'a'"),
-    ("0 1:1\n2 1:1\n", 2, "label 2 is outside 0..1"),   # wrong label count (n_labels=2)
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("0 1:x\n", 1, "feature value 'x'"),
+        ("0 1:1 1:2\n", 1, "given twice"),
+        ("0 1:nan\n", 1, "NaN or infinite"),
+        ("0 3\n", 1, "malformed feature"),
+        ("0,,1 1:1\n", 1, "empty label"),
+        ("a 1:1\n", 1, "label 'a'"),
+        ("0 1:1\n2 1:1\n", 2, "label 2 is outside 0..1"),  # wrong label count (n_labels=2)
+    ],
+)
 def test_bad_libsvm_lines(tmp_path, text, line, message):
     path = write(tmp_path / "bad.svm", text)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -550,12 +616,15 @@ def test_xc_format(tmp_path):
     assert meta["source"].startswith("xc")
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("3 4 3\n0 0:1\n1 1:1\n", 3, "announces 3 rows but the file holds 2"),
-    ("1 4 3\n0 0:1\n1 1:1\n", 3, "more rows than the 1"),
-    ("2 4 3\n0 4:1\n1 1:1\n", 2, "feature index \\(0-based\\) 4 is outside 0..3"),
-    ("2 4 3\n0 1:1\n3 1:1\n", 3, "label 3 is outside 0..2"),
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("3 4 3\n0 0:1\n1 1:1\n", 3, "announces 3 rows but the file holds 2"),
+        ("1 4 3\n0 0:1\n1 1:1\n", 3, "more rows than the 1"),
+        ("2 4 3\n0 4:1\n1 1:1\n", 2, "feature index \\(0-based\\) 4 is outside 0..3"),
+        ("2 4 3\n0 1:1\n3 1:1\n", 3, "label 3 is outside 0..2"),
+    ],
+)
 def test_bad_xc_files(tmp_path, text, line, message):
     path = write(tmp_path / "bad.txt", text)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -567,6 +636,7 @@ def test_bad_xc_files(tmp_path, text, line, message):
 # ---------------------------------------------------------------------------
 # MATLAB and npz
 # ---------------------------------------------------------------------------
+
 
 def test_mat_labels_x_instances_pm1(tmp_path):
     X = np.arange(12.0).reshape(4, 3)
@@ -580,10 +650,12 @@ def test_mat_labels_x_instances_pm1(tmp_path):
 
 def test_mat_train_test_variables_and_sparse_features(tmp_path):
     Xtr = sp.random(5, 4, density=0.4, format="csc", random_state=0)
-    Ytr = np.eye(5, 2, dtype=np.uint8)                    # instances x labels, 0/1
-    Yte = np.array([[1, -1, -1], [-1, 1, -1]])            # labels x instances, -1/+1
-    scipy.io.savemat(tmp_path / "r.mat", {"test_data": Xtr[:3], "test_target": Yte,
-                                          "train_data": Xtr, "train_target": Ytr, "name": "toy"})
+    Ytr = np.eye(5, 2, dtype=np.uint8)  # instances x labels, 0/1
+    Yte = np.array([[1, -1, -1], [-1, 1, -1]])  # labels x instances, -1/+1
+    scipy.io.savemat(
+        tmp_path / "r.mat",
+        {"test_data": Xtr[:3], "test_target": Yte, "train_data": Xtr, "train_target": Ytr, "name": "toy"},
+    )
     X, Y, meta, splits = load(convert(tmp_path / "r.mat", tmp_path / "o"))
     assert meta["x_encoding"] == "csr" and X.shape == (8, 4)
     np.testing.assert_array_equal(splits["train"], np.arange(5))
@@ -592,14 +664,17 @@ def test_mat_train_test_variables_and_sparse_features(tmp_path):
     np.testing.assert_array_equal(Y, np.vstack([Ytr, Yte.T > 0]))
 
 
-@pytest.mark.parametrize("variables, message, row", [
-    ({"data": np.ones((3, 2)), "target": np.eye(3)}, "ambiguous", None),
-    ({"data": np.ones((3, 2)), "target": np.array([[0, 1, 2]])}, "has value 2", 2),
-    ({"data": np.ones((3, 2)), "target": np.array([[0, -1, 1]])}, "all in", 0),
-    ({"data": np.array([[1, 2], [np.nan, 0], [1, 1]]), "target": np.ones((1, 3))}, "NaN", 1),
-    ({"data": np.ones((3, 2)), "target": np.ones((1, 4))}, "does not match the 3 instances", None),
-    ({"features_x": np.ones((3, 2))}, "no feature/label variables", None),
-])
+@pytest.mark.parametrize(
+    "variables, message, row",
+    [
+        ({"data": np.ones((3, 2)), "target": np.eye(3)}, "ambiguous", None),
+        ({"data": np.ones((3, 2)), "target": np.array([[0, 1, 2]])}, "has value 2", 2),
+        ({"data": np.ones((3, 2)), "target": np.array([[0, -1, 1]])}, "all in", 0),
+        ({"data": np.array([[1, 2], [np.nan, 0], [1, 1]]), "target": np.ones((1, 3))}, "NaN", 1),
+        ({"data": np.ones((3, 2)), "target": np.ones((1, 4))}, "does not match the 3 instances", None),
+        ({"features_x": np.ones((3, 2))}, "no feature/label variables", None),
+    ],
+)
 def test_bad_mat_files(tmp_path, variables, message, row):
     scipy.io.savemat(tmp_path / "bad.mat", variables)
     with pytest.raises(DmlrInputError, match=message) as excinfo:
@@ -648,6 +723,7 @@ def test_unknown_and_undetectable_formats(tmp_path, toy_dense):
 # Real staged data (numbers from shared/datasets/MANIFEST.md)
 # ---------------------------------------------------------------------------
 
+
 def require(path):
     """Skip the calling test with a clear reason when the staged file is absent."""
     if not path.exists():
@@ -673,6 +749,7 @@ def test_real_emotions_train_test_splits_match_scipy_arff(tmp_path):
     assert (n, d, l, card) == (593, 72, 6, 1.8685)
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 391, "test": 202}
     from scipy.io import arff as scipy_arff
+
     with gzip.open(tr, "rt") as fh:
         ref, _ = scipy_arff.loadarff(fh)
     ref_X = np.array([[row[j] for j in range(72)] for row in ref], dtype=np.float64)

@@ -37,21 +37,76 @@ FINAL_BASE = {"dask": "ghcr.io/dask/dask", "notebook": "ghcr.io/dask/dask-notebo
 # 2023.10.1) and the templates dask-{scheduler,worker,jupyter}-deployment.yaml that read
 # them (scheduler.env is read by the scheduler template without a default in values.yaml).
 CHART_KEYS = {
-    "": {"nameOverride", "fullnameOverride", "scheduler", "webUI", "worker",
-         "additional_worker_groups", "jupyter"},
-    "scheduler": {"name", "enabled", "image", "replicas", "serviceType", "loadBalancerIP",
-                  "servicePort", "serviceAnnotations", "extraArgs", "resources", "tolerations",
-                  "affinity", "nodeSelector", "securityContext", "serviceAccountName", "metrics",
-                  "livenessProbe", "readinessProbe", "env"},
-    "worker": {"name", "image", "replicas", "strategy", "custom_scheduler_url",
-               "default_resources", "env", "extraArgs", "resources", "mounts", "annotations",
-               "tolerations", "affinity", "nodeSelector", "securityContext", "serviceAccountName",
-               "port", "portDashboard", "threads_per_worker", "metrics", "livenessProbe",
-               "readinessProbe"},
-    "jupyter": {"name", "enabled", "rbac", "image", "serviceType", "servicePort", "password",
-                "passwordHint", "env", "command", "args", "extraConfig", "resources", "mounts",
-                "tolerations", "affinity", "nodeSelector", "securityContext",
-                "serviceAccountName", "ingress", "livenessProbe", "readinessProbe"},
+    "": {"nameOverride", "fullnameOverride", "scheduler", "webUI", "worker", "additional_worker_groups", "jupyter"},
+    "scheduler": {
+        "name",
+        "enabled",
+        "image",
+        "replicas",
+        "serviceType",
+        "loadBalancerIP",
+        "servicePort",
+        "serviceAnnotations",
+        "extraArgs",
+        "resources",
+        "tolerations",
+        "affinity",
+        "nodeSelector",
+        "securityContext",
+        "serviceAccountName",
+        "metrics",
+        "livenessProbe",
+        "readinessProbe",
+        "env",
+    },
+    "worker": {
+        "name",
+        "image",
+        "replicas",
+        "strategy",
+        "custom_scheduler_url",
+        "default_resources",
+        "env",
+        "extraArgs",
+        "resources",
+        "mounts",
+        "annotations",
+        "tolerations",
+        "affinity",
+        "nodeSelector",
+        "securityContext",
+        "serviceAccountName",
+        "port",
+        "portDashboard",
+        "threads_per_worker",
+        "metrics",
+        "livenessProbe",
+        "readinessProbe",
+    },
+    "jupyter": {
+        "name",
+        "enabled",
+        "rbac",
+        "image",
+        "serviceType",
+        "servicePort",
+        "password",
+        "passwordHint",
+        "env",
+        "command",
+        "args",
+        "extraConfig",
+        "resources",
+        "mounts",
+        "tolerations",
+        "affinity",
+        "nodeSelector",
+        "securityContext",
+        "serviceAccountName",
+        "ingress",
+        "livenessProbe",
+        "readinessProbe",
+    },
     "image": {"repository", "tag", "pullPolicy", "pullSecrets", "dask_worker"},
     "mounts": {"volumes", "volumeMounts"},
 }
@@ -59,12 +114,13 @@ CHART_KEYS = {
 
 # --------------------------------------------------------------------------- helpers
 
+
 @dataclass
 class Stage:
-    base: str                   # the image, build arguments substituted
+    base: str  # the image, build arguments substituted
     name: str | None
     instructions: list[tuple[str, str]] = field(default_factory=list)
-    base_written: str = ""      # as written after FROM, e.g. ${BASE_IMAGE}
+    base_written: str = ""  # as written after FROM, e.g. ${BASE_IMAGE}
 
     def all(self, keyword):
         return [args for kw, args in self.instructions if kw == keyword]
@@ -189,6 +245,7 @@ def dockerfile_uid(kind: str) -> int:
 
 # --------------------------------------------------------------------------- Dockerfiles
 
+
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))
 def test_dockerfile_builds_wheel_then_installs_it_pinned(kind):
     path = DOCKERFILES[kind]
@@ -211,9 +268,10 @@ def test_dockerfile_builds_wheel_then_installs_it_pinned(kind):
     copies = [copy_parts(a) for a in final.all("COPY")]
     from_builder = [(srcs, dst) for flags, srcs, dst in copies if flags.get("from") == builder.name]
     assert len(from_builder) == 1, f"{path.name}: copy the wheel from the builder stage once"
-    (srcs, dst), = from_builder
-    assert [posixpath.normpath(s) for s in srcs] == [wheel_dir], \
+    ((srcs, dst),) = from_builder
+    assert [posixpath.normpath(s) for s in srcs] == [wheel_dir], (
         f"{path.name}: final stage copies {srcs} but the builder writes {wheel_dir}"
+    )
 
     # ... and installs the dmlr wheel from it, constrained by the copied lock file.
     lock_dst = [d for flags, s, d in copies if "from" not in flags and s == ["deploy/requirements.lock"]]
@@ -222,8 +280,9 @@ def test_dockerfile_builds_wheel_then_installs_it_pinned(kind):
     assert len(installs) == 1, f"{path.name}: one pip install in the final stage"
     words = shlex.split(installs[0].split("&&")[0])
     wheel_args = [w for w in words if w.endswith(".whl")]
-    assert wheel_args == [posixpath.join(dst.rstrip("/"), "dmlr-*.whl")], \
+    assert wheel_args == [posixpath.join(dst.rstrip("/"), "dmlr-*.whl")], (
         f"{path.name}: installs {wheel_args}, expected the dmlr wheel from {dst}"
+    )
     assert words[words.index("-c") + 1] == lock_dst[0], "install must be constrained by the lock"
     assert "pip check" in installs[0], f"{path.name}: check the installed requirements"
 
@@ -235,8 +294,9 @@ def test_dockerfile_base_is_a_build_argument_defaulting_to_the_official_image(ki
     path = DOCKERFILES[kind]
     stages = parse_dockerfile(path)
     assert stages[-1].base_written == "${BASE_IMAGE}", f"{path.name}: final stage FROM {stages[-1].base_written}"
-    assert all(re.fullmatch(r"\$\{\w+\}", s.base_written) for s in stages), \
+    assert all(re.fullmatch(r"\$\{\w+\}", s.base_written) for s in stages), (
         f"{path.name}: every FROM should be a build argument: {[s.base_written for s in stages]}"
+    )
     assert split_image(stages[-1].base)[0] == FINAL_BASE[kind]  # the default
     local = "localhost/dmlr-base:test"
     rebased = parse_dockerfile(path, {"BASE_IMAGE": local, "BUILDER_IMAGE": local})
@@ -259,8 +319,7 @@ def test_dockerfile_copies_only_existing_files_the_dockerignore_keeps(kind):
 
 
 def test_dockerfiles_share_one_dask_tag_matching_the_lock():
-    tags = {(kind, s.base): split_image(s.base)[1]
-            for kind, p in DOCKERFILES.items() for s in parse_dockerfile(p)}
+    tags = {(kind, s.base): split_image(s.base)[1] for kind, p in DOCKERFILES.items() for s in parse_dockerfile(p)}
     assert len(set(tags.values())) == 1, f"FROM tags differ: {tags}"
     tag = dask_tag()
     pins = lock_pins()
@@ -270,8 +329,9 @@ def test_dockerfiles_share_one_dask_tag_matching_the_lock():
     assert m, f"image tag {tag} is not Dask {dask_v}"
     if m.group(1):  # the lock's markers were evaluated for the image's Python
         header = re.search(r"\(Python (\d+\.\d+)\)", (DEPLOY / "requirements.lock").read_text())
-        assert header and header.group(1) == m.group(1), \
+        assert header and header.group(1) == m.group(1), (
             f"requirements.lock was generated for Python {header and header.group(1)}, images run {m.group(1)}"
+        )
     for kind, path in DOCKERFILES.items():
         asserted = re.findall(r"assert v == \('([^']+)', '([^']+)'\)", path.read_text())
         assert asserted == [(dask_v, dist_v)], f"{path.name}: build-time version check {asserted}"
@@ -292,10 +352,12 @@ def test_dockerfile_runs_as_non_root_with_thread_and_cache_settings(kind):
     cache = env.get("NUMBA_CACHE_DIR")
     assert cache and cache.startswith("/"), "NUMBA_CACHE_DIR must be an absolute path"
     runs = " ".join(final.all("RUN"))
-    assert re.search(rf"mkdir -p \S*{re.escape(posixpath.dirname(cache))}", runs), \
+    assert re.search(rf"mkdir -p \S*{re.escape(posixpath.dirname(cache))}", runs), (
         f"{DOCKERFILES[kind].name}: {cache} is not created"
-    assert re.search(rf"chown -R {uid}:\d+ {re.escape(posixpath.dirname(cache))}", runs), \
+    )
+    assert re.search(rf"chown -R {uid}:\d+ {re.escape(posixpath.dirname(cache))}", runs), (
         f"{DOCKERFILES[kind].name}: {cache} is not owned by uid {uid}"
+    )
 
 
 def test_both_images_use_the_same_numba_cache_dir():
@@ -305,6 +367,7 @@ def test_both_images_use_the_same_numba_cache_dir():
 
 # --------------------------------------------------------------------------- lock file
 
+
 def test_lock_pins_every_runtime_dependency_within_pyproject_ranges():
     pins = lock_pins()
     deps = [Requirement(d) for d in pyproject()["project"]["dependencies"]]
@@ -312,11 +375,13 @@ def test_lock_pins_every_runtime_dependency_within_pyproject_ranges():
         key = canonicalize_name(req.name)
         assert key in pins, f"requirements.lock does not pin {req.name}"
         version = pins[key][1]
-        assert req.specifier.contains(Version(version), prereleases=True), \
+        assert req.specifier.contains(Version(version), prereleases=True), (
             f"lock pins {req.name}=={version}, outside pyproject's {req}"
+        )
 
 
 # --------------------------------------------------------------------------- Helm values
+
 
 def _check_known_keys(mapping, section, where):
     unknown = set(mapping) - CHART_KEYS[section]
@@ -346,11 +411,13 @@ def test_values_pin_one_image_tag_for_scheduler_workers_and_jupyter():
     images = {s: values[s]["image"] for s in ("scheduler", "worker", "jupyter")}
     tags = {s: img["tag"] for s, img in images.items()}
     assert all(isinstance(t, str) for t in tags.values()), f"quote the tags: {tags}"
-    assert set(tags.values()) == {our_image_tag()}, \
+    assert set(tags.values()) == {our_image_tag()}, (
         f"tags {tags}, expected {our_image_tag()} (<dmlr version>-dask<Dask image tag>)"
+    )
     assert images["scheduler"]["repository"] == images["worker"]["repository"]
-    assert images["jupyter"]["repository"] != images["worker"]["repository"], \
+    assert images["jupyter"]["repository"] != images["worker"]["repository"], (
         "Jupyter runs the notebook image (deploy/Dockerfile.notebook)"
+    )
     assert values["jupyter"]["enabled"] is True
 
 
@@ -369,8 +436,7 @@ def test_values_worker_resources_threads_and_env():
         env = env_list(values[section].get("env") or [])
         for name, entry in env.items():
             if "value" in entry:
-                assert isinstance(entry["value"], str), \
-                    f"{section}.env {name}: Kubernetes env values must be strings"
+                assert isinstance(entry["value"], str), f"{section}.env {name}: Kubernetes env values must be strings"
         assert env["OMP_NUM_THREADS"]["value"] == "1", section
         if section != "scheduler":
             assert env["NUMBA_CACHE_DIR"]["value"] == numba_dir, section
@@ -402,6 +468,7 @@ def test_values_security_context_matches_image_users():
 
 
 # --------------------------------------------------------------------------- DaskCluster
+
 
 def _containers(pod_spec):
     return {c["name"]: c for c in pod_spec["containers"]}
@@ -454,8 +521,9 @@ def test_daskcluster_runs_the_pinned_image_with_new_cli_and_settings():
     assert env["OMP_NUM_THREADS"]["value"] == "1"
     assert env["NUMBA_CACHE_DIR"]["value"] == env_list(values["worker"]["env"])["NUMBA_CACHE_DIR"]["value"]
     assert "DASK_SCHEDULER_ADDRESS" not in env, "let the operator inject the scheduler address"
-    volumes = _check_mounts({"volumes": worker_pod["volumes"], "volumeMounts": worker["volumeMounts"]},
-                            "daskcluster worker")
+    volumes = _check_mounts(
+        {"volumes": worker_pod["volumes"], "volumeMounts": worker["volumeMounts"]}, "daskcluster worker"
+    )
     data = [m for m in worker["volumeMounts"] if "persistentVolumeClaim" in volumes[m["name"]]]
     assert len(data) == 1 and data[0]["readOnly"] is True
     assert env["NUMBA_CACHE_DIR"]["value"] in [m["mountPath"] for m in worker["volumeMounts"]]
@@ -466,17 +534,26 @@ def test_daskcluster_runs_the_pinned_image_with_new_cli_and_settings():
 
 # --------------------------------------------------------------------------- README
 
+
 def test_readme_documents_the_same_tag_and_the_required_steps():
     text = (DEPLOY / "README.md").read_text()
     tags = set(re.findall(r"\b\d+\.\d+\.\d+-dask[0-9][\w.\-]*\w", text))
     assert tags == {our_image_tag()}, f"deploy/README.md mentions image tags {tags}"
-    for needed in ("docker build", "docker push", "helm install", "-f deploy/values.yaml",
-                   "DASK_SCHEDULER_ADDRESS", "get_versions(check=True)", "TLS",
-                   "kubectl apply -f deploy/daskcluster.yaml"):
+    for needed in (
+        "docker build",
+        "docker push",
+        "helm install",
+        "-f deploy/values.yaml",
+        "DASK_SCHEDULER_ADDRESS",
+        "get_versions(check=True)",
+        "TLS",
+        "kubectl apply -f deploy/daskcluster.yaml",
+    ):
         assert needed in text, f"deploy/README.md does not mention {needed!r}"
 
 
 # --------------------------------------------------------------------------- the wheel
+
 
 def _can_build_without_isolation(build_requires) -> bool:
     for spec in build_requires:
@@ -505,8 +582,9 @@ def test_builder_stage_builds_the_wheel_the_final_stage_installs(tmp_path):
         for s in srcs:  # Docker: a directory's contents go to dst; files into dst/ or as dst
             origin = ROOT / s
             if origin.is_dir():
-                shutil.copytree(origin, dst_path, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                shutil.copytree(
+                    origin, dst_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                )
             elif dst.endswith("/") or len(srcs) > 1:
                 dst_path.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(origin, dst_path / origin.name)
@@ -525,9 +603,15 @@ def test_builder_stage_builds_the_wheel_the_final_stage_installs(tmp_path):
     if offline:
         cmd.insert(4, "--no-build-isolation")
     proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 and not offline and re.search(
+    if (
+        proc.returncode != 0
+        and not offline
+        and re.search(
             r"(Could not find a version|No matching distribution|NewConnectionError|"
-            r"Temporary failure in name resolution|Network is unreachable)", proc.stdout + proc.stderr):
+            r"Temporary failure in name resolution|Network is unreachable)",
+            proc.stdout + proc.stderr,
+        )
+    ):
         pytest.skip(f"building needs {build_requires} from PyPI, which is unreachable here")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -542,8 +626,9 @@ def test_builder_stage_builds_the_wheel_the_final_stage_installs(tmp_path):
         names = set(zf.namelist())
         dist_info = f"dmlr-{project['version']}.dist-info"
         assert "dmlr/__init__.py" in names
-        sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "dmlr").rglob("*.py")
-                   if "__pycache__" not in p.parts}
+        sources = {
+            p.relative_to(ROOT).as_posix() for p in (ROOT / "dmlr").rglob("*.py") if "__pycache__" not in p.parts
+        }
         assert sources <= names, f"wheel misses {sorted(sources - names)[:5]}"
         entry_points = configparser.ConfigParser()
         entry_points.read_string(zf.read(f"{dist_info}/entry_points.txt").decode())
@@ -552,10 +637,14 @@ def test_builder_stage_builds_the_wheel_the_final_stage_installs(tmp_path):
     assert re.search(rf"^Version: {re.escape(project['version'])}$", metadata, re.M)
     # setuptools builds silently without the readme: check the builder copied it
     description = metadata.partition("\n\n")[2]
-    assert description.strip() == (ROOT / project["readme"]).read_text().strip(), \
+    assert description.strip() == (ROOT / project["readme"]).read_text().strip(), (
         "the wheel's long description is not the README (is it copied into the builder?)"
-    requires = {str(Requirement(line.split(":", 1)[1])) for line in metadata.splitlines()
-                if line.startswith("Requires-Dist:") and "extra ==" not in line}
+    )
+    requires = {
+        str(Requirement(line.split(":", 1)[1]))
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
     assert requires == {str(Requirement(d)) for d in project["dependencies"]}
     pins = lock_pins()
     assert {canonicalize_name(Requirement(r).name) for r in requires} <= set(pins)

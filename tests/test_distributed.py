@@ -16,8 +16,9 @@ PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=150, tol=1
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "small.zarr"
-    make_multilabel(path, n_samples=900, n_features=12, n_labels=7, cardinality=2.0, chunk_rows=64,
-                    dtype="float64", seed=3)
+    make_multilabel(
+        path, n_samples=900, n_features=12, n_labels=7, cardinality=2.0, chunk_rows=64, dtype="float64", seed=3
+    )
     return path
 
 
@@ -55,8 +56,16 @@ def test_two_process_workers_give_the_local_model(small_store, local_model, clie
 def test_same_model_with_1_and_4_workers(small_store, local_model, n_workers):
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         with dmlr.config_context(backend="dask"):
             model = dmlr.fit(small_store, "rbrl", client=client, **PARAMS)
         # 2 dask chunks on up to 4 workers: workers without data must not break the fit
@@ -114,8 +123,16 @@ def test_get_client_prefers_current_then_configured_address(cluster2, monkeypatc
 
 
 def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_path):
-    path = make_multilabel(tmp_path / "sp.zarr", n_samples=1500, n_features=300, n_labels=9, sparse=True,
-                           density=0.03, chunk_rows=256, seed=2)
+    path = make_multilabel(
+        tmp_path / "sp.zarr",
+        n_samples=1500,
+        n_features=300,
+        n_labels=9,
+        sparse=True,
+        density=0.03,
+        chunk_rows=256,
+        seed=2,
+    )
     with dmlr.config_context(backend="local"):
         local = dmlr.fit(path, "rbrl", **PARAMS)
     with dmlr.config_context(backend="dask"):
@@ -161,6 +178,7 @@ def test_local_cluster_workers_get_the_malloc_setting(client2):
 
 def test_local_cluster_workers_run_without_the_statistical_profiler(client2):
     """dmlr's local workers do not sample their threads' stacks (see local_cluster)."""
+
     def profiler_state(dask_worker):
         import dask
 
@@ -175,7 +193,6 @@ def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(sma
     """A client that cannot connect to the workers directly (only to the scheduler) still
     gets every block's result, through the scheduler."""
     import dask
-
     from distributed.actor import Actor
 
     import dmlr.distributed.chunks as chunks_module
@@ -195,8 +212,10 @@ def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(sma
     from distributed import Client
 
     # a client of its own: its connection pool reads the connect timeout when it is made
-    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
-            Client(client2.scheduler.address, set_as_default=False) as client:
+    with (
+        dask.config.set({"distributed.comm.timeouts.connect": "2s"}),
+        Client(client2.scheduler.address, set_as_default=False) as client,
+    ):
         remote = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client, n_blocks=2)
         got = remote.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
         assert remote._direct is False
@@ -224,8 +243,12 @@ def test_blocks_on_one_multithreaded_worker_run_side_by_side(small_store):
     from dmlr.distributed.chunks import make_chunkset
 
     X, Y = dmlr.open_dataset(small_store).arrays("train")
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0", silence_logs=logging.ERROR
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client)
         assert chunks.n_blocks == 2
         _INTERVALS.clear()
@@ -294,7 +317,7 @@ def test_in_process_sparse_data_gets_a_block_per_core_from_a_smaller_size(monkey
     assert chunks_module.local_block_count(few) == 1
     assert chunks_module.local_block_count(many) == 3
     short = sp.random(2100, 64, density=0.6, format="csr", random_state=0)
-    assert short.nnz > small and chunks_module.local_block_count(short) == 2   # one block per 1,024 rows at most
+    assert short.nnz > small and chunks_module.local_block_count(short) == 2  # one block per 1,024 rows at most
     assert chunks_module.local_block_count(many.toarray()) == 1  # the same values dense: one BLAS block
     lazy = da.from_array(sparse.COO.from_scipy_sparse(many), chunks=(1024, 64))
     assert chunks_module.local_block_count(lazy) == 3
@@ -324,8 +347,11 @@ def test_blocks_of_uneven_dask_chunks_get_near_equal_rows_in_order(client2, spar
     Y = da.from_array(Yn, chunks=((30, 30, 30, 45), (5,)))
     for backend in ("local", "dask"):
         cs = make_chunkset(X, Y, fit_intercept=False, backend=backend, client=client2, n_blocks=2)
-        blocks = (cs.client.gather([cs.client.submit(_block_rows, f, pure=False) for f in cs.futures])
-                  if backend == "dask" else [_block_rows(b) for b in cs.blocks])
+        blocks = (
+            cs.client.gather([cs.client.submit(_block_rows, f, pure=False) for f in cs.futures])
+            if backend == "dask"
+            else [_block_rows(b) for b in cs.blocks]
+        )
         cs.close()
         assert [b[0] for b in blocks] == [68, 67], backend
         np.testing.assert_array_equal(np.vstack([b[1] for b in blocks]), Xn)
@@ -345,10 +371,10 @@ def test_solver_keeps_its_blas_threads_only_when_no_worker_shares_its_machine(sm
     X, Y = dmlr.open_dataset(small_store).arrays("train")
     with threadpool_limits(limits=2, user_api="blas"):
         cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2)
-        with cs.solver_context():      # local workers: one BLAS thread while they compute
+        with cs.solver_context():  # local workers: one BLAS thread while they compute
             assert blas_threads() == 1
         cs.close()
-        monkeypatch.setattr(socket, "gethostname", lambda: "a-notebook-pod")   # workers elsewhere
+        monkeypatch.setattr(socket, "gethostname", lambda: "a-notebook-pod")  # workers elsewhere
         cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2)
         with cs.solver_context():
             assert blas_threads() == 2

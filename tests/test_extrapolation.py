@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import dmlr
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.blocks import make_block
-import dmlr
 from dmlr.models import RBRL, KernelRBRL
 from dmlr.models.rbrl import _extrapolated_oracle
 from dmlr.objectives import rbrl as objective
@@ -31,8 +31,9 @@ def block_and_points(sparse, seed, k):
     """A block of :func:`problem` (with an intercept) and k random points for it."""
     X, Y = problem(sparse)
     rng = np.random.default_rng(seed)
-    return make_block(X, Y, fit_intercept=True), [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3
-                                                   for _ in range(k)]
+    return make_block(X, Y, fit_intercept=True), [
+        rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3 for _ in range(k)
+    ]
 
 
 def assert_matches_stacked(out, block, W, W_prev, m, lam2):
@@ -57,11 +58,11 @@ def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse
     check(objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.7, "k1", "k2", lam2), Ws[2], Ws[1], 0.7)
     # a key the block does not hold and no W_prev: it asks for W_prev (a sparse block: for [W | G]) instead of guessing
     assert objective.block_extrapolated_value_and_grad(block, Ws[3], None, 0.7, "k1", "k3", lam2) == (
-        objective.SEND_POINT_PAIR if sparse else None)
-    if sparse:   # sent that pair
+        objective.SEND_POINT_PAIR if sparse else None
+    )
+    if sparse:  # sent that pair
         pair = np.concatenate([Ws[3], Ws[3] + 0.7 * (Ws[3] - Ws[2])], axis=1)
-        check(objective.block_extrapolated_value_and_grad(block, Ws[3], pair, 0.7, None, "k3", lam2), Ws[3], Ws[2],
-              0.7)
+        check(objective.block_extrapolated_value_and_grad(block, Ws[3], pair, 0.7, None, "k3", lam2), Ws[3], Ws[2], 0.7)
     # zero momentum (a restart): G = W
     check(objective.block_extrapolated_value_and_grad(block, Ws[3], Ws[2], 0.0, None, "k3", lam2), Ws[3], Ws[2], 0.0)
 
@@ -87,13 +88,13 @@ def test_held_calls_over_many_tiles_are_exact_and_reuse_their_buffers(keep_score
         np.testing.assert_allclose(out[0], expected[0], rtol=1e-12)
         np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
         out = objective.block_extrapolated_value_and_grad(block, Ws[k], None, 0.4, k - 1, k, 0.7)
-        assert buffers() == first     # steady-state calls write into the buffers the block holds
+        assert buffers() == first  # steady-state calls write into the buffers the block holds
 
 
 def test_dense_tiles_keep_each_product_small_and_fall_back_for_sparse_and_wide_rows():
     from dmlr.kernels.blocks import MIN_SMALL_TILE_ROWS, SMALL_PRODUCT_MNK, product_tile_rows, tile_rows
 
-    X = np.zeros((5000, 1160))       # a yeast-sized kernel block, 14 labels
+    X = np.zeros((5000, 1160))  # a yeast-sized kernel block, 14 labels
     rows = product_tile_rows(X, 14, 28)
     assert MIN_SMALL_TILE_ROWS <= rows
     assert rows * 1160 * 14 <= SMALL_PRODUCT_MNK < (rows + 1) * 1160 * 14
@@ -123,8 +124,9 @@ def test_a_scratch_w_becomes_the_sparse_blocks_gradient(sparse):
     calls = [(Ws[1], Ws[0], 0.4, None, "k1"), (Ws[2], None, 0.7, "k1", "k2")]
     for (W, W_prev, m, prev_key, key), W_prev_value in zip(calls, Ws):
         scratch = W.copy()
-        values, grad = objective.block_extrapolated_value_and_grad(block, scratch, W_prev, m, prev_key, key, 0.7,
-                                                                   W_is_scratch=True)
+        values, grad = objective.block_extrapolated_value_and_grad(
+            block, scratch, W_prev, m, prev_key, key, 0.7, W_is_scratch=True
+        )
         assert_matches_stacked((values, grad), block, W, W_prev_value, m, 0.7)
         # a sparse block has copied W into its held [W | G] and returns the gradient in W's buffer;
         # a dense block keeps W itself, so it must leave it alone
@@ -148,9 +150,10 @@ def test_held_and_recomputed_scores_give_the_same_bits(sparse):
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     if sparse:
         fresh = make_block(X, Y, fit_intercept=False)
-        G2 = W2 + 0.6 * (W2 - W1)                             # as apg forms it
-        c = objective.block_extrapolated_value_and_grad(fresh, W2, np.concatenate([W2, G2], axis=1), 0.6, None, "b",
-                                                        0.3)
+        G2 = W2 + 0.6 * (W2 - W1)  # as apg forms it
+        c = objective.block_extrapolated_value_and_grad(
+            fresh, W2, np.concatenate([W2, G2], axis=1), 0.6, None, "b", 0.3
+        )
         assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
 
 
@@ -160,8 +163,10 @@ def inproc_client():
     arrays, not copies."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         yield client
 
 
@@ -171,26 +176,29 @@ def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, req
     X, Y = problem(sparse, n=900)
     client = {"local": None, "cluster": "client2", "inproc": "inproc_client"}[where]
     client = client and request.getfixturevalue(client)
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client,
-                           n_blocks=3)
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client, n_blocks=3)
     # worker processes get their own copy of W (a sparse block reuses it for the gradient), blocks in this
     # process do not: were they told otherwise, a sparse block would write its gradient into the caller's W2
     assert chunks.private_arguments == (where == "cluster")
     try:
-        oracle = _extrapolated_oracle(chunks, objective.block_extrapolated_value_and_grad,
-                                      (0.2, chunks.private_arguments),
-                                      lambda v, g, W, G: objective.add_ridge(v, g, (W, G), 1, 0.5))
+        oracle = _extrapolated_oracle(
+            chunks,
+            objective.block_extrapolated_value_and_grad,
+            (0.2, chunks.private_arguments),
+            lambda v, g, W, G: objective.add_ridge(v, g, (W, G), 1, 0.5),
+        )
         rng = np.random.default_rng(3)
         W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
         sent = [W.copy() for W in (W0, W1, W2)]
         oracle(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
-        chunks.apply_block(1, lambda b: b.state.clear())      # block 1 rebuilt: holds nothing
+        chunks.apply_block(1, lambda b: b.state.clear())  # block 1 rebuilt: holds nothing
         points = np.stack([W2, W2 + 0.8 * (W2 - W1)])
         values, grad = oracle(W2, W1, 0.8, points[1])
-        for W, copy in zip((W0, W1, W2), sent):               # the caller's points are never written
+        for W, copy in zip((W0, W1, W2), sent):  # the caller's points are never written
             np.testing.assert_array_equal(W, copy)
         ref_values, ref_grad = objective.add_ridge(
-            *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5)
+            *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5
+        )
         np.testing.assert_allclose(values, ref_values, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10 * np.abs(ref_grad).max())
         # a sparse block keeps [W | G] only as its own copy (a worker process); blocks in this process
@@ -212,7 +220,7 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
 
     with dmlr.config_context(n_blocks=2, backend="local"):
         fast = model().fit(X, Y)
-        monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)   # the stacked oracle only
+        monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)  # the stacked oracle only
         plain = model().fit(X, Y)
     assert fast.n_iter_ == plain.n_iter_
     np.testing.assert_allclose(fast.objective_history_, plain.objective_history_, rtol=1e-10)
@@ -229,8 +237,9 @@ def test_kernel_block_call_equals_the_stacked_points(keep):
     X, Y = problem(False, n=300, d=8, l=7)
     spec = KernelSpec.resolve("rbf", None, 3, 1.0, X.shape[1])
     start, stop = 100, 220
-    kb = kernel_rbrl.make_kernel_block(make_block(X[start:stop], Y[start:stop], fit_intercept=False),
-                                       (start, stop), X, spec, keep)
+    kb = kernel_rbrl.make_kernel_block(
+        make_block(X[start:stop], Y[start:stop], fit_intercept=False), (start, stop), X, spec, keep
+    )
     rng = np.random.default_rng(5)
     As = [rng.standard_normal((X.shape[0], Y.shape[1])) * 0.2 for _ in range(3)]
     lam1, lam2 = 0.6, 0.4

@@ -49,7 +49,7 @@ from dmlr.distributed.chunks import ClusterChunks
 
 # tol=0: the fit runs exactly max_iter iterations
 PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
-KILL_AT = 10          # the kill comes at about this iteration
+KILL_AT = 10  # the kill comes at about this iteration
 N_WORKERS = 3
 #: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
 BLOCK_TASK = "concat_blocks"
@@ -73,8 +73,9 @@ class _BlockCounter(SchedulerPlugin):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("faults") / "set.zarr"
-    return make_multilabel(path, n_samples=3000, n_features=40, n_labels=10, cardinality=2.0, chunk_rows=128,
-                           dtype="float64", seed=11)
+    return make_multilabel(
+        path, n_samples=3000, n_features=40, n_labels=10, cardinality=2.0, chunk_rows=128, dtype="float64", seed=11
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +88,17 @@ def local_model(store):
 def cluster3():
     # no work stealing: a block stays on the one worker that computed it (stealing an oracle
     # task would copy it to another worker, and the kill would then not lose it)
-    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
-            LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0",
-                         silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing": False}),
+        LocalCluster(
+            n_workers=N_WORKERS,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         client.wait_for_workers(N_WORKERS, timeout=60)
         counter = _BlockCounter()
         cluster.scheduler.add_plugin(counter)  # the scheduler runs in this process, idle here
@@ -131,6 +139,7 @@ def _arm_self_kill(kill_at: int) -> int:
             if calls[0] == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(*args, **kwargs)
+
         return call
 
     for name in ("block_value_and_grad", "block_extrapolated_value_and_grad"):
@@ -146,7 +155,7 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
     call). Returns the dict that receives the victim's address and block key.
     """
     killed = {}
-    map_blocks = ClusterChunks.map_blocks   # every map-reduce is one map_blocks call
+    map_blocks = ClusterChunks.map_blocks  # every map-reduce is one map_blocks call
     calls = [0]
 
     def counting_map_blocks(self, fn, *args):
@@ -222,8 +231,9 @@ def arrays(store):
     return np.asarray(X.compute()), np.asarray(Y.compute())
 
 
-@pytest.mark.parametrize("kind, how", [("numpy", "between_calls"), ("numpy", "inside_oracle"),
-                                       ("scipy.sparse", "between_calls")])
+@pytest.mark.parametrize(
+    "kind, how", [("numpy", "between_calls"), ("numpy", "inside_oracle"), ("scipy.sparse", "between_calls")]
+)
 def test_fit_on_in_memory_arrays_survives_a_killed_worker(arrays, cluster3, monkeypatch, kind, how):
     cluster, client, counter = cluster3
     X, Y = arrays

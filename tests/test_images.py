@@ -29,12 +29,10 @@ from __future__ import annotations
 import json
 import time
 
+import containers
 import pytest
 import yaml
-
-import containers
-from containers import CommandFailed, ContainersUnavailable, Resources
-
+from containers import ContainersUnavailable, Resources
 from test_deploy import DEPLOY, DOCKERFILES, ROOT, env_list
 
 pytestmark = pytest.mark.slow
@@ -82,7 +80,7 @@ def data_mount(section_values) -> str:
 
 
 def _mib(n_bytes: int) -> str:
-    return f"{n_bytes / 2 ** 20:.0f} MiB"
+    return f"{n_bytes / 2**20:.0f} MiB"
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +95,19 @@ def run(tmp_path_factory):
     except ContainersUnavailable as e:
         pytest.skip(str(e))
     summary = containers.SUMMARY
-    summary.append(f"base image {base}: " + (f"built in {base_seconds:.0f} s" if base_seconds else "cached")
-                   + f", {_mib(podman.image_size(base))}")
+    summary.append(
+        f"base image {base}: "
+        + (f"built in {base_seconds:.0f} s" if base_seconds else "cached")
+        + f", {_mib(podman.image_size(base))}"
+    )
     containers.remove_stale(podman)
     res = Resources(podman, containers.run_id())
     try:
         images = {}
-        for kind, section, args in (("dask", "worker", {"BASE_IMAGE": base}),
-                                    ("notebook", "jupyter", {"BASE_IMAGE": base, "BUILDER_IMAGE": base})):
+        for kind, section, args in (
+            ("dask", "worker", {"BASE_IMAGE": base}),
+            ("notebook", "jupyter", {"BASE_IMAGE": base, "BUILDER_IMAGE": base}),
+        ):
             tag = image_ref(values[section])
             images[kind], seconds = res.build(ROOT, DOCKERFILES[kind], tag, args, workdir)
             summary.append(f"{tag}: built in {seconds:.0f} s, {_mib(podman.image_size(images[kind]))}")
@@ -114,25 +117,60 @@ def run(tmp_path_factory):
         net = ["--network", res.network("net")]
         # the chart's PersistentVolumeClaims -> one podman volume each, writable by the
         # client's fsGroup as Kubernetes makes it (group-owned, group-writable, setgid)
-        claims = {v["persistentVolumeClaim"]["claimName"] for s in ("worker", "jupyter")
-                  for v in values[s]["mounts"]["volumes"] if "persistentVolumeClaim" in v}
+        claims = {
+            v["persistentVolumeClaim"]["claimName"]
+            for s in ("worker", "jupyter")
+            for v in values[s]["mounts"]["volumes"]
+            if "persistentVolumeClaim" in v
+        }
         claims = {claim: res.volume(claim) for claim in sorted(claims)}
         fs_group = values["jupyter"]["securityContext"]["fsGroup"]
         for volume in claims.values():
-            podman.run("run", "--rm", "--pull=never", "--network=none", "--user", "0", "-v", f"{volume}:/v", base,
-                       "sh", "-c", f"chgrp {fs_group} /v && chmod 2775 /v", timeout=120)
+            podman.run(
+                "run",
+                "--rm",
+                "--pull=never",
+                "--network=none",
+                "--user",
+                "0",
+                "-v",
+                f"{volume}:/v",
+                base,
+                "sh",
+                "-c",
+                f"chgrp {fs_group} /v && chmod 2775 /v",
+                timeout=120,
+            )
 
         port = values["scheduler"]["servicePort"]
-        scheduler = res.start("scheduler", images["dask"], "dask", "scheduler", "--port", port,
-                              options=[*net, *env_options(values["scheduler"])])
+        scheduler = res.start(
+            "scheduler",
+            images["dask"],
+            "dask",
+            "scheduler",
+            "--port",
+            port,
+            options=[*net, *env_options(values["scheduler"])],
+        )
         address = f"tcp://{scheduler}:{port}"
         worker = values["worker"]
-        workers = [res.start(f"worker-{i}", images["dask"], "dask", "worker", address,
-                             "--name", res.name(f"worker-{i}"),
-                             "--nthreads", worker["threads_per_worker"],
-                             "--memory-limit", worker["resources"]["limits"]["memory"],
-                             options=[*net, *env_options(worker), *mount_options(worker, claims)])
-                   for i in range(N_WORKERS)]
+        workers = [
+            res.start(
+                f"worker-{i}",
+                images["dask"],
+                "dask",
+                "worker",
+                address,
+                "--name",
+                res.name(f"worker-{i}"),
+                "--nthreads",
+                worker["threads_per_worker"],
+                "--memory-limit",
+                worker["resources"]["limits"]["memory"],
+                options=[*net, *env_options(worker), *mount_options(worker, claims)],
+            )
+            for i in range(N_WORKERS)
+        ]
         killed = {}
 
         def answer(line):
@@ -150,21 +188,49 @@ def run(tmp_path_factory):
         client = res.name("client")
         res.containers.append(client)
         code, lines, stderr = containers.converse(
-            podman, ["run", "-i", "--rm", "--pull=never", "--name", client, *net,
-                     *env_options(jupyter), "-e", f"DASK_SCHEDULER_ADDRESS={address}",
-                     *mount_options(jupyter, claims), "-v", f"{CLIENT}:{CLIENT_IN_CONTAINER}:ro",
-                     images["notebook"], "python", "-u", CLIENT_IN_CONTAINER, data],
-            answer, timeout=600)
+            podman,
+            [
+                "run",
+                "-i",
+                "--rm",
+                "--pull=never",
+                "--name",
+                client,
+                *net,
+                *env_options(jupyter),
+                "-e",
+                f"DASK_SCHEDULER_ADDRESS={address}",
+                *mount_options(jupyter, claims),
+                "-v",
+                f"{CLIENT}:{CLIENT_IN_CONTAINER}:ro",
+                images["notebook"],
+                "python",
+                "-u",
+                CLIENT_IN_CONTAINER,
+                data,
+            ],
+            answer,
+            timeout=600,
+        )
         seconds = time.monotonic() - start
         reports = [json.loads(line.split(None, 1)[1]) for line in lines if line.startswith("@@REPORT ")]
         if code != 0 or len(reports) != 1:
             logs = "\n".join(f"--- {c}\n{res.logs(c)}" for c in [scheduler, *workers])
-            pytest.fail(f"the client exited {code} without one report:\n{''.join(lines[-30:])}\n{stderr[-6000:]}\n"
-                        f"{logs}")
+            pytest.fail(
+                f"the client exited {code} without one report:\n{''.join(lines[-30:])}\n{stderr[-6000:]}\n{logs}"
+            )
         client_seconds = ", ".join(f"{k} {v:.0f} s" for k, v in reports[0]["seconds"].items())
         summary.append(f"cluster + client: {seconds:.0f} s (the client's {client_seconds})")
-        yield dict(values=values, report=reports[0], killed=killed, images=images, base=base, podman=podman,
-                   workers=workers, data=data)
+        yield dict(
+            values=values,
+            report=reports[0],
+            killed=killed,
+            images=images,
+            base=base,
+            podman=podman,
+            workers=workers,
+            data=data,
+        )
     finally:
         errors = res.close()
     assert not errors, f"cleanup failed: {errors}"
@@ -175,9 +241,11 @@ def test_cluster_of_containers_fits_the_in_process_model(run):
     fit = report["fit"]
     assert "error" not in fit, fit.get("error")
     summary = containers.SUMMARY
-    summary.append(f"fit on {report['store']['path']} (rows {report['store']['rows']}): backend "
-                   f"{fit['backend']}, {fit['n_iter']} iterations, coef_ relative difference to the in-process "
-                   f"fit {fit['coef_rel_diff']:.2e}, objective {fit['objective_max_rel_diff']:.2e}")
+    summary.append(
+        f"fit on {report['store']['path']} (rows {report['store']['rows']}): backend "
+        f"{fit['backend']}, {fit['n_iter']} iterations, coef_ relative difference to the in-process "
+        f"fit {fit['coef_rel_diff']:.2e}, objective {fit['objective_max_rel_diff']:.2e}"
+    )
     assert fit["backend"] == "dask"
     assert fit["n_iter"] == fit["reference_n_iter"]
     assert fit["coef_rel_diff"] <= TOLERANCE
@@ -189,8 +257,11 @@ def test_cluster_of_containers_fits_the_in_process_model(run):
     assert sorted(fit["workers"]) == sorted(run["workers"])
 
     # every process as the values' non-root uid (the images' USER)
-    uids = {"client": fit["client"]["uid"], "scheduler": fit["scheduler"]["uid"],
-            **{w: f["uid"] for w, f in fit["workers"].items()}}
+    uids = {
+        "client": fit["client"]["uid"],
+        "scheduler": fit["scheduler"]["uid"],
+        **{w: f["uid"] for w, f in fit["workers"].items()},
+    }
     summary.append(f"uids: {uids}; python {sorted(set(fit['python'].values()))}, dmlr {fit['dmlr']}")
     assert fit["client"]["uid"] == values["jupyter"]["securityContext"]["runAsUser"] != 0
     assert fit["scheduler"]["uid"] == values["scheduler"]["securityContext"]["runAsUser"] != 0
@@ -215,10 +286,12 @@ def test_cluster_of_containers_fits_the_in_process_model(run):
     assert fit["client"]["numba_cache"]["index_files"] > 0
     shown = ("OMP_NUM_THREADS", "NUMBA_CACHE_DIR", "MALLOC_TRIM_THRESHOLD_", *fit["expected_worker_environ"])
     env = next(iter(fit["workers"].values()))["env"]
-    summary.append("workers' env: " + json.dumps({k: env.get(k) for k in shown})
-                   + f"; Numba cache files per worker: "
-                   + str({w: f["numba_cache"]["index_files"] + f["numba_cache"]["data_files"]
-                          for w, f in fit["workers"].items()}))
+    summary.append(
+        "workers' env: "
+        + json.dumps({k: env.get(k) for k in shown})
+        + "; Numba cache files per worker: "
+        + str({w: f["numba_cache"]["index_files"] + f["numba_cache"]["data_files"] for w, f in fit["workers"].items()})
+    )
 
 
 def test_fit_survives_a_killed_worker_container(run):
@@ -243,7 +316,8 @@ def test_fit_survives_a_killed_worker_container(run):
     containers.SUMMARY.append(
         f"fault: {killed['name']} SIGKILLed at map-reduce call {fault['kill_at']} of {fault['map_blocks_calls']} "
         f"(exit {killed['exit_code']}); its blocks computed {[counts[k] for k in lost]} times; "
-        f"coef_ relative difference {fault['coef_rel_diff']:.2e}, objective {fault['objective_max_rel_diff']:.2e}")
+        f"coef_ relative difference {fault['coef_rel_diff']:.2e}, objective {fault['objective_max_rel_diff']:.2e}"
+    )
 
 
 def test_build_puts_no_host_ca_bundle_in_the_images(run):
@@ -251,8 +325,9 @@ def test_build_puts_no_host_ca_bundle_in_the_images(run):
     podman, bundle = run["podman"], str(containers.CA_BUNDLE)
 
     def digest(image):
-        proc = podman.run("run", "--rm", "--pull=never", "--network=none", "--user", "0", image,
-                          "sha256sum", bundle, timeout=120)
+        proc = podman.run(
+            "run", "--rm", "--pull=never", "--network=none", "--user", "0", image, "sha256sum", bundle, timeout=120
+        )
         return proc.stdout.split()[0]
 
     base = digest(run["base"])

@@ -8,7 +8,6 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from sklearn.pipeline import make_pipeline
 
 from dmlr.kernel_approximation import KernelFeatures
@@ -150,8 +149,10 @@ def test_approximate_rbrl_pipeline_pickle_and_dask_input(method):
     D = 90 if method == "nystroem" else 128
 
     def pipeline():
-        return make_pipeline(KernelFeatures("rbf", n_components=D, method=method, random_state=7),
-                             RBRL(max_iter=150, tol=0, step_rule="spectral", scaling=None))
+        return make_pipeline(
+            KernelFeatures("rbf", n_components=D, method=method, random_state=7),
+            RBRL(max_iter=150, tol=0, step_rule="spectral", scaling=None),
+        )
 
     model = pipeline().fit(X, Y)
     features, rbrl = model[0], model[-1]
@@ -160,8 +161,7 @@ def test_approximate_rbrl_pipeline_pickle_and_dask_input(method):
     S = model.decision_function(Xtest)
     assert S.shape == (25, 3)
     # the scores are the linear model on the features
-    np.testing.assert_allclose(S, np.hstack([features.transform(Xtest), np.ones((25, 1))]) @ rbrl.coef_,
-                               atol=1e-12)
+    np.testing.assert_allclose(S, np.hstack([features.transform(Xtest), np.ones((25, 1))]) @ rbrl.coef_, atol=1e-12)
     # estimators pickle (scikit-learn and Dask move them that way)
     again = pickle.loads(pickle.dumps(model))
     np.testing.assert_array_equal(again.decision_function(Xtest), S)
@@ -181,8 +181,9 @@ def test_nystroem_rbrl_ranks_like_the_exact_kernel_model():
     X, Y = _data(n=80, d=5, l=3, seed=2)
     Xtest = np.random.default_rng(3).normal(size=(40, 5))
     exact = KernelRBRL("rbf", max_iter=300, step_rule="spectral", scaling=None).fit(X, Y)
-    approx = make_pipeline(KernelFeatures("rbf", n_components=80),
-                           RBRL(max_iter=300, step_rule="spectral", scaling=None)).fit(X, Y)
+    approx = make_pipeline(
+        KernelFeatures("rbf", n_components=80), RBRL(max_iter=300, step_rule="spectral", scaling=None)
+    ).fit(X, Y)
     Se, Sa = exact.decision_function(Xtest), approx.decision_function(Xtest)
     for j in range(3):
         assert np.corrcoef(Se[:, j], Sa[:, j])[0, 1] > 0.9

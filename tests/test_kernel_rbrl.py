@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+import dmlr
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
-import dmlr
 from dmlr.models import RBRL, KernelRBRL
 from dmlr.objectives import kernel_rbrl
 from dmlr.objectives import rbrl as objective
@@ -24,7 +24,7 @@ def dense_kernel_objective(K, Y, A, lambda1, lambda2):
     S = K @ A
     sign = np.where(Y > 0, 1.0, -1.0)
     hinge = np.maximum(0.0, 1.0 - sign * S)
-    f = 0.5 * (hinge ** 2).sum() + 0.5 * lambda1 * np.trace(A.T @ K @ A)
+    f = 0.5 * (hinge**2).sum() + 0.5 * lambda1 * np.trace(A.T @ K @ A)
     for i in range(Y.shape[0]):
         P, N = np.flatnonzero(Y[i]), np.flatnonzero(Y[i] == 0)
         if len(P) and len(N):
@@ -61,7 +61,9 @@ def test_kernel_blocks_sum_to_the_dense_objective_and_its_gradient(keep):
     for idx in [(0, 0), (7, 2), (39, 3), (20, 1)]:
         E = np.zeros_like(A)
         E[idx] = eps
-        num = (dense_kernel_objective(K, Y, A + E, 0.7, 0.3) - dense_kernel_objective(K, Y, A - E, 0.7, 0.3)) / (2 * eps)
+        num = (dense_kernel_objective(K, Y, A + E, 0.7, 0.3) - dense_kernel_objective(K, Y, A - E, 0.7, 0.3)) / (
+            2 * eps
+        )
         assert grad[idx] == pytest.approx(num, rel=1e-5, abs=1e-6)
 
 
@@ -72,8 +74,9 @@ def test_spectral_bound_is_a_lipschitz_constant_of_the_gradient():
     lam1, lam2 = 0.1, 1.0
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=2)
     d = X.shape[1] + 1
-    L = objective.spectral_lipschitz(lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2),
-                                     d, shift=lam1)
+    L = objective.spectral_lipschitz(
+        lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1
+    )
     x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
     assert L < objective.paper_lipschitz(x_fro2, A, B, lam1, lam2)
 
@@ -94,8 +97,9 @@ def test_step_rules_reach_the_same_optimum_in_fewer_iterations():
     X, Y = _problem(4, n=120, p=8, l=5)
     runs = {}
     for step in ("paper", "backtracking", "spectral"):
-        runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, step_rule=step, max_iter=20000,
-                          tol=1e-12).fit(X, Y)
+        runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, step_rule=step, max_iter=20000, tol=1e-12).fit(
+            X, Y
+        )
     best = min(r.objective_history_[-1] for r in runs.values())
     for step, r in runs.items():
         assert r.objective_history_[-1] == pytest.approx(best, rel=1e-8), step
@@ -143,8 +147,9 @@ def test_kernel_memory_settings_give_the_same_model():
 def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
     Xtr, Ytr, Xte, _ = reference_emotions
     # the reference appends the constant feature before the kernel (it does not change RBF distances)
-    model = KernelRBRL("rbf", scaling=None, gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999,
-                 step_rule="paper").fit(Xtr, Ytr)
+    model = KernelRBRL(
+        "rbf", scaling=None, gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, step_rule="paper"
+    ).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "kernel_obj.txt"))
     assert model.n_iter_ == 1648 == len(ref_obj)
     np.testing.assert_allclose(model.objective_history_, ref_obj, rtol=1e-6)
@@ -163,10 +168,12 @@ def test_br_variant_equals_liblinear_squared_hinge_svm():
 
     X, Y = _problem(7, n=150, p=6, l=3)
     lam1 = 0.5
-    ours = RBRL(alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000,
-                scaling=None).fit(X, Y)
+    ours = RBRL(
+        alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000, scaling=None
+    ).fit(X, Y)
     for j in range(Y.shape[1]):
-        svm = LinearSVC(C=1 / (2 * lam1), loss="squared_hinge", dual=False, tol=1e-12, max_iter=100000,
-                        intercept_scaling=1.0).fit(X, Y[:, j].astype(np.int64))
+        svm = LinearSVC(
+            C=1 / (2 * lam1), loss="squared_hinge", dual=False, tol=1e-12, max_iter=100000, intercept_scaling=1.0
+        ).fit(X, Y[:, j].astype(np.int64))
         np.testing.assert_allclose(ours.coef_[:-1, j], svm.coef_.ravel(), rtol=1e-5, atol=1e-6)
         assert ours.coef_[-1, j] == pytest.approx(svm.intercept_[0], rel=1e-5, abs=1e-6)

@@ -11,7 +11,7 @@ def brute_force_rbrl(S, Y, lambda2, margin=RANK_MARGIN):
     m, l = Y.shape
     ys = np.where(Y > 0, 1.0, -1.0)
     r = np.maximum(0.0, 1.0 - ys * S)
-    br = 0.5 * (r ** 2).sum()
+    br = 0.5 * (r**2).sum()
     C = -ys * r
     rank = 0.0
     for i in range(m):
@@ -36,9 +36,9 @@ def test_kernel_matches_double_loop(l, p_rel, scale):
     m = 120
     S = rng.normal(size=(m, l)) * scale
     Y = (rng.random((m, l)) < p_rel).astype(np.int8)
-    Y[0] = 0          # no relevant label: no pairs
-    Y[1] = 1          # all relevant: no pairs
-    S[2, :] = 0.5     # all scores tied
+    Y[0] = 0  # no relevant label: no pairs
+    Y[1] = 1  # all relevant: no pairs
+    S[2, :] = 0.5  # all scores tied
     C = np.zeros((m, l))
     br, rank = rbrl_score_losses(S, Y, 1, 0, 0.7, RANK_MARGIN, C)
     br_ref, rank_ref, C_ref = brute_force_rbrl(S, Y, 0.7)
@@ -75,7 +75,7 @@ def test_lipschitz_row_stats_match_definition():
         for j in range(5):
             c = nneg if Y[i, j] else npos
             A_ref[j] += c
-            B_ref[j] += c * x2[i] ** 2 / (npos ** 2 * nneg ** 2)
+            B_ref[j] += c * x2[i] ** 2 / (npos**2 * nneg**2)
     np.testing.assert_allclose(A, A_ref)
     np.testing.assert_allclose(B, B_ref, rtol=1e-13)
 
@@ -86,14 +86,14 @@ def extrapolation_case(m, d, l, p_rel, seed, sparse):
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(m, d)) * (rng.random((m, d)) < (0.2 if sparse else 1.0))
-    X[3] = 0.0                                          # an empty row: scores 0
+    X[3] = 0.0  # an empty row: scores 0
     Y = (rng.random((m, l)) < p_rel).astype(np.int8)
-    Y[0], Y[1] = 0, 1                                   # no pairs
+    Y[0], Y[1] = 0, 1  # no pairs
     W, W_prev = rng.normal(size=(2, d, l)) * 0.5
     if sparse:
         X = sp.csr_matrix(X)
         X.indices, X.data = X.indices.copy(), X.data.copy()
-        for i in range(m):                              # unsorted column indices within each row
+        for i in range(m):  # unsorted column indices within each row
             a, b = X.indptr[i], X.indptr[i + 1]
             order = rng.permutation(b - a)
             X.indices[a:b], X.data[a:b] = X.indices[a:b][order], X.data[a:b][order]
@@ -111,10 +111,10 @@ def test_sparse_extrapolated_pass_matches_double_loop(l, p_rel):
     WG[:, :l] = W_prev
     W_sent = W.copy()
     advance_point_pair(WG, W, mom)
-    np.testing.assert_array_equal(W, W_sent)            # the sent W is read only
+    np.testing.assert_array_equal(W, W_sent)  # the sent W is read only
     np.testing.assert_array_equal(WG[:, :l], W)
-    np.testing.assert_array_equal(WG[:, l:], W + mom * (W - W_prev))   # bit for bit apg's G
-    grad = np.ones((13, l))                             # accumulated into, not overwritten
+    np.testing.assert_array_equal(WG[:, l:], W + mom * (W - W_prev))  # bit for bit apg's G
+    grad = np.ones((13, l))  # accumulated into, not overwritten
     br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, 0.7, RANK_MARGIN, grad)
     Xd = X.toarray()
     for k, P in enumerate([W, W + mom * (W - W_prev)]):
@@ -129,7 +129,7 @@ def test_dense_extrapolated_losses_match_double_loop(l, p_rel):
     from dmlr.kernels.ranking import dense_extrapolated_losses
 
     X, Y, W, W_prev, mom = extrapolation_case(150, 13, l, p_rel, l, sparse=False)
-    C = np.full((150, l), np.nan)                       # every entry must be written
+    C = np.full((150, l), np.nan)  # every entry must be written
     br, rank = dense_extrapolated_losses(X @ W, X @ W_prev, mom, Y, 0.7, RANK_MARGIN, C)
     for k, P in enumerate([W, W + mom * (W - W_prev)]):
         b, r, C_ref = brute_force_rbrl(X @ P, Y, 0.7)

@@ -48,6 +48,7 @@ def _assert_same(a: dict, b: dict, tol=1e-12):
 # (a) agreement with scikit-learn where the definitions coincide
 # ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ties", [False, True])
 def test_matches_sklearn(ties):
     Y, S, P = _random_problem(0, ties=ties)
@@ -101,23 +102,32 @@ def test_precision_at_k_against_explicit_top_k():
 # (b) hand-worked examples
 # ----------------------------------------------------------------------------
 
+
 def test_one_error_tie_rule_and_exclusions():
     Y = np.array([[0, 1, 0], [0, 1, 0], [1, 0, 1], [1, 1, 1], [0, 0, 0]])
-    S = np.array([[0.9, 0.9, 0.1],   # max tied by labels 0 and 1, 1 relevant: correct
-                  [0.5, 0.2, 0.5],   # max tied by labels 0 and 2, both irrelevant: error
-                  [0.3, 0.8, 0.1],   # top label 1 irrelevant: error
-                  [0.3, 0.2, 0.1],   # all relevant: excluded
-                  [0.3, 0.2, 0.1]])  # none relevant: excluded
+    S = np.array(
+        [
+            [0.9, 0.9, 0.1],  # max tied by labels 0 and 1, 1 relevant: correct
+            [0.5, 0.2, 0.5],  # max tied by labels 0 and 2, both irrelevant: error
+            [0.3, 0.8, 0.1],  # top label 1 irrelevant: error
+            [0.3, 0.2, 0.1],  # all relevant: excluded
+            [0.3, 0.2, 0.1],
+        ]
+    )  # none relevant: excluded
     # 2 errors / 3 ranked rows
     assert multilabel_metrics(Y, S, Y, metrics="one_error")["one_error"] == pytest.approx(2 / 3)
 
 
 def test_coverage_excludes_rows_without_relevant_labels():
     Y = np.array([[0, 1, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 1, 0]])
-    S = np.array([[0.4, 0.3, 0.2, 0.1],   # lowest relevant: label 3, rank #{S >= 0.1} = 4 -> 3/4
-                  [0.1, 0.2, 0.3, 0.4],   # label 3, rank 1 -> 0/4
-                  [0.1, 0.2, 0.3, 0.4],   # no relevant label: excluded
-                  [0.5, 0.5, 0.5, 0.1]])  # label 2, rank #{S >= 0.5} = 3 (ties count) -> 2/4
+    S = np.array(
+        [
+            [0.4, 0.3, 0.2, 0.1],  # lowest relevant: label 3, rank #{S >= 0.1} = 4 -> 3/4
+            [0.1, 0.2, 0.3, 0.4],  # label 3, rank 1 -> 0/4
+            [0.1, 0.2, 0.3, 0.4],  # no relevant label: excluded
+            [0.5, 0.5, 0.5, 0.1],
+        ]
+    )  # label 2, rank #{S >= 0.5} = 3 (ties count) -> 2/4
     # (3/4 + 0 + 2/4) / 3 = 5/12
     got = multilabel_metrics(Y, S, Y, metrics="coverage")["coverage"]
     assert got == pytest.approx(5 / 12)
@@ -127,10 +137,7 @@ def test_coverage_excludes_rows_without_relevant_labels():
 
 def test_ranking_metrics_exclude_all_positive_and_all_negative_rows():
     Y = np.array([[1, 0, 1], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
-    S = np.array([[0.9, 0.5, 0.1],
-                  [0.2, 0.2, 0.7],
-                  [0.1, 0.2, 0.3],
-                  [0.1, 0.2, 0.3]])
+    S = np.array([[0.9, 0.5, 0.1], [0.2, 0.2, 0.7], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3]])
     got = multilabel_metrics(Y, S, Y)
     # row 0: pairs (0,1) 0.9 > 0.5 ok, (2,1) 0.1 <= 0.5 wrong -> loss 1/2
     # row 1: pairs (0,1) tie -> wrong, (0,2) 0.2 <= 0.7 wrong -> loss 2/2
@@ -150,10 +157,7 @@ def test_ranking_metrics_exclude_all_positive_and_all_negative_rows():
 
 def test_auc_instance_hand_worked():
     Y = np.array([[1, 0, 1], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
-    S = np.array([[0.9, 0.5, 0.1],
-                  [0.2, 0.2, 0.7],
-                  [0.1, 0.2, 0.3],
-                  [0.1, 0.2, 0.3]])
+    S = np.array([[0.9, 0.5, 0.1], [0.2, 0.2, 0.7], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3]])
     # row 0: (0,1) 0.9 > 0.5 -> 1, (2,1) 0.1 < 0.5 -> 0: 1/2
     # row 1: (0,1) tie -> 1/2, (0,2) 0.2 < 0.7 -> 0: (1/2)/2 = 1/4
     # rows 2, 3 excluded: (1/2 + 1/4) / 2 = 3/8
@@ -162,10 +166,7 @@ def test_auc_instance_hand_worked():
 
 def test_auc_macro_skips_labels_with_one_class():
     Y = np.array([[1, 1, 0], [0, 1, 0], [1, 1, 0], [0, 1, 1]])
-    S = np.array([[0.8, 0.1, 0.1],
-                  [0.3, 0.2, 0.5],
-                  [0.3, 0.3, 0.3],
-                  [0.5, 0.4, 0.2]])
+    S = np.array([[0.8, 0.1, 0.1], [0.3, 0.2, 0.5], [0.3, 0.3, 0.3], [0.5, 0.4, 0.2]])
     # label 0: positives {0.8, 0.3}, negatives {0.3, 0.5}:
     #   (0.8,0.3) 1 + (0.8,0.5) 1 + (0.3,0.3) tie 1/2 + (0.3,0.5) 0 = 2.5 of 4 -> 0.625
     # label 1: all positive, excluded
@@ -178,9 +179,13 @@ def test_auc_macro_skips_labels_with_one_class():
 
 def test_precision_and_ndcg_at_k_hand_worked():
     Y = np.array([[1, 0, 1, 0, 0, 1], [0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0]])
-    S = np.array([[0.6, 0.5, 0.4, 0.3, 0.2, 0.1],
-                  [0.3, 0.3, 0.3, 0.3, 0.3, 0.3],   # all tied: top-k = labels 0..k-1, no hit
-                  [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]])  # no relevant label: 0 hits, excluded from nDCG
+    S = np.array(
+        [
+            [0.6, 0.5, 0.4, 0.3, 0.2, 0.1],
+            [0.3, 0.3, 0.3, 0.3, 0.3, 0.3],  # all tied: top-k = labels 0..k-1, no hit
+            [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+        ]
+    )  # no relevant label: 0 hits, excluded from nDCG
     got = multilabel_metrics(Y, S, Y)
     # row 0 hits: top-1 {0} 1, top-3 {0,1,2} 2, top-5 {0..4} 2; rows 1, 2: 0; over 3 rows
     assert got["precision_at_1"] == pytest.approx(1 / 3)
@@ -208,8 +213,17 @@ def test_empty_valid_sets_give_nan():
     Y = np.zeros((2, 3), dtype=np.int8)
     S = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
     got = multilabel_metrics(Y, S, Y)
-    for name in ("ranking_loss", "one_error", "coverage", "average_precision", "auc_macro",
-                 "auc_instance", "ndcg_at_1", "ndcg_at_3", "ndcg_at_5"):
+    for name in (
+        "ranking_loss",
+        "one_error",
+        "coverage",
+        "average_precision",
+        "auc_macro",
+        "auc_instance",
+        "ndcg_at_1",
+        "ndcg_at_3",
+        "ndcg_at_5",
+    ):
         assert math.isnan(got[name]), name
     # nothing to predict and nothing predicted: F1 is 0 by the 0/0 rule, the rest perfect
     assert (got["hamming_loss"], got["subset_accuracy"]) == (0.0, 1.0)
@@ -218,9 +232,13 @@ def test_empty_valid_sets_give_nan():
 
 
 def test_predict_from_scores_empty_row_rule():
-    S = np.array([[-1.0, 0.5, 2.0],
-                  [-0.3, -0.1, -0.1],   # nothing > 0: first arg-max, label 1
-                  [0.0, 0.0, -2.0]])    # 0 is not > 0: first arg-max, label 0
+    S = np.array(
+        [
+            [-1.0, 0.5, 2.0],
+            [-0.3, -0.1, -0.1],  # nothing > 0: first arg-max, label 1
+            [0.0, 0.0, -2.0],
+        ]
+    )  # 0 is not > 0: first arg-max, label 0
     expected = np.array([[0, 1, 1], [0, 1, 0], [1, 0, 0]], dtype=np.int8)
     P = predict_from_scores(S)
     assert P.dtype == np.int8
@@ -244,7 +262,7 @@ def _sparse_problem(seed=4):
     rng = np.random.default_rng(seed)
     n, l = sum(ROW_CHUNKS), 11
     Y = (rng.random((n, l)) < np.linspace(0.02, 0.5, l)).astype(np.int8)
-    Y[:ROW_CHUNKS[0] + ROW_CHUNKS[1], 0] = 0  # label 0: positives in the last chunk only
+    Y[: ROW_CHUNKS[0] + ROW_CHUNKS[1], 0] = 0  # label 0: positives in the last chunk only
     Y[40] = 1  # an all-positive row
     Y[10] = 0  # an all-negative row
     S = np.round(rng.standard_normal((n, l)) + Y, 1)
@@ -270,8 +288,7 @@ def test_mixed_numpy_and_dask_inputs():
 def test_dask_with_distributed_client():
     distributed = pytest.importorskip("distributed")
     Y, S, P = _sparse_problem()
-    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
-                            dashboard_address=None):
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
         got = multilabel_metrics(*_to_dask(Y, S, P))
     _assert_same(got, multilabel_metrics(Y, S, P))
 
@@ -319,6 +336,7 @@ def test_blocks_within_a_chunk_add_up(monkeypatch):
 # (e) input validation
 # ----------------------------------------------------------------------------
 
+
 def test_validation_errors():
     Y, S, P = _random_problem(5, n=20, l=4)
     with pytest.raises(ValueError, match="same shape"):
@@ -356,10 +374,17 @@ def test_dask_validation_errors():
 # ----------------------------------------------------------------------------
 
 REFERENCE_NAMES = {
-    "hamming_loss": "HammingLoss", "subset_accuracy": "SubsetAccuracy", "accuracy": "AccuracyExample",
-    "f1_micro": "F1_Micro_Label", "f1_macro": "F1_Macro_Label", "f1_example": "F1_Example",
-    "ranking_loss": "Ranking_Loss", "coverage": "Coverage", "average_precision": "Average_Precision",
-    "one_error": "One_Error", "auc_macro": "AUC_Macro_Label",
+    "hamming_loss": "HammingLoss",
+    "subset_accuracy": "SubsetAccuracy",
+    "accuracy": "AccuracyExample",
+    "f1_micro": "F1_Micro_Label",
+    "f1_macro": "F1_Macro_Label",
+    "f1_example": "F1_Example",
+    "ranking_loss": "Ranking_Loss",
+    "coverage": "Coverage",
+    "average_precision": "Average_Precision",
+    "one_error": "One_Error",
+    "auc_macro": "AUC_Macro_Label",
 }
 
 
@@ -371,8 +396,9 @@ def test_matches_rbrl_reference_on_emotions(model):
     Y = (scipy_io.loadmat(ANCHORS / "emotions.mat")["Y_test"] > 0).astype(np.int8)
     S = np.loadtxt(ANCHORS / f"{model}_pre_F_test.txt")
     labels = (np.loadtxt(ANCHORS / f"{model}_pre_Label_test.txt") > 0).astype(np.int8)
-    summary = dict(line.split(" = ", 1) for line in
-                   (ANCHORS / f"{model}_summary.txt").read_text().splitlines() if " = " in line)
+    summary = dict(
+        line.split(" = ", 1) for line in (ANCHORS / f"{model}_summary.txt").read_text().splitlines() if " = " in line
+    )
     P = predict_from_scores(S)
     np.testing.assert_array_equal(P, labels)
     got = multilabel_metrics(Y, S, P, metrics=list(REFERENCE_NAMES))
@@ -391,20 +417,18 @@ def test_metric_names_are_all_computed():
 # propensity-scored precision and nDCG
 # ----------------------------------------------------------------------------
 
-PS_NAMES = ("psprecision_at_1", "psprecision_at_3", "psprecision_at_5",
-            "psndcg_at_1", "psndcg_at_3", "psndcg_at_5")
+PS_NAMES = ("psprecision_at_1", "psprecision_at_3", "psprecision_at_5", "psndcg_at_1", "psndcg_at_3", "psndcg_at_5")
 
 
 def test_propensities_hand_worked():
     # Jain et al. (2016): p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A
     counts, n_train = np.array([0, 1, 10, 100]), 100
-    C = (math.log(100) - 1) * 2.5 ** 0.55
+    C = (math.log(100) - 1) * 2.5**0.55
     expected = [1 / (1 + C * (n_l + 1.5) ** -0.55) for n_l in (0, 1, 10, 100)]
     np.testing.assert_allclose(metrics.propensities_from_counts(counts, n_train), expected, rtol=1e-14)
     # label 2, written out: C = (4.60517 - 1) * 1.65526 = 5.96750; 11.5^-0.55 = 0.260985
-    assert metrics.propensities_from_counts(counts, n_train)[2] == pytest.approx(1 / (1 + 5.96750 * 0.260985),
-                                                                                 rel=1e-5)
-    C = (math.log(100) - 1) * 4 ** 0.5  # A = 0.5, B = 3: (N_l + 3)^-0.5 = 1/2 for N_l = 1
+    assert metrics.propensities_from_counts(counts, n_train)[2] == pytest.approx(1 / (1 + 5.96750 * 0.260985), rel=1e-5)
+    C = (math.log(100) - 1) * 4**0.5  # A = 0.5, B = 3: (N_l + 3)^-0.5 = 1/2 for N_l = 1
     assert metrics.propensities_from_counts(counts, n_train, A=0.5, B=3)[1] == pytest.approx(1 / (1 + C / 2))
 
 
@@ -414,8 +438,13 @@ def test_label_propensities_numpy_scipy_dask_agree():
     Y = (rng.random((70, 9)) < np.linspace(0.0, 0.6, 9)).astype(np.int8)  # label 0 never occurs
     counts = Y.sum(axis=0)
     expected = metrics.propensities_from_counts(counts, 70, A=0.6, B=2.6)
-    for array in (Y, Y.astype(bool), sp.csr_matrix(Y), da.from_array(Y, chunks=(ROW_CHUNKS, 4)),
-                  da.from_array(sp.csr_matrix(Y), chunks=(20, -1), asarray=False)):
+    for array in (
+        Y,
+        Y.astype(bool),
+        sp.csr_matrix(Y),
+        da.from_array(Y, chunks=(ROW_CHUNKS, 4)),
+        da.from_array(sp.csr_matrix(Y), chunks=(20, -1), asarray=False),
+    ):
         np.testing.assert_allclose(metrics.label_propensities(array, A=0.6, B=2.6), expected, rtol=1e-15)
     with pytest.raises(ValueError, match="only 0 and 1"):
         metrics.label_propensities(da.from_array(2 * Y, chunks=(10, -1)))
@@ -448,12 +477,14 @@ def test_propensity_validation():
 def test_ps_metrics_hand_worked():
     # propensities p = (1, 1/2, 1/4, 1/5): weights w = 1/p = (1, 2, 4, 5)
     propensities = np.array([1.0, 0.5, 0.25, 0.2])
-    Y = np.array([[1, 0, 1, 0],
-                  [0, 1, 1, 1],
-                  [0, 0, 0, 0]])
-    S = np.array([[0.9, 0.8, 0.1, 0.2],    # ranking 0, 1, 3, 2: relevant at ranks 1 (w 1) and 4 (w 4)
-                  [0.3, 0.1, 0.2, 0.4],    # ranking 3, 0, 2, 1: relevant at ranks 1 (w 5), 3 (w 4), 4 (w 2)
-                  [0.1, 0.2, 0.3, 0.4]])   # no relevant label: adds 0 to every sum
+    Y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [0, 0, 0, 0]])
+    S = np.array(
+        [
+            [0.9, 0.8, 0.1, 0.2],  # ranking 0, 1, 3, 2: relevant at ranks 1 (w 1) and 4 (w 4)
+            [0.3, 0.1, 0.2, 0.4],  # ranking 3, 0, 2, 1: relevant at ranks 1 (w 5), 3 (w 4), 4 (w 2)
+            [0.1, 0.2, 0.3, 0.4],
+        ]
+    )  # no relevant label: adds 0 to every sum
     got = multilabel_metrics(Y, S, Y, metrics=PS_NAMES, propensities=propensities)
     # ideal rankings by weight: row 0 (4, 1), row 1 (5, 4, 2)
     # PSP@1: gains 1 + 5 = 6, ideal 4 + 5 = 9
@@ -463,8 +494,8 @@ def test_ps_metrics_hand_worked():
     # PSP@5 (k' = 4 labels): gains (1 + 4) + (5 + 4 + 2) = 16 = ideal
     assert got["psprecision_at_5"] == pytest.approx(1.0)
     L3, L5 = math.log2(3), math.log2(5)
-    n0 = 1 + 1 / L3            # unit-gain IDCG of row 0 (2 relevant labels), at k >= 2
-    n1 = 1 + 1 / L3 + 1 / 2    # row 1 (3 relevant labels), at k >= 3
+    n0 = 1 + 1 / L3  # unit-gain IDCG of row 0 (2 relevant labels), at k >= 2
+    n1 = 1 + 1 / L3 + 1 / 2  # row 1 (3 relevant labels), at k >= 3
     ideal = (4 + 1 / L3) / n0 + (5 + 4 / L3 + 2 / 2) / n1
     # PSnDCG@1: unit IDCG@1 = 1; (1 + 5) / (4 + 5)
     assert got["psndcg_at_1"] == pytest.approx(6 / 9)

@@ -116,8 +116,9 @@ def test_files_before_the_renames_are_refused_naming_their_format_version(fitted
         dmlr.load(path)
 
 
-@pytest.mark.parametrize(("y", "kind"), [(["no", "yes", "no", "maybe"] * 10, "multiclass"),
-                                         ([3, 7, 7, 3] * 10, "binary")])
+@pytest.mark.parametrize(
+    ("y", "kind"), [(["no", "yes", "no", "maybe"] * 10, "multiclass"), ([3, 7, 7, 3] * 10, "binary")]
+)
 def test_class_labels_survive_the_file(tmp_path, y, kind):
     X = np.random.default_rng(1).normal(size=(40, 3))
     model = RBRL(max_iter=30).fit(X, y)
@@ -126,7 +127,8 @@ def test_class_labels_survive_the_file(tmp_path, y, kind):
     np.testing.assert_array_equal(again.classes_, model.classes_)
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
     path = model.save(tmp_path / "bad.npz")
-    _with_meta(path, attributes={**json.loads(np.load(path)["__dmlr__"].tobytes())["attributes"],
-                                 "label_dtype_": "object"})
+    _with_meta(
+        path, attributes={**json.loads(np.load(path)["__dmlr__"].tobytes())["attributes"], "label_dtype_": "object"}
+    )
     with pytest.raises(DmlrInputError, match="target encoding"):
         dmlr.load(path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.model_selection import (PAPER_GRID, PAPER_METRICS, grid_search_cv, kfold_indices, param_grid)
+from dmlr.model_selection import PAPER_GRID, PAPER_METRICS, grid_search_cv, kfold_indices, param_grid
 from dmlr.models import RBRL
 
 GRID = {"alpha": [0.01, 1.0], "alpha_rank": [0.01, 1.0], "alpha_nuclear": [0.01, 1.0]}
@@ -39,11 +39,21 @@ def local_result(data):
 
 
 def _scores(result):
-    return [(r["params"], r["mean_score"], r["std_score"], r["fold_scores"],
-             [r[f"mean_{m}"] for m in PAPER_METRICS], r["mean_n_iter"]) for r in result.results]
+    return [
+        (
+            r["params"],
+            r["mean_score"],
+            r["std_score"],
+            r["fold_scores"],
+            [r[f"mean_{m}"] for m in PAPER_METRICS],
+            r["mean_n_iter"],
+        )
+        for r in result.results
+    ]
 
 
 # -- splits and grids ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n, k", [(10, 2), (11, 3), (150, 5), (7, 7)])
 def test_kfold_partitions_rows(n, k):
@@ -85,6 +95,7 @@ def test_param_grid_and_paper_grid():
 
 # -- the search -------------------------------------------------------------------
 
+
 def test_result_shape_and_best_is_argmax(local_result):
     r = local_result
     assert len(r.results) == 8 and r.n_fits == 24 and r.n_splits == 3 and r.backend == "local"
@@ -97,8 +108,14 @@ def test_result_shape_and_best_is_argmax(local_result):
     for rec in r.results:
         assert rec["mean_score"] == pytest.approx(np.mean(rec["fold_scores"]), abs=1e-15)
         # paper_mean is the mean of the six oriented paper metrics
-        oriented = [1 - rec["mean_hamming_loss"], rec["mean_subset_accuracy"], rec["mean_f1_example"],
-                    1 - rec["mean_ranking_loss"], 1 - rec["mean_coverage"], rec["mean_average_precision"]]
+        oriented = [
+            1 - rec["mean_hamming_loss"],
+            rec["mean_subset_accuracy"],
+            rec["mean_f1_example"],
+            1 - rec["mean_ranking_loss"],
+            1 - rec["mean_coverage"],
+            rec["mean_average_precision"],
+        ]
         assert rec["mean_score"] == pytest.approx(np.mean(oriented), abs=1e-12)
     assert r.seconds > 0
     assert "paper_mean" in r.table(3) and len(r.top(3)) == 3
@@ -128,12 +145,17 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
     import os
     import signal
 
-    import dmlr.model_selection as ms
     from distributed import Client, LocalCluster
 
+    import dmlr.model_selection as ms
+
     X, Y = data
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.CRITICAL
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         (first_pid,) = client.run(os.getpid).values()
         done = []
 
@@ -142,13 +164,14 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
                 done.append(1)
                 if len(done) == 2:
                     os.kill(first_pid, signal.SIGKILL)
+
             return progress
 
         monkeypatch.setattr(ms, "_progress_printer", kill_after_two)
         with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
             remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False)
-        assert first_pid not in client.run(os.getpid).values()     # the worker was replaced
-    assert len(done) == 12                                          # each unit reported once
+        assert first_pid not in client.run(os.getpid).values()  # the worker was replaced
+    assert len(done) == 12  # each unit reported once
     assert _scores(remote) == _scores(local_result)
     assert remote.best_params == local_result.best_params
 
@@ -185,8 +208,9 @@ def test_path_runs_largest_first_with_warm_starts(data):
     # one unit per fold, each the path 10 -> 1 -> 0.1; only the first fit starts from zero
     assert _SpyRBRL.log == [(10.0, True, False), (1.0, True, True), (0.1, True, True)] * 2
     _SpyRBRL.log = []
-    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0]}, cv=2, client="local", refit=False,
-                   path_param=None)
+    grid_search_cv(
+        _SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0]}, cv=2, client="local", refit=False, path_param=None
+    )
     assert all(not started_warm for _, _, started_warm in _SpyRBRL.log) and len(_SpyRBRL.log) == 4
 
 
@@ -197,8 +221,9 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     # loose tol, relative-objective-change test alone: it passes right after a warm start
     grid = {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}
     with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
-        r = grid_search_cv(RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None), X, Y, grid, cv=3,
-                           client="local", refit=False)
+        r = grid_search_cv(
+            RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None), X, Y, grid, cv=3, client="local", refit=False
+        )
     assert r.n_warm_fits == 9 and 0 < r.n_warm_first_test_stops <= 9
     assert r.n_warm_first_test_stops == sum(it <= 2 for rec in r.results[1:] for it in rec["fold_n_iter"])
     # the gradient-mapping test (the default of the non-paper step rules) keeps them going
@@ -216,8 +241,10 @@ def test_refit_has_best_params(data, local_result):
     assert best.n_features_in_ == X.shape[1] and best.converged_
     cold = RBRL(**SOLVER, **local_result.best_params).fit(X, Y)
     np.testing.assert_allclose(best.coef_, cold.coef_, rtol=0, atol=1e-12)
-    assert grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0]}, cv=2, client="local",
-                          refit=False).best_estimator is None
+    assert (
+        grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0]}, cv=2, client="local", refit=False).best_estimator
+        is None
+    )
 
 
 def test_loss_scoring_is_minimized_and_dask_input(data):
@@ -229,23 +256,34 @@ def test_loss_scoring_is_minimized_and_dask_input(data):
     means = [rec["mean_score"] for rec in r.results]
     assert not r.greater_is_better and r.best_index == int(np.argmin(means)) and r.best_score == min(means)
     assert means == [rec["mean_ranking_loss"] for rec in r.results]
-    rd = grid_search_cv(RBRL(tol=1e-6), da.from_array(X, chunks=(40, 10)), da.from_array(Y, chunks=(40, 4)),
-                        grid, cv=3, scoring="ranking_loss", client="local", refit=False)
+    rd = grid_search_cv(
+        RBRL(tol=1e-6),
+        da.from_array(X, chunks=(40, 10)),
+        da.from_array(Y, chunks=(40, 4)),
+        grid,
+        cv=3,
+        scoring="ranking_loss",
+        client="local",
+        refit=False,
+    )
     assert _scores(rd) == _scores(r)
 
 
-@pytest.mark.parametrize("grid, kwargs, message", [
-    ({"lambda9": [1.0]}, {}, "unknown parameter.*lambda9"),
-    ({"alpha": []}, {}, "'alpha' are empty"),
-    ({"alpha": 1.0}, {}, "must be a list"),
-    ({}, {}, "grid is empty"),
-    ({"alpha": [1.0]}, {"scoring": "accuracy_at_7"}, "unknown scoring 'accuracy_at_7'"),
-    ({"alpha": [1.0]}, {"cv": 1}, "at least 2 folds"),
-    ({"alpha": [1.0]}, {"cv": 151}, "more than the 150 training rows"),
-    ({"alpha": [1.0]}, {"client": "somewhere"}, "client must be"),
-    ({"alpha": [1.0]}, {"path_param": "lamda3"}, "path_param 'lamda3'"),
-    ({"alpha": [1.0, 1.0]}, {}, "'alpha' repeat"),
-])
+@pytest.mark.parametrize(
+    "grid, kwargs, message",
+    [
+        ({"lambda9": [1.0]}, {}, "unknown parameter.*lambda9"),
+        ({"alpha": []}, {}, "'alpha' are empty"),
+        ({"alpha": 1.0}, {}, "must be a list"),
+        ({}, {}, "grid is empty"),
+        ({"alpha": [1.0]}, {"scoring": "accuracy_at_7"}, "unknown scoring 'accuracy_at_7'"),
+        ({"alpha": [1.0]}, {"cv": 1}, "at least 2 folds"),
+        ({"alpha": [1.0]}, {"cv": 151}, "more than the 150 training rows"),
+        ({"alpha": [1.0]}, {"client": "somewhere"}, "client must be"),
+        ({"alpha": [1.0]}, {"path_param": "lamda3"}, "path_param 'lamda3'"),
+        ({"alpha": [1.0, 1.0]}, {}, "'alpha' repeat"),
+    ],
+)
 def test_errors(data, grid, kwargs, message):
     X, Y = data
     with pytest.raises(ValueError, match=message):
@@ -272,7 +310,7 @@ def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
     X, Y = _synthetic(n=3000, d=40)
     Xs = sp.csr_matrix(X)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert chunks_module.local_block_count(Xs) == 2     # what the units would get unasked
+    assert chunks_module.local_block_count(Xs) == 2  # what the units would get unasked
     grid_search_cv(RBRL(max_iter=5), Xs, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False, client="local")
     assert asked and set(asked) == {1}
 
@@ -300,8 +338,15 @@ def test_best_params_for_a_metric_is_that_metrics_best_record(local_result):
         best = np.argmin(values) if metric in ("hamming_loss", "coverage") else np.argmax(values)
         assert r.best_params_for(metric) == r.results[int(best)]["params"], metric
     # the records of the default scoring differ per metric here, or the check above tests nothing
-    assert len({tuple(r.best_params_for(m).items()) for m in ("subset_accuracy", "coverage",
-                                                               "hamming_loss", "average_precision")}) > 1
+    assert (
+        len(
+            {
+                tuple(r.best_params_for(m).items())
+                for m in ("subset_accuracy", "coverage", "hamming_loss", "average_precision")
+            }
+        )
+        > 1
+    )
     with pytest.raises(ValueError, match="did not record 'one_error'"):
         r.best_params_for("one_error")
     with pytest.raises(ValueError, match="did not record 'n_iter'"):

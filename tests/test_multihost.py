@@ -20,11 +20,10 @@ import sys
 
 import numpy as np
 import pytest
+from netns import NetnsUnavailable, VirtualLan
 
 import dmlr
 from dmlr.datasets import make_multilabel
-
-from netns import NetnsUnavailable, VirtualLan
 
 PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=150, tol=1e-6)
 PORT = 8786
@@ -83,21 +82,52 @@ def _logs(tmp_path) -> str:
 
 
 def test_fit_over_scheduler_and_two_workers_on_separate_hosts(lan, tmp_path):
-    store = make_multilabel(tmp_path / "small.zarr", n_samples=900, n_features=12, n_labels=7, cardinality=2.0,
-                            chunk_rows=64, dtype="float64", seed=3)
+    store = make_multilabel(
+        tmp_path / "small.zarr",
+        n_samples=900,
+        n_features=12,
+        n_labels=7,
+        cardinality=2.0,
+        chunk_rows=64,
+        dtype="float64",
+        seed=3,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     env["PYTHONUNBUFFERED"] = "1"
     py = sys.executable  # the test venv's python: the workers import this dmlr
     sched = lan.hosts["scheduler"].ip
     addr = f"tcp://{sched}:{PORT}"
-    procs = {"scheduler": lan.popen("scheduler", [py, "-m", "distributed.cli.dask_scheduler", "--host", sched,
-                                                  "--port", PORT, "--no-dashboard"],
-                                    log=tmp_path / "scheduler.log", env=env, cwd=tmp_path)}
+    procs = {
+        "scheduler": lan.popen(
+            "scheduler",
+            [py, "-m", "distributed.cli.dask_scheduler", "--host", sched, "--port", PORT, "--no-dashboard"],
+            log=tmp_path / "scheduler.log",
+            env=env,
+            cwd=tmp_path,
+        )
+    }
     for role in ("worker-a", "worker-b"):
-        procs[role] = lan.popen(role, [py, "-m", "distributed.cli.dask_worker", addr, "--host", lan.hosts[role].ip,
-                                       "--nthreads", 1, "--nworkers", 1, "--no-dashboard",
-                                       "--local-directory", tmp_path / role],
-                                log=tmp_path / f"{role}.log", env=env, cwd=tmp_path)
+        procs[role] = lan.popen(
+            role,
+            [
+                py,
+                "-m",
+                "distributed.cli.dask_worker",
+                addr,
+                "--host",
+                lan.hosts[role].ip,
+                "--nthreads",
+                1,
+                "--nworkers",
+                1,
+                "--no-dashboard",
+                "--local-directory",
+                tmp_path / role,
+            ],
+            log=tmp_path / f"{role}.log",
+            env=env,
+            cwd=tmp_path,
+        )
 
     # the reference, in this process, while the cluster starts
     with dmlr.config_context(backend="local"):
@@ -106,8 +136,14 @@ def test_fit_over_scheduler_and_two_workers_on_separate_hosts(lan, tmp_path):
 
     out = tmp_path / "remote"
     try:
-        r = subprocess.run(lan.argv("client", [py, "-c", CLIENT, addr, store, out, json.dumps(PARAMS)]),
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        r = subprocess.run(
+            lan.argv("client", [py, "-c", CLIENT, addr, store, out, json.dumps(PARAMS)]),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"client timed out\n{_logs(tmp_path)}")
     for role, p in procs.items():

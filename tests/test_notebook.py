@@ -26,12 +26,16 @@ def _kernelspec(root: Path, env: dict) -> str:
     name = f"dmlr-test-{os.getpid()}"
     spec = root / "kernels" / name
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"dmlr tests ({sys.executable})",
-        "language": "python",
-        "env": env,
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": f"dmlr tests ({sys.executable})",
+                "language": "python",
+                "env": env,
+            }
+        )
+    )
     return name
 
 
@@ -48,18 +52,23 @@ def test_quickstart_runs_top_to_bottom(tmp_path, monkeypatch, cluster2):
     # "connect" branch) instead of starting a cluster sized to the machine.
     # Connection files and the IPython profile go to the temporary folder too (HOME may be read-only).
     jupyter = tmp_path / "jupyter"
-    name = _kernelspec(jupyter, {"DASK_SCHEDULER_ADDRESS": cluster2.scheduler.address,
-                                 "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-                                 "IPYTHONDIR": str(tmp_path / "ipython")})
-    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(jupyter),
-                                                                      os.environ.get("JUPYTER_PATH")])))
+    name = _kernelspec(
+        jupyter,
+        {
+            "DASK_SCHEDULER_ADDRESS": cluster2.scheduler.address,
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "IPYTHONDIR": str(tmp_path / "ipython"),
+        },
+    )
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(jupyter), os.environ.get("JUPYTER_PATH")])))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     work = tmp_path / "work"
     work.mkdir()
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name=name, timeout=CELL_TIMEOUT, allow_errors=False,
-                                     resources={"metadata": {"path": str(work)}})
+    client = nbclient.NotebookClient(
+        nb, kernel_name=name, timeout=CELL_TIMEOUT, allow_errors=False, resources={"metadata": {"path": str(work)}}
+    )
     client.execute()
 
     outputs = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]

@@ -35,6 +35,7 @@ def _low_rank(n=600, k=20, l=8, r=3, seed=0):
 
 # -- the per-chunk math ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_gradients_of_eq1_match_central_differences(sparse):
     X, Y, P, Q, H = _problem(sparse=sparse)
@@ -49,14 +50,17 @@ def test_gradients_of_eq1_match_central_differences(sparse):
             Am[idx] -= eps
             args_p = (Ap, Q) if name == "P" else (P, Ap)
             args_m = (Am, Q) if name == "P" else (P, Am)
-            num[idx] = (obj.objective(X, Y, *args_p, H, alpha, lam) - obj.objective(X, Y, *args_m, H, alpha, lam)) / (2 * eps)
+            num[idx] = (obj.objective(X, Y, *args_p, H, alpha, lam) - obj.objective(X, Y, *args_m, H, alpha, lam)) / (
+                2 * eps
+            )
         np.testing.assert_allclose(G, num, rtol=1e-6, atol=1e-6, err_msg=name)
 
 
 def test_sparse_objective_equals_dense():
     X, Y, P, Q, H = _problem(sparse=True)
-    assert obj.objective(X, Y, P, Q, H, 0.4, 0.1) == pytest.approx(obj.objective(X.toarray(), Y, P, Q, H, 0.4, 0.1),
-                                                                    rel=1e-12)
+    assert obj.objective(X, Y, P, Q, H, 0.4, 0.1) == pytest.approx(
+        obj.objective(X.toarray(), Y, P, Q, H, 0.4, 0.1), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.2, 0.9])
@@ -65,8 +69,10 @@ def test_closed_form_codes_minimise_the_h_subproblem(alpha):
     lam = 0.3
     H = obj.latent_codes(X, Y, P, Q, alpha, lam)
     for i in range(X.shape[0]):
+
         def f(h, i=i):
-            return obj.chunk_loss(X[i:i + 1], Y[i:i + 1], P, Q, h[None, :], alpha, lam)
+            return obj.chunk_loss(X[i : i + 1], Y[i : i + 1], P, Q, h[None, :], alpha, lam)
+
         res = scipy.optimize.minimize(f, np.zeros(P.shape[1]), method="BFGS", options={"gtol": 1e-10})
         np.testing.assert_allclose(H[i], res.x, atol=1e-5)
         assert f(H[i]) <= res.fun + 1e-9
@@ -95,22 +101,34 @@ def test_sgd_step_is_a_gradient_step_on_eq1():
 
 # -- Algorithm 1 ----------------------------------------------------------------------
 
+
 def test_objective_decreases_over_epochs_on_a_low_rank_set():
     X, Y = _low_rank()
     # one minibatch per epoch (gradient descent in P, Q, exact minimisation in H): eq. 1 must
     # go down at every epoch for a small enough step
-    gd = OMF(n_components=3, label_weight=0.5, alpha=1e-3, eta0=0.01, decay=0.0, n_epochs=30, batch_size=600,
-             shuffle_window=0, random_state=1).fit(X, Y)
+    gd = OMF(
+        n_components=3,
+        label_weight=0.5,
+        alpha=1e-3,
+        eta0=0.01,
+        decay=0.0,
+        n_epochs=30,
+        batch_size=600,
+        shuffle_window=0,
+        random_state=1,
+    ).fit(X, Y)
     h = np.asarray(gd.objective_history_)
     assert np.all(np.diff(h) < 0), h
     # minibatch SGD (the paper's setting): a large drop, then at most SGD noise (1%) upwards
-    m = OMF(n_components=3, label_weight=0.5, alpha=1e-3, eta0=0.02, decay=1.0, n_epochs=8, batch_size=16,
-            random_state=1).fit(X, Y)
+    m = OMF(
+        n_components=3, label_weight=0.5, alpha=1e-3, eta0=0.02, decay=1.0, n_epochs=8, batch_size=16, random_state=1
+    ).fit(X, Y)
     h = np.asarray(m.objective_history_)
     assert len(h) == 8 and m.n_epochs_ == 8 and m.n_updates_ == 8 * -(-600 // 16)
     assert h[1] < 0.3 * h[0] and np.all(np.diff(h) < 0.01 * h[1:]) and h[-1] < h[1], h
     # and the factorization predicts the labels
     from dmlr.metrics import multilabel_metrics, predict_from_scores
+
     S = m.decision_function(X)
     assert multilabel_metrics(Y, S, predict_from_scores(S), metrics=["auc_macro"])["auc_macro"] > 0.9
 
@@ -126,11 +144,19 @@ def test_same_seed_same_model_other_seed_other_model():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_fit_on_zarr_equals_fit_on_numpy_whatever_the_chunking(tmp_path, sparse):
-    path = make_multilabel(tmp_path / "s.zarr", n_samples=700, n_features=15, n_labels=6, sparse=sparse,
-                           density=0.3, chunk_rows=64, seed=1)
+    path = make_multilabel(
+        tmp_path / "s.zarr", n_samples=700, n_features=15, n_labels=6, sparse=sparse, density=0.3, chunk_rows=64, seed=1
+    )
     X, Y = open_dataset(path).arrays("train")
-    kw = {"n_components": 4, "n_epochs": 2, "batch_size": 16, "shuffle_window": 96, "eta0": 0.05, "random_state": 2,
-              "fit_intercept": True}
+    kw = {
+        "n_components": 4,
+        "n_epochs": 2,
+        "batch_size": 16,
+        "shuffle_window": 96,
+        "eta0": 0.05,
+        "random_state": 2,
+        "fit_intercept": True,
+    }
     lazy = OMF(**kw).fit(X, Y)
     Xn, Yn = X.compute(), Y.compute()
     Xn = sp.csr_matrix(Xn.to_scipy_sparse()) if hasattr(Xn, "to_scipy_sparse") else np.asarray(Xn)
@@ -149,6 +175,7 @@ def test_fit_on_zarr_equals_fit_on_numpy_whatever_the_chunking(tmp_path, sparse)
 
 def _fit_pid(stream):
     import os
+
     return os.getpid()
 
 
@@ -159,7 +186,7 @@ def test_fit_on_the_cluster_equals_in_process(tmp_path, client2):
 
     path = make_multilabel(tmp_path / "s.zarr", n_samples=500, n_features=10, n_labels=5, chunk_rows=64, seed=3)
     X, Y = open_dataset(path).arrays("train")
-    assert run_streaming(_fit_pid, ChunkStream(X, Y)) != os.getpid()   # auto: a worker runs the loop
+    assert run_streaming(_fit_pid, ChunkStream(X, Y)) != os.getpid()  # auto: a worker runs the loop
     kw = {"n_components": 4, "n_epochs": 2, "batch_size": 8, "shuffle_window": 64, "eta0": 0.05, "random_state": 5}
     remote = OMF(**kw).fit(X, Y)
     with dmlr.config_context(backend="local"):
@@ -178,7 +205,7 @@ def test_partial_fit_continues_exactly():
     np.testing.assert_array_equal(full.Q_, part.Q_)
     assert full.objective_history_ == part.objective_history_
     assert (part.n_epochs_, part.n_updates_) == (3, full.n_updates_)
-    fresh = OMF(n_epochs=1, **kw).partial_fit(X, Y)   # unfitted: starts like fit
+    fresh = OMF(n_epochs=1, **kw).partial_fit(X, Y)  # unfitted: starts like fit
     np.testing.assert_array_equal(fresh.P_, OMF(n_epochs=1, **kw).fit(X, Y).P_)
 
 
@@ -233,11 +260,18 @@ def test_bad_input_gives_a_clear_error():
 
 def test_cross_validation_picks_the_rule_and_refits():
     X, Y = _low_rank(n=240)
-    res = cross_validate_omf(OMF(n_components=3, n_epochs=3, eta0=0.02), X, Y,
-                             {"label_weight": [0.5], "alpha": [1e-3, 1e3]}, alpha_codes=[0.1, 1.0], top_ks=[1, 2],
-                             thresholds=[0.3, 0.5], cv=3)
+    res = cross_validate_omf(
+        OMF(n_components=3, n_epochs=3, eta0=0.02),
+        X,
+        Y,
+        {"label_weight": [0.5], "alpha": [1e-3, 1e3]},
+        alpha_codes=[0.1, 1.0],
+        top_ks=[1, 2],
+        thresholds=[0.3, 0.5],
+        cv=3,
+    )
     assert len(res.results) == 2 * 2 * 4
-    assert res.best_params["alpha"] == 1e-3            # alpha = 1e3 shrinks every code to 0
+    assert res.best_params["alpha"] == 1e-3  # alpha = 1e3 shrinks every code to 0
     best = max(r["mean_score"] for r in res.results)
     assert res.best_score == best and len(res.results[0]["fold_scores"]) == 3
     assert res.best_estimator.get_params()["alpha_code"] == res.best_params["alpha_code"]
@@ -254,11 +288,20 @@ def test_real_scene_is_learned(tmp_path_factory):
         pytest.skip(str(e))
     ds = open_dataset(store)
     Xtr, Ytr = ds.arrays("train")
-    m = OMF(n_components=10, label_weight=0.1, alpha=1e-3, eta0=0.3, n_epochs=10, alpha_code=10.0,
-            label_rule="top_k", top_k=1, shuffle_window=0).fit(Xtr, Ytr)
+    m = OMF(
+        n_components=10,
+        label_weight=0.1,
+        alpha=1e-3,
+        eta0=0.3,
+        n_epochs=10,
+        alpha_code=10.0,
+        label_rule="top_k",
+        top_k=1,
+        shuffle_window=0,
+    ).fit(Xtr, Ytr)
     Xte, Yte = (a.compute() for a in ds.arrays("test"))
     f1 = multilabel_metrics(Yte, m.decision_function(Xte), m.predict(Xte), metrics=["f1_micro"])["f1_micro"]
-    assert f1 > 0.55   # the paper's Table 2: 0.691 (5-fold CV, tuned rule)
+    assert f1 > 0.55  # the paper's Table 2: 0.691 (5-fold CV, tuned rule)
 
 
 def test_dmlr_fit_by_name_streams_the_store(tmp_path):

@@ -8,8 +8,17 @@ import pytest
 import dmlr
 from dmlr.errors import DmlrInputError
 from dmlr.models.base import load_model
-from dmlr.models.oml import (KNN, LAMBDA_MAX, LAMBDA_MIN, OML, cubic_coefficients, cubic_max_point, margin,
-                             oml_update, rank2_eigen)
+from dmlr.models.oml import (
+    KNN,
+    LAMBDA_MAX,
+    LAMBDA_MIN,
+    OML,
+    cubic_coefficients,
+    cubic_max_point,
+    margin,
+    oml_update,
+    rank2_eigen,
+)
 
 
 def violated_rounds(n_cases, seed=0, q=9, d=4):
@@ -32,7 +41,7 @@ def test_update_satisfies_constraint_of_eq2():
     for V, a, b, delta in violated_rounds(300):
         V_new, lam, clipped = oml_update(V, a, b, delta)
         A = np.outer(a, a) - np.outer(b, b)
-        V_dense = np.linalg.solve(np.eye(len(a)) - 2 * lam * A, V)          # Algorithm 1 line 9
+        V_dense = np.linalg.solve(np.eye(len(a)) - 2 * lam * A, V)  # Algorithm 1 line 9
         np.testing.assert_allclose(V_new, V_dense, rtol=1e-8, atol=1e-10 * np.abs(V_dense).max())
         if LAMBDA_MIN < lam < LAMBDA_MAX:
             assert not clipped
@@ -65,23 +74,33 @@ def test_cubic_coefficients_match_the_lagrangian_with_eq6():
         mu, _, Z = rank2_eigen(a, b, V)
         ca, cb, cc = cubic_coefficients(mu, np.einsum("ij,ij->j", Z, Z), delta)
         A = np.outer(a, a) - np.outer(b, b)
-        assert cc == pytest.approx(delta - margin(V, a, b))                  # c = l_t
+        assert cc == pytest.approx(delta - margin(V, a, b))  # c = l_t
         for lam in (1e-3, 0.1, 1.7):
             Vb = (np.eye(len(a)) + 2 * lam * A) @ V
             f = 0.5 * np.sum((Vb - V) ** 2) + lam * (delta - margin(Vb, a, b))
-            assert ca * lam ** 3 + cb * lam ** 2 + cc * lam == pytest.approx(f, rel=1e-9, abs=1e-9)
+            assert ca * lam**3 + cb * lam**2 + cc * lam == pytest.approx(f, rel=1e-9, abs=1e-9)
 
 
 def brute_max_point(a, b, c, hi=1e3):
     """First local maximum of f on a fine log grid of (0, hi], or None if f keeps increasing."""
     x = np.geomspace(1e-9, hi, 400001)
-    f = a * x ** 3 + b * x ** 2 + c * x
+    f = a * x**3 + b * x**2 + c * x
     peaks = np.flatnonzero((f[1:-1] > f[:-2]) & (f[1:-1] >= f[2:])) + 1
     return x[peaks[0]] if peaks.size else None
 
 
-@pytest.mark.parametrize("coeffs", [(-2.0, -1.0, 3.0), (-0.5, 4.0, 1.0), (1.0, -3.0, 1.5), (1.0, -1.0, 5.0),
-                                    (0.0, -2.0, 1.0), (0.0, 0.5, 1.0), (3.0, 0.2, 0.1)])
+@pytest.mark.parametrize(
+    "coeffs",
+    [
+        (-2.0, -1.0, 3.0),
+        (-0.5, 4.0, 1.0),
+        (1.0, -3.0, 1.5),
+        (1.0, -1.0, 5.0),
+        (0.0, -2.0, 1.0),
+        (0.0, 0.5, 1.0),
+        (3.0, 0.2, 0.1),
+    ],
+)
 def test_cubic_root_choice_against_brute_force(coeffs):
     beta = cubic_max_point(*coeffs)
     ref = brute_max_point(*coeffs)
@@ -116,7 +135,7 @@ def test_oml_fit_predict_and_determinism():
     assert m.n_updates_ == 160 and len(m.objective_history_) >= 1 and m.n_active_ > 0
     S = m.decision_function(X[200:])
     assert S.shape == (100, 6) and ((S >= 0) & (S <= 1)).all()
-    assert np.allclose(S * 10, np.round(S * 10))                             # k = 10 votes
+    assert np.allclose(S * 10, np.round(S * 10))  # k = 10 votes
     np.testing.assert_array_equal(m.predict(X[200:]), (S > 0.5).astype(np.int8))
     m2 = OML(scaling=None, random_state=3).fit(X[:200], Y[:200])
     np.testing.assert_array_equal(m.V_, m2.V_)
@@ -148,8 +167,10 @@ def test_partial_fit_and_save_load_round_trip(tmp_path):
     np.testing.assert_array_equal(a.V_, c.V_)
     assert a.cumulative_loss_ == pytest.approx(c.cumulative_loss_)
     # a fresh partial_fit is fit
-    np.testing.assert_array_equal(OML(scaling=None, random_state=0).partial_fit(X[:150], Y[:150]).V_,
-                                  OML(scaling=None, random_state=0).fit(X[:150], Y[:150]).V_)
+    np.testing.assert_array_equal(
+        OML(scaling=None, random_state=0).partial_fit(X[:150], Y[:150]).V_,
+        OML(scaling=None, random_state=0).fit(X[:150], Y[:150]).V_,
+    )
 
 
 def test_mlknn_rule_and_knn_baseline(tmp_path):
@@ -173,7 +194,7 @@ def test_distributed_prediction_equals_local(client2):
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         dist = OML(scaling=None, random_state=0).fit(X[:200], Y[:200])
     np.testing.assert_allclose(dist.P_, local.P_, rtol=1e-10, atol=1e-12)
-    local.P_ = dist.P_                                    # same P: the rest must be identical
+    local.P_ = dist.P_  # same P: the rest must be identical
     local.V_ = dist.V_
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         dist_neighbours = dist.kneighbors(X[200:])[1]
@@ -195,8 +216,14 @@ def test_bad_input_and_parameters():
         m.predict(X[:, :3])
     with pytest.raises(ValueError, match="features, but OML is expecting"):
         m.partial_fit(X[:, :3], Y)
-    for bad in ({"k": 0}, {"aggregation": "max"}, {"lambda_min": 1.0, "lambda_max": 0.5}, {"init_fraction": 0},
-                {"lambda_rule": "quartic"}, {"random_state": -1}):
+    for bad in (
+        {"k": 0},
+        {"aggregation": "max"},
+        {"lambda_min": 1.0, "lambda_max": 0.5},
+        {"init_fraction": 0},
+        {"lambda_rule": "quartic"},
+        {"random_state": -1},
+    ):
         with pytest.raises(ValueError):
             OML(scaling=None, **bad).fit(X, Y)
     with pytest.raises(ValueError):
@@ -204,7 +231,7 @@ def test_bad_input_and_parameters():
 
 
 def test_singular_gram_uses_ridge():
-    X, Y = toy(n=40, p=60)                                 # more features than rows
+    X, Y = toy(n=40, p=60)  # more features than rows
     m = OML(scaling=None, random_state=0).fit(X, Y)
     assert m.ridge_used_ > 0 and np.isfinite(m.P_).all()
     assert OML(scaling=None, random_state=0).fit(*toy()).ridge_used_ == 0
@@ -223,7 +250,7 @@ def test_emotions_oml_runs(shared_datasets, tmp_path):
     m = OML(scaling=None, random_state=0).fit(Xtr, Ytr)
     P = m.predict(Xte)
     hamming = float(np.mean(P != np.asarray(Yte)))
-    assert hamming < 0.35                                  # label frequencies give ~0.31
+    assert hamming < 0.35  # label frequencies give ~0.31
 
 
 def test_mlknn_tables_match_a_direct_implementation():
@@ -256,7 +283,7 @@ def test_projection_is_least_squares_on_the_chosen_rows(rows):
     # the same seeded draw as fit: the initial memory is the first choice of the generator
     init = np.sort(np.random.default_rng(2).choice(200, 40, replace=False))
     Xp, Yp = (X[:200], Y[:200]) if rows == "all" else (X[init], Y[init])
-    P, *_ = np.linalg.lstsq(Xp, Yp.astype(float), rcond=None)   # an independent solver
+    P, *_ = np.linalg.lstsq(Xp, Yp.astype(float), rcond=None)  # an independent solver
     assert m.ridge_used_ == 0
     np.testing.assert_allclose(m.P_, P, rtol=1e-8, atol=1e-10)
     assert OML(scaling=None).projection_rows == "all"

@@ -14,7 +14,7 @@ from dmlr.preprocessing import apply_scaling, fit_scaling
 def _data(n=240, d=6, l=4, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * np.array([1e3, 1.0, 1e-3, 5.0, 1.0, 1.0]) + np.array([50.0, -2.0, 0, 1, 0, 7])
-    X[:, 5] = 7.0                                                   # a constant column
+    X[:, 5] = 7.0  # a constant column
     Y = (X[:, :l] / X[:, :l].std(axis=0) + rng.normal(size=(n, l)) > 0.3).astype(np.int8)
     return X, Y
 
@@ -25,11 +25,11 @@ def test_statistics_equal_numpys_on_the_full_matrix_whatever_the_chunks():
     std = X.std(axis=0)
     np.testing.assert_allclose(offset, X.mean(axis=0), rtol=1e-7)
     np.testing.assert_allclose(scale[:5], std[:5], rtol=1e-7)
-    assert scale[5] == 1.0                                          # constant column: left unscaled
+    assert scale[5] == 1.0  # constant column: left unscaled
     for chunks in (17, 64, 240):
         o, s = fit_scaling(da.from_array(X.astype(np.float32), chunks=(chunks, -1)), "standard")
         o64, s64 = fit_scaling(X.astype(np.float32).astype(np.float64), "standard")
-        np.testing.assert_array_equal(o, o64)                       # rounded: the same bits, any chunking
+        np.testing.assert_array_equal(o, o64)  # rounded: the same bits, any chunking
         np.testing.assert_array_equal(s, s64)
     Xs = np.where(np.abs(X) > 3, X, 0.0)
     o, s = fit_scaling(sp.csr_matrix(Xs), "maxabs")
@@ -53,8 +53,10 @@ def test_model_scales_inside_fit_and_predict_and_the_file_keeps_it(tmp_path):
     assert again.scaling_ == "standard"
     # scaling helps an ill-scaled problem: the unscaled fit does far worse at the same budget
     raw = RBRL(max_iter=200, step_rule="spectral", scaling=None).fit(X, Y)
-    rl = {name: dmlr.evaluate(m, (X, Y), metrics=["ranking_loss"])["ranking_loss"]
-          for name, m in (("scaled", model), ("raw", raw))}
+    rl = {
+        name: dmlr.evaluate(m, (X, Y), metrics=["ranking_loss"])["ranking_loss"]
+        for name, m in (("scaled", model), ("raw", raw))
+    }
     assert rl["scaled"] < rl["raw"], rl
 
 

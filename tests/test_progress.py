@@ -101,7 +101,7 @@ def test_estimate_is_finite_after_a_few_iterations(capsys):
     # objective 1 + 0.5**t: the relative change falls geometrically, by about half per iteration
     tol, per_iter = 1e-8, 0.25
     rep = ProgressReporter(1, max_iter=None, tol=tol)
-    F = lambda t: 1.0 + 0.5 ** t
+    F = lambda t: 1.0 + 0.5**t
     actual_stop = next(t for t in range(2, 200) if abs(F(t) - F(t - 1)) / F(t - 1) <= tol)
     for t in range(1, 6):
         rep(t, F(t), per_iter * t)
@@ -116,7 +116,7 @@ def test_estimate_is_finite_after_a_few_iterations(capsys):
 def test_estimate_falls_back_to_the_max_iter_cap():
     rep = ProgressReporter(1, max_iter=100, tol=1e-6, file=io.StringIO())
     for t in range(1, 11):  # relative change not decreasing: no trend, only the cap
-        rep(t, 1000.0 * (0.99 ** t), 0.5 * t)
+        rep(t, 1000.0 * (0.99**t), 0.5 * t)
     assert rep.last_estimate == pytest.approx(90 * 0.5) and rep.last_estimate_capped
 
 

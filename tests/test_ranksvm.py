@@ -38,20 +38,20 @@ def _eq15_reference(s, y, alpha):
     else:
         z_k = (s[k] - 0.5) / (alpha * Ni)
         z_l = (s[l] + 0.5) / (alpha * Ni)
-        beta = np.median(np.stack([np.ones_like(a), z_l - z_k, np.zeros_like(a)]), axis=0)   # eq. 15
-        val = (beta * a / Ni - alpha / 2 * beta ** 2).sum()                                # eq. 9 at beta_hat
-    np.add.at(c, P, -beta.sum(axis=1) / Ni)                                               # eq. 17, Y = 1
-    np.add.at(c, Nb, beta.sum(axis=0) / Ni)                                               # eq. 17, Y = -1
+        beta = np.median(np.stack([np.ones_like(a), z_l - z_k, np.zeros_like(a)]), axis=0)  # eq. 15
+        val = (beta * a / Ni - alpha / 2 * beta**2).sum()  # eq. 9 at beta_hat
+    np.add.at(c, P, -beta.sum(axis=1) / Ni)  # eq. 17, Y = 1
+    np.add.at(c, Nb, beta.sum(axis=0) / Ni)  # eq. 17, Y = -1
     return val, c
 
 
 def _random_rows(rng, m, K):
-    S = np.round(rng.normal(size=(m, K)), 1)          # rounded: many exact ties, incl. a_kl = 0
+    S = np.round(rng.normal(size=(m, K)), 1)  # rounded: many exact ties, incl. a_kl = 0
     Y = (rng.random((m, K)) < rng.uniform(0.1, 0.9, size=(m, 1))).astype(np.int8)
-    Y[0] = 0                                          # no relevant label
-    Y[1] = 1                                          # all relevant
-    S[2] = 0.5                                        # all scores tied
-    S[3, :] = np.arange(K) * 0.5                      # a_kl exactly 0 and exactly mu for some pairs
+    Y[0] = 0  # no relevant label
+    Y[1] = 1  # all relevant
+    S[2] = 0.5  # all scores tied
+    S[3, :] = np.arange(K) * 0.5  # a_kl exactly 0 and exactly mu for some pairs
     return S, Y
 
 
@@ -62,7 +62,7 @@ def test_fast_path_equals_double_loop_and_eq15(alpha):
         S, Y = _random_rows(rng, 400, K)
         loss_fast, C_fast = block_loss_and_coef(S, Y, alpha)
         loss_slow, C_slow = block_loss_and_coef(S, Y, alpha, naive=True)
-        assert loss_fast > 1.0                        # the rows do have active pairs
+        assert loss_fast > 1.0  # the rows do have active pairs
         np.testing.assert_allclose(loss_fast, loss_slow, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(C_fast, C_slow, rtol=0, atol=1e-12)
         # rows without pairs contribute nothing
@@ -72,7 +72,7 @@ def test_fast_path_equals_double_loop_and_eq15(alpha):
         # both agree with the equations written out in numpy (first 60 rows)
         for i in range(60):
             v, c = _eq15_reference(S[i], Y[i], alpha)
-            li, Ci = block_loss_and_coef(S[i:i + 1], Y[i:i + 1], alpha)
+            li, Ci = block_loss_and_coef(S[i : i + 1], Y[i : i + 1], alpha)
             np.testing.assert_allclose(li, v, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(Ci[0], c, rtol=0, atol=1e-12)
 
@@ -87,7 +87,7 @@ def test_mmp_row_equals_the_error_set_written_out():
         c = np.empty(K)
         for s, y in zip(S, Y):
             P, Nb = np.flatnonzero(y), np.flatnonzero(y == 0)
-            err = s[P][:, None] <= s[Nb][None, :]          # (k, l) in E: s_k <= s_l, ties are errors
+            err = s[P][:, None] <= s[Nb][None, :]  # (k, l) in E: s_k <= s_l, ties are errors
             ref = np.zeros(K)
             if err.any():
                 ref[P] = -err.sum(axis=1) / err.sum()
@@ -134,8 +134,7 @@ def lbfgs_reference():
     X, Y = _strongly_convex_instance()
     blk = make_block(X, Y, True)
     lam, alpha = 1e-2, 1e-5
-    res = sgd.lbfgs(lambda M: obj.value_and_grad(blk, M, lam, alpha), np.zeros((11, 5)), max_iter=3000,
-                    tol=1e-10)
+    res = sgd.lbfgs(lambda M: obj.value_and_grad(blk, M, lam, alpha), np.zeros((11, 5)), max_iter=3000, tol=1e-10)
     f_up = obj.objective(blk, res.x, lam, 0.0)
     assert res.fun <= f_up <= res.fun + obj.smoothing_gap_bound(Y, alpha)
     return X, Y, blk, lam, res, f_up
@@ -161,7 +160,7 @@ def test_online_solvers_approach_the_lbfgs_optimum(lbfgs_reference, solver):
     early = obj.objective(blk, est.fit(X, Y).coef_, lam) - f_star
     est.set_params(n_updates=20000).fit(X, Y)
     late = obj.objective(blk, est.coef_, lam) - f_star
-    assert late >= -3e-5                      # nobody beats the optimum
+    assert late >= -3e-5  # nobody beats the optimum
     assert late <= 1.5e-3, late
     assert late <= early / 4, (early, late)
     assert len(est.objective_history_) == 20 and est.objective_iterations_[-1] == 20000
@@ -191,7 +190,7 @@ def test_mmp_reduces_ranking_loss_on_separable_data():
     X = rng.normal(size=(n, d))
     S_true = X @ rng.normal(size=(d, K))
     Y = np.zeros((n, K), dtype=np.int8)
-    top = np.argsort(-S_true, axis=1)[:, :2]                 # two top labels relevant: separable
+    top = np.argsort(-S_true, axis=1)[:, :2]  # two top labels relevant: separable
     np.put_along_axis(Y, top, 1, axis=1)
     untrained = MMP(n_updates=1, random_state=0).fit(X, Y)
     before = _ranking_loss(untrained, X, Y)
@@ -202,10 +201,14 @@ def test_mmp_reduces_ranking_loss_on_separable_data():
     assert est.objective_history_[-1] == pytest.approx(after)
 
 
-@pytest.mark.parametrize("make", [lambda s: RankSVM(alpha=1e-2, n_updates=1500, random_state=s),
-                                  lambda s: RankSVM(alpha=1e-2, solver="sgd", n_updates=1500, random_state=s,
-                                                    sampling="permutation"),
-                                  lambda s: MMP(n_updates=1500, random_state=s)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: RankSVM(alpha=1e-2, n_updates=1500, random_state=s),
+        lambda s: RankSVM(alpha=1e-2, solver="sgd", n_updates=1500, random_state=s, sampling="permutation"),
+        lambda s: MMP(n_updates=1500, random_state=s),
+    ],
+)
 def test_same_seed_same_model(make):
     X, Y = _strongly_convex_instance()
     a, b, c = make(7).fit(X, Y), make(7).fit(X, Y), make(8).fit(X, Y)
@@ -213,10 +216,14 @@ def test_same_seed_same_model(make):
     assert not np.allclose(a.coef_, c.coef_)
 
 
-@pytest.mark.parametrize("make", [lambda: RankSVM(alpha=1e-2, n_updates=900, random_state=3, scaling=None),
-                                  lambda: RankSVM(alpha=1e-2, solver="sgd", n_updates=900, random_state=3,
-                                                  scaling=None),
-                                  lambda: MMP(n_updates=900, random_state=3, scaling=None)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RankSVM(alpha=1e-2, n_updates=900, random_state=3, scaling=None),
+        lambda: RankSVM(alpha=1e-2, solver="sgd", n_updates=900, random_state=3, scaling=None),
+        lambda: MMP(n_updates=900, random_state=3, scaling=None),
+    ],
+)
 def test_partial_fit_continues_the_same_stream(make, tmp_path):
     """fit == partial_fit over the seeded stream in two halves, bit for bit; across save/load, to rounding.
 
@@ -241,8 +248,9 @@ def test_partial_fit_continues_the_same_stream(make, tmp_path):
             if est is halves:
                 assert np.array_equal(getattr(est, name), getattr(full, name)), name
             else:
-                np.testing.assert_allclose(getattr(est, name), getattr(full, name), rtol=1e-10, atol=1e-12,
-                                           err_msg=name)
+                np.testing.assert_allclose(
+                    getattr(est, name), getattr(full, name), rtol=1e-10, atol=1e-12, err_msg=name
+                )
     # the average is the average of the whole stream, not of the second call
     fresh = make().partial_fit(X[second], Y[second])
     assert not np.allclose(fresh.coef_, full.coef_)
@@ -252,16 +260,23 @@ def test_sparse_input_equals_dense():
     X, Y = _strongly_convex_instance()
     X[np.abs(X) < 0.15] = 0.0
     # the same scaling for both (the default scales dense features by "standard", sparse by "maxabs")
-    for est in (RankSVM(alpha=1e-2, n_updates=600, scaling="maxabs"),
-                RankSVM(alpha=1e-2, solver="sgd", n_updates=600, scaling="maxabs"),
-                MMP(n_updates=600, scaling="maxabs")):
+    for est in (
+        RankSVM(alpha=1e-2, n_updates=600, scaling="maxabs"),
+        RankSVM(alpha=1e-2, solver="sgd", n_updates=600, scaling="maxabs"),
+        MMP(n_updates=600, scaling="maxabs"),
+    ):
         dense = est.fit(X, Y).coef_.copy()
         np.testing.assert_allclose(est.fit(sp.csr_matrix(X), Y).coef_, dense, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("est", [RankSVM(alpha=1e-2, n_updates=500, record_every=100),
-                                 RankSVM(alpha=1e-2, solver="lbfgs", max_iter=50),
-                                 MMP(n_updates=500, average=False, threshold=0.1)])
+@pytest.mark.parametrize(
+    "est",
+    [
+        RankSVM(alpha=1e-2, n_updates=500, record_every=100),
+        RankSVM(alpha=1e-2, solver="lbfgs", max_iter=50),
+        MMP(n_updates=500, average=False, threshold=0.1),
+    ],
+)
 def test_save_load_round_trip(est, tmp_path):
     X, Y = _strongly_convex_instance()
     est.fit(X, Y)
@@ -307,14 +322,14 @@ def test_ansgd_step_is_algorithm_1():
     blk = make_block(X, Y, True)
     lam = 0.05
     state = sgd.init_state((11, 5), 1, "ansgd")
-    sgd.run_online("ansgd", state, blk.X, blk.Y, np.arange(7), lam=lam)   # t = 7
+    sgd.run_online("ansgd", state, blk.X, blk.Y, np.arange(7), lam=lam)  # t = 7
     M, Psi, x, y = state.M.copy(), state.Psi.copy(), blk.X[9], blk.Y[9]
     t = 8
     a = 2 / (t + 1)
     theta = lam * (a + 1 / (2 * a) - 1) + 1
     eta = a / (lam + theta)
     ups = ((1 - a) * (lam + theta) * M + a * theta * Psi) / (lam * (1 - a) + theta)
-    _, C = block_loss_and_coef((x @ ups)[None], y[None], a)        # smoothing parameter alpha_t
+    _, C = block_loss_and_coef((x @ ups)[None], y[None], a)  # smoothing parameter alpha_t
     G = np.outer(x, C[0])
     sgd.ansgd_step(state, x, y, lam, sgd.RankSVMOracle(5))
     np.testing.assert_allclose(state.M, ups - eta * (G + lam * ups), rtol=1e-12, atol=1e-14)
@@ -327,8 +342,9 @@ def test_fit_accepts_dask_arrays():
     da = pytest.importorskip("dask.array")
     X, Y = _strongly_convex_instance(n=60)
     a = RankSVM(alpha=1e-2, n_updates=200).fit(X, Y)
-    b = RankSVM(alpha=1e-2, n_updates=200, sampling="uniform").fit(da.from_array(X, chunks=20),
-                                                                 da.from_array(Y, chunks=20))
+    b = RankSVM(alpha=1e-2, n_updates=200, sampling="uniform").fit(
+        da.from_array(X, chunks=20), da.from_array(Y, chunks=20)
+    )
     assert np.array_equal(a.coef_, b.coef_)
     S = b.decision_function(da.from_array(X, chunks=20))
     assert np.array_equal(S.compute(), a.decision_function(X))
@@ -369,8 +385,9 @@ def test_streamed_fit_does_not_depend_on_the_chunking_and_runs_on_a_worker(solve
         remote = RankSVM(**common).fit(Xd, Yd)
     assert remote.backend_ == "dask"
     np.testing.assert_array_equal(remote.coef_, ref.coef_)
-    np.testing.assert_array_equal(remote.psi_ if solver == "ansgd" else remote.iterate_,
-                                  ref.psi_ if solver == "ansgd" else ref.iterate_)
+    np.testing.assert_array_equal(
+        remote.psi_ if solver == "ansgd" else remote.iterate_, ref.psi_ if solver == "ansgd" else ref.iterate_
+    )
     with dmlr.config_context(backend="local"):
         other = RankSVM(**dict(common, random_state=6), sampling="stream").fit(X, Y)
     assert np.abs(other.coef_ - ref.coef_).max() > 1e-8
@@ -428,8 +445,7 @@ def test_compiled_loop_equals_the_step_functions(solver, sparse_x, lam):
         plain = sgd.init_state((21, 9), 2, solver)
         sgd.run_online(solver, plain, blk.X, blk.Y, order, lam=lam, lazy=False)
         for name in names:
-            np.testing.assert_allclose(getattr(fused, name), getattr(plain, name), rtol=0, atol=1e-10,
-                                       err_msg=name)
+            np.testing.assert_allclose(getattr(fused, name), getattr(plain, name), rtol=0, atol=1e-10, err_msg=name)
     assert np.array_equal(held, sgd.init_weights((21, 9), 2))  # arrays handed out are not changed in place
 
 

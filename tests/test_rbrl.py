@@ -28,8 +28,9 @@ def test_gradient_matches_finite_differences():
     for idx in np.ndindex(W.shape):
         E = np.zeros_like(W)
         E[idx] = eps
-        num[idx] = (smooth_value_and_grad(X, Y, W + E, 0.7, 0.3)[0][0]
-                    - smooth_value_and_grad(X, Y, W - E, 0.7, 0.3)[0][0]) / (2 * eps)
+        num[idx] = (
+            smooth_value_and_grad(X, Y, W + E, 0.7, 0.3)[0][0] - smooth_value_and_grad(X, Y, W - E, 0.7, 0.3)[0][0]
+        ) / (2 * eps)
     np.testing.assert_allclose(grad, num, rtol=1e-6, atol=1e-6)
 
 
@@ -40,8 +41,7 @@ def test_sparse_and_dense_give_the_same_model():
     dense = RBRL(max_iter=60, tol=0, scaling="maxabs").fit(Xd, Y)
     sparse = RBRL(max_iter=60, tol=0, scaling="maxabs").fit(sp.csr_matrix(Xd), Y)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xd)), dense.decision_function(Xd),
-                               atol=1e-10)
+    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xd)), dense.decision_function(Xd), atol=1e-10)
 
 
 def test_estimator_contract_and_input_errors():
@@ -82,6 +82,7 @@ def test_brl_and_br_variants_drop_their_terms():
 
 # --- parity with the reference implementation (../shared/anchors/rbrl_reference) ---------------
 
+
 def _reference_summary():
     out = {}
     for line in require(RBRL_REF / "linear_summary.txt").read_text().splitlines():
@@ -118,9 +119,18 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
     np.testing.assert_array_equal(model.predict(Xte), ref_labels.astype(np.int8))
     summary = _reference_summary()
     metrics = dmlr.evaluate(model, (Xte, Yte))
-    names = {"HammingLoss": "hamming_loss", "SubsetAccuracy": "subset_accuracy", "AccuracyExample": "accuracy",
-             "F1_Micro_Label": "f1_micro", "F1_Macro_Label": "f1_macro", "F1_Example": "f1_example",
-             "Ranking_Loss": "ranking_loss", "Coverage": "coverage", "Average_Precision": "average_precision",
-             "One_Error": "one_error", "AUC_Macro_Label": "auc_macro"}
+    names = {
+        "HammingLoss": "hamming_loss",
+        "SubsetAccuracy": "subset_accuracy",
+        "AccuracyExample": "accuracy",
+        "F1_Micro_Label": "f1_micro",
+        "F1_Macro_Label": "f1_macro",
+        "F1_Example": "f1_example",
+        "Ranking_Loss": "ranking_loss",
+        "Coverage": "coverage",
+        "Average_Precision": "average_precision",
+        "One_Error": "one_error",
+        "AUC_Macro_Label": "auc_macro",
+    }
     for ref_key, key in names.items():
         assert metrics[key] == pytest.approx(float(summary[ref_key]), rel=1e-9, abs=1e-12), key

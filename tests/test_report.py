@@ -35,8 +35,9 @@ def _sklearn_per_label(Y, S, P):
 
     Y, P = Y.astype(np.int64), P.astype(np.int64)
     f1 = np.array([f1_score(Y[:, j], P[:, j], zero_division=0) for j in range(Y.shape[1])])
-    auc = np.array([roc_auc_score(Y[:, j], S[:, j]) if 0 < Y[:, j].sum() < len(Y) else np.nan
-                    for j in range(Y.shape[1])])
+    auc = np.array(
+        [roc_auc_score(Y[:, j], S[:, j]) if 0 < Y[:, j].sum() < len(Y) else np.nan for j in range(Y.shape[1])]
+    )
     return f1, auc
 
 
@@ -82,8 +83,9 @@ def test_ties_single_class_labels_and_dask_chunks():
     P = predict_from_scores(S)
     f1, auc = _sklearn_per_label(Y, S, P)
     local = report_statistics(Y, S, P, bins=7)
-    chunked = report_statistics(da.from_array(Y, chunks=(70, -1)), da.from_array(S, chunks=(70, -1)),
-                                da.from_array(P, chunks=(70, -1)), bins=7)
+    chunked = report_statistics(
+        da.from_array(Y, chunks=(70, -1)), da.from_array(S, chunks=(70, -1)), da.from_array(P, chunks=(70, -1)), bins=7
+    )
     for stats in (local, chunked):
         np.testing.assert_allclose(stats["f1"], f1, atol=1e-12)
         np.testing.assert_allclose(stats["auc"], auc, atol=1e-12)

@@ -39,8 +39,7 @@ def test_cross_validate_with_every_dmlr_scorer_matches_the_metric_functions():
     scoring = {name: make_scorer(name, propensities=propensities) for name in METRIC_NAMES + PS_METRIC_NAMES}
     estimator = OneVsRestClassifier(LogisticRegression())
     folds = KFold(3, shuffle=True, random_state=0)
-    result = cross_validate(estimator, X, Y, scoring=scoring, cv=folds, return_estimator=True,
-                            error_score="raise")
+    result = cross_validate(estimator, X, Y, scoring=scoring, cv=folds, return_estimator=True, error_score="raise")
     for fold, (train, test) in enumerate(folds.split(X)):
         fitted = result["estimator"][fold]
         S, P = fitted.decision_function(X[test]), fitted.predict(X[test])

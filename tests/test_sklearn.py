@@ -17,8 +17,9 @@ def _expected_failures(estimator):
 
 
 @pytest.mark.slow
-@parametrize_with_checks([cls() for cls in ESTIMATORS] + [KernelFeatures(n_components=5)],
-                         expected_failed_checks=_expected_failures)
+@parametrize_with_checks(
+    [cls() for cls in ESTIMATORS] + [KernelFeatures(n_components=5)], expected_failed_checks=_expected_failures
+)
 def test_scikit_learn_contract(estimator, check):
     check(estimator)
 

@@ -41,7 +41,7 @@ IDS = [type(est).__name__ for est, _, _ in CASES]
 @pytest.fixture(scope="module")
 def data():
     X, Y = make_multilabel_classification(n_samples=150, n_features=8, n_classes=5, n_labels=2, random_state=0)
-    return X * 3.0 + 1.0, Y          # unscaled features, int64 labels
+    return X * 3.0 + 1.0, Y  # unscaled features, int64 labels
 
 
 @pytest.mark.parametrize(("est", "name", "values"), CASES, ids=IDS)
@@ -49,8 +49,12 @@ def test_pipeline_in_grid_search_cv(data, est, name, values):
     X, Y = data
     pipe = make_pipeline(StandardScaler(), est)
     step = pipe.steps[-1][0]
-    search = GridSearchCV(pipe, {f"{step}__{name}": values}, cv=KFold(3, shuffle=True, random_state=0),
-                          scoring=get_scorer("average_precision")).fit(X, Y)
+    search = GridSearchCV(
+        pipe,
+        {f"{step}__{name}": values},
+        cv=KFold(3, shuffle=True, random_state=0),
+        scoring=get_scorer("average_precision"),
+    ).fit(X, Y)
     assert search.best_params_[f"{step}__{name}"] in values
     scores = search.cv_results_["mean_test_score"]
     assert np.all(np.isfinite(scores)) and search.best_score_ == scores.max()
@@ -80,13 +84,13 @@ def test_grid_search_cv_scores_with_the_models_own_label_rule(data, est, name, v
     """dmlr's grid search works for every model and scores the labels ``predict`` gives."""
     X, Y = data
     splits = [(np.arange(50, 150), np.arange(50))]
-    res = grid_search_cv(clone(est), X, Y, {name: values}, cv=splits, scoring="f1_micro", client="local",
-                         refit=False)
+    res = grid_search_cv(clone(est), X, Y, {name: values}, cv=splits, scoring="f1_micro", client="local", refit=False)
     assert len(res.results) == len(values)
     for record in res.results:
         model = clone(est).set_params(**record["params"]).fit(X[50:], Y[50:])
-        f1 = multilabel_metrics(Y[:50], model.decision_function(X[:50]), model.predict(X[:50]),
-                                metrics=["f1_micro"])["f1_micro"]
+        f1 = multilabel_metrics(Y[:50], model.decision_function(X[:50]), model.predict(X[:50]), metrics=["f1_micro"])[
+            "f1_micro"
+        ]
         assert record["mean_score"] == pytest.approx(f1, rel=1e-9)
 
 
@@ -97,19 +101,27 @@ def test_cross_validate_with_dmlr_scorers_equals_the_metrics(data):
     out = cross_validate(OMF(n_components=4, n_epochs=5, eta0=0.05), X, Y, cv=cv, scoring=scoring)
     for k, (train, test) in enumerate(cv.split(X)):
         model = OMF(n_components=4, n_epochs=5, eta0=0.05).fit(X[train], Y[train])
-        want = multilabel_metrics(Y[test], model.decision_function(X[test]), model.predict(X[test]),
-                                  metrics=["ranking_loss", "f1_micro"])
+        want = multilabel_metrics(
+            Y[test], model.decision_function(X[test]), model.predict(X[test]), metrics=["ranking_loss", "f1_micro"]
+        )
         assert out["test_ranking_loss"][k] == pytest.approx(-want["ranking_loss"], rel=1e-12)
         assert out["test_f1_micro"][k] == pytest.approx(want["f1_micro"], rel=1e-12)
 
 
 def test_randomized_and_halving_searches(data):
     X, Y = data
-    rnd = RandomizedSearchCV(RBRL(max_iter=200, step_rule="spectral"), {"alpha": loguniform(1e-2, 1e1)}, n_iter=3,
-                             cv=3, random_state=0, scoring=get_scorer("ranking_loss")).fit(X, Y)
+    rnd = RandomizedSearchCV(
+        RBRL(max_iter=200, step_rule="spectral"),
+        {"alpha": loguniform(1e-2, 1e1)},
+        n_iter=3,
+        cv=3,
+        random_state=0,
+        scoring=get_scorer("ranking_loss"),
+    ).fit(X, Y)
     assert 1e-2 <= rnd.best_params_["alpha"] <= 1e1 and len(rnd.cv_results_["params"]) == 3
-    halving = HalvingGridSearchCV(RankSVM(n_updates=2000), {"alpha": [1e-4, 1e-3, 1e-2, 1e-1]}, cv=3, factor=2,
-                                  min_resources=60, random_state=0).fit(X, Y)
+    halving = HalvingGridSearchCV(
+        RankSVM(n_updates=2000), {"alpha": [1e-4, 1e-3, 1e-2, 1e-1]}, cv=3, factor=2, min_resources=60, random_state=0
+    ).fit(X, Y)
     assert halving.n_iterations_ >= 2 and halving.best_params_["alpha"] in (1e-4, 1e-3, 1e-2, 1e-1)
 
 
@@ -120,14 +132,14 @@ def test_joblib_dask_backend_runs_the_search_on_the_cluster(data, client2):
     grid = {"alpha": [0.1, 1.0, 10.0]}
 
     def search():
-        return GridSearchCV(RBRL(max_iter=200, step_rule="spectral"), grid, cv=3, n_jobs=2,
-                            scoring=get_scorer("average_precision")).fit(X, Y)
+        return GridSearchCV(
+            RBRL(max_iter=200, step_rule="spectral"), grid, cv=3, n_jobs=2, scoring=get_scorer("average_precision")
+        ).fit(X, Y)
 
     local = search()
     with joblib.parallel_backend("dask"):
         remote = search()
-    np.testing.assert_allclose(remote.cv_results_["mean_test_score"], local.cv_results_["mean_test_score"],
-                               rtol=1e-10)
+    np.testing.assert_allclose(remote.cv_results_["mean_test_score"], local.cv_results_["mean_test_score"], rtol=1e-10)
     assert remote.best_params_ == local.best_params_
 
 
@@ -142,7 +154,7 @@ def test_one_dimensional_targets(data):
     classes = Y[:, :3].argmax(axis=1)
     multi = RankSVM(n_updates=3000).fit(X, classes)
     assert multi.target_type_ == "multiclass" and multi.decision_function(X).shape == (150, 3)
-    assert multi.score(X, classes) > 0.5        # far above a third
+    assert multi.score(X, classes) > 0.5  # far above a third
 
 
 def test_fit_takes_no_execution_arguments_and_the_config_restores(data):
@@ -170,4 +182,4 @@ def test_evaluate_a_pipeline_with_its_final_estimators_label_rule(data):
     S = pipe.decision_function(X)
     want = multilabel_metrics(Y, S, pipe.predict(X), metrics=["f1_micro", "ranking_loss"])
     assert got == pytest.approx(want, rel=1e-12)
-    assert (pipe.predict(X).sum(axis=1) == 2).all()       # OMF's top-k rule, not a threshold at 0
+    assert (pipe.predict(X).sum(axis=1) == 2).all()  # OMF's top-k rule, not a threshold at 0

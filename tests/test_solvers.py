@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from problems import least_squares_nuclear
 
 from dmlr.solvers import apg, prox_nuclear_norm
 from dmlr.solvers.prox import nuclear_norm
-
-from problems import least_squares_nuclear
 
 
 def test_prox_nuclear_norm_is_the_svt_argmin():
@@ -23,8 +22,9 @@ def test_prox_nuclear_norm_is_the_svt_argmin():
 
 
 @pytest.mark.parametrize("shape", [(60, 9), (9, 60), (12, 12)])
-@pytest.mark.parametrize("decades,relative_tau,route", [(10, 0.3, "gram"), (10, 1e-3, "gram"), (10, 1e-9, "svd"),
-                                                         (3, 1e-9, "gram")])
+@pytest.mark.parametrize(
+    "decades,relative_tau,route", [(10, 0.3, "gram"), (10, 1e-3, "gram"), (10, 1e-9, "svd"), (3, 1e-9, "gram")]
+)
 def test_prox_nuclear_norm_routes_match_the_svd_definition(shape, decades, relative_tau, route, monkeypatch):
     # singular values over 10 decades (or 3): the Gram route must stay exact where it is taken
     rng = np.random.default_rng(3)
@@ -56,8 +56,9 @@ def test_apg_reaches_closed_form_optimum():
         grad = points[grad_point] - M if grad_point >= 0 else None
         return values, grad
 
-    res = apg(oracle, lambda V, s: prox_nuclear_norm(V, lam, s), np.zeros_like(M), lipschitz=4.0,
-              max_iter=5000, tol=1e-14)
+    res = apg(
+        oracle, lambda V, s: prox_nuclear_norm(V, lam, s), np.zeros_like(M), lipschitz=4.0, max_iter=5000, tol=1e-14
+    )
     expected, _ = prox_nuclear_norm(M, lam)
     np.testing.assert_allclose(res.x, expected, atol=1e-6)
     assert res.converged
@@ -68,10 +69,17 @@ def test_apg_stops_at_max_iter_and_callback():
     seen = []
 
     def oracle(points, grad_point):
-        return (points ** 2).sum(axis=(1, 2)), (2 * points[grad_point] if grad_point >= 0 else None)
+        return (points**2).sum(axis=(1, 2)), (2 * points[grad_point] if grad_point >= 0 else None)
 
-    res = apg(oracle, lambda V, s: (V, 0.0), np.ones((2, 2)), lipschitz=1e6, max_iter=7, tol=0.0,
-              callback=lambda t, obj, sec: seen.append(t))
+    res = apg(
+        oracle,
+        lambda V, s: (V, 0.0),
+        np.ones((2, 2)),
+        lipschitz=1e6,
+        max_iter=7,
+        tol=0.0,
+        callback=lambda t, obj, sec: seen.append(t),
+    )
     assert res.n_iter == 7 and not res.converged and seen == list(range(1, 8))
     with pytest.raises(ValueError):
         apg(oracle, lambda V, s: (V, 0.0), np.ones((2, 2)), lipschitz=0.0)

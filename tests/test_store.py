@@ -18,8 +18,14 @@ def _data(n=300, d=7, l=4, seed=0):
 
 def test_dense_round_trip_with_splits(tmp_path):
     X, Y = _data()
-    write_dataset(tmp_path / "d.zarr", X, Y, chunk_rows=64, splits={"train": np.arange(200), "test": np.arange(200, 300)},
-                  label_names=list("abcd"))
+    write_dataset(
+        tmp_path / "d.zarr",
+        X,
+        Y,
+        chunk_rows=64,
+        splits={"train": np.arange(200), "test": np.arange(200, 300)},
+        label_names=list("abcd"),
+    )
     ds = dmlr.open_dataset(tmp_path / "d.zarr", chunk_rows=128)
     assert (ds.n_samples, ds.n_features, ds.n_labels) == (300, 7, 4)
     assert ds.X.chunks[0] == ds.Y.chunks[0] == (128, 128, 44) and len(ds.X.chunks[1]) == 1
@@ -100,10 +106,12 @@ def test_writer_rejects_bad_blocks(tmp_path):
 
 
 def test_synthetic_presets_and_seed_reproducibility(tmp_path):
-    a = make_multilabel(tmp_path / "a.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5,
-                        chunk_rows=256, seed=7)
-    b = make_multilabel(tmp_path / "b.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5,
-                        chunk_rows=1024, seed=7)
+    a = make_multilabel(
+        tmp_path / "a.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5, chunk_rows=256, seed=7
+    )
+    b = make_multilabel(
+        tmp_path / "b.zarr", n_samples=5000, n_features=20, n_labels=9, cardinality=2.5, chunk_rows=1024, seed=7
+    )
     da_, db_ = dmlr.open_dataset(a), dmlr.open_dataset(b)
     np.testing.assert_array_equal(da_.X.compute(), db_.X.compute())
     np.testing.assert_array_equal(da_.Y.compute(), db_.Y.compute())
@@ -111,8 +119,9 @@ def test_synthetic_presets_and_seed_reproducibility(tmp_path):
     assert abs(da_.Y.sum(axis=1).mean().compute() - 2.5) < 0.15
     c = make_multilabel(tmp_path / "c.zarr", n_samples=300, n_features=20, n_labels=9, seed=8)
     assert not np.array_equal(dmlr.open_dataset(c).Y.compute(), da_.Y[:300].compute())
-    s = make_multilabel(tmp_path / "s.zarr", n_samples=500, n_features=300, n_labels=9, sparse=True,
-                        density=0.02, seed=1)
+    s = make_multilabel(
+        tmp_path / "s.zarr", n_samples=500, n_features=300, n_labels=9, sparse=True, density=0.02, seed=1
+    )
     ds = dmlr.open_dataset(s)
     nnz = ds.X.compute().nnz
     assert ds.is_sparse and 0.01 < nnz / (500 * 300) < 0.03
@@ -135,6 +144,6 @@ def test_synthetic_store_generates_the_seed0_preset_once(tmp_path, small_presets
     Y = dmlr.open_dataset(first).Y.compute()
     again = synthetic_store("bookmarks", tmp_path)
     assert first == again == tmp_path / "bookmarks_synthetic_seed0.zarr"
-    assert small_presets == [("bookmarks", 0)]           # the second call reuses the store
+    assert small_presets == [("bookmarks", 0)]  # the second call reuses the store
     np.testing.assert_array_equal(dmlr.open_dataset(again).Y.compute(), Y)
     assert dmlr.open_dataset(first).is_sparse

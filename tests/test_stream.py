@@ -29,8 +29,9 @@ def _summary(stream):
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_stream_yields_the_store_rows_in_order(tmp_path, sparse):
-    path = make_multilabel(tmp_path / "s.zarr", n_samples=500, n_features=12, n_labels=4, sparse=sparse,
-                           density=0.3, chunk_rows=64, seed=1)
+    path = make_multilabel(
+        tmp_path / "s.zarr", n_samples=500, n_features=12, n_labels=4, sparse=sparse, density=0.3, chunk_rows=64, seed=1
+    )
     ds = open_dataset(path)
     X, Y = ds.arrays("train")
     blocks = ChunkStream(X, Y, fit_intercept=True).blocks()

@@ -21,8 +21,9 @@ def _data(n=600, d=10, K=5, seed=0):
 
 
 def _problem(X, Y, loss, lam=0.05, group_rows=64, n_blocks=3, backend="local", client=None):
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend=backend, client=client, n_blocks=n_blocks,
-                           align_rows=group_rows)
+    chunks = make_chunkset(
+        X, Y, fit_intercept=True, backend=backend, client=client, n_blocks=n_blocks, align_rows=group_rows
+    )
     return LinearMultiLabelProblem(chunks, loss, lam, group_rows)
 
 
@@ -64,8 +65,7 @@ def test_reference_values_of_the_losses():
     assert _row(2, s, y)[0] == pytest.approx(sym_kl, rel=1e-12)
     pairs = [(a, b) for a in (0, 2) for b in (1, 3)]
     assert _row(3, s, y)[0] == pytest.approx(np.mean([max(0, 1 - s[a] + s[b]) for a, b in pairs]), rel=1e-12)
-    assert _row(4, s, y)[0] == pytest.approx(0.5 * np.mean([max(0, 2 - s[a] + s[b]) ** 2 for a, b in pairs]),
-                                             rel=1e-12)
+    assert _row(4, s, y)[0] == pytest.approx(0.5 * np.mean([max(0, 2 - s[a] + s[b]) ** 2 for a, b in pairs]), rel=1e-12)
 
 
 def test_softmax_losses_are_finite_at_extreme_scores():
@@ -94,8 +94,14 @@ def _lbfgs_optimum(pb, shape):
     def fun(w):
         v, g = pb.value_and_grad(w.reshape(shape))
         return v, g.ravel()
-    res = scipy_minimize(fun, np.zeros(int(np.prod(shape))), jac=True, method="L-BFGS-B",
-                         options={"gtol": 1e-10, "ftol": 1e-15, "maxiter": 5000})
+
+    res = scipy_minimize(
+        fun,
+        np.zeros(int(np.prod(shape))),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-10, "ftol": 1e-15, "maxiter": 5000},
+    )
     return res.fun
 
 
@@ -104,8 +110,15 @@ def _lbfgs_optimum(pb, shape):
 # SAG (biased, step 1/L rather than its theory's 1/16L): 5e-2 in 60 epochs. SGD, and
 # Batching/Mixed SVRG with a batch smaller than n (their correction is biased), need a
 # decreasing step: 1e-2 in 60 epochs with alpha_t = 1/(L (1 + (lam/L) t)).
-LINEAR = {"svrg1": {}, "svrg2": {}, "svrg3": {}, "saga": {}, "s2gd": {}, "vrlite": {},
-          "batching_svrg": {"batch_size": 600}}
+LINEAR = {
+    "svrg1": {},
+    "svrg2": {},
+    "svrg3": {},
+    "saga": {},
+    "s2gd": {},
+    "vrlite": {},
+    "batching_svrg": {"batch_size": 600},
+}
 
 
 @pytest.mark.parametrize("loss", ["hamming", "subset", "gebru", "rank_squared_hinge"])
@@ -225,8 +238,9 @@ def _inner_loop_cases(rng, n, d, K):
     return {
         "sgd": lambda: {},
         "svrg, W_sum": lambda: dict(W_ref=W_ref, mu=mu, W_sum=np.ones((d, K))),
-        "mixed mask, capture": lambda: dict(W_ref=W_ref, mu=mu, ref_mask=mask, capture_at=n // 2,
-                                            W_capture=np.zeros((d, K))),
+        "mixed mask, capture": lambda: dict(
+            W_ref=W_ref, mu=mu, ref_mask=mask, capture_at=n // 2, W_capture=np.zeros((d, K))
+        ),
         "saga, W_sum": lambda: dict(U=U.copy(), A=A.copy(), n_total=3 * n, W_sum=np.zeros((d, K))),
         "sag": lambda: dict(U=U.copy(), A=A.copy(), mem_scale=1.0 / (3 * n), n_total=3 * n),
         "vrlite pass": lambda: dict(W_sum=np.zeros((d, K)), G_sum=np.zeros((d, K))),
@@ -279,6 +293,7 @@ def test_every_optimizer_keeps_its_iterates_with_the_lazy_loop(solver, monkeypat
     shape = (X.shape[1] + 1, Y.shape[1])
     lazy = minimize(pb, np.zeros(shape), solver, epochs=3, random_state=2, record=False)
     monkeypatch.setattr(ml, "vr_inner_loop", functools.partial(ml.vr_inner_loop, lazy=False))
-    plain = minimize(_problem(X, Y, "subset", lam=0.05, n_blocks=2), np.zeros(shape), solver, epochs=3,
-                     random_state=2, record=False)
+    plain = minimize(
+        _problem(X, Y, "subset", lam=0.05, n_blocks=2), np.zeros(shape), solver, epochs=3, random_state=2, record=False
+    )
     np.testing.assert_allclose(lazy.W, plain.W, rtol=0, atol=1e-10)

@@ -57,6 +57,7 @@ _MAX_FIXED_WIDTH = 64
 # Line-oriented helpers shared with dmlr.data.libsvm
 # ---------------------------------------------------------------------------
 
+
 def open_text(path):
     """Open a text file for reading; gzip-compressed files are decompressed.
 
@@ -116,8 +117,7 @@ def iter_lines(path):
         raise DmlrInputError(f"corrupt or truncated gzip stream ({err})", path=path, line=no + 1) from None
 
 
-def parse_in_blocks(records, parse, *, path, block_rows=BLOCK_ROWS,
-                    drop_truncated_last_line=False, dropped=None):
+def parse_in_blocks(records, parse, *, path, block_rows=BLOCK_ROWS, drop_truncated_last_line=False, dropped=None):
     """Group data lines into blocks and parse each block.
 
     Parameters
@@ -277,7 +277,7 @@ def _take_name(text: str) -> tuple[str, str]:
                 i += 2
                 continue
             if text[i] == text[0]:
-                return unquote(text[:i + 1]), text[i + 1:]
+                return unquote(text[: i + 1]), text[i + 1 :]
             i += 1
         raise ValueError(f"unterminated {text[0]} quote")
     parts = text.split(None, 1)
@@ -287,6 +287,7 @@ def _take_name(text: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------------
 # Header
 # ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ArffAttribute:
@@ -364,8 +365,9 @@ def _parse_attribute(rest: str, no: int, path) -> ArffAttribute:
         return ArffAttribute(name, values, no)
     word = kind.split(None, 1)[0].lower() if kind else "(none)"
     if word in {"string", "date", "relational"}:
-        raise DmlrInputError(f"attribute {name!r} has type {word}; only numeric and nominal attributes "
-                             f"are supported", path=path, line=no)
+        raise DmlrInputError(
+            f"attribute {name!r} has type {word}; only numeric and nominal attributes are supported", path=path, line=no
+        )
     raise DmlrInputError(f"attribute {name!r}: unknown type {kind!r}", path=path, line=no)
 
 
@@ -405,16 +407,20 @@ def read_header(path) -> ArffHeader:
             elif key == "@attribute":
                 attr = _parse_attribute(rest, no, path)
                 if attr.name in declared:
-                    raise DmlrInputError(f"attribute {attr.name!r} is declared twice (first on line "
-                                         f"{declared[attr.name]})", path=path, line=no)
+                    raise DmlrInputError(
+                        f"attribute {attr.name!r} is declared twice (first on line {declared[attr.name]})",
+                        path=path,
+                        line=no,
+                    )
                 declared[attr.name] = no
                 attributes.append(attr)
             elif key == "@data":
                 data_line = no
                 break
             else:
-                raise DmlrInputError(f"expected @relation, @attribute or @data, got {text.strip()[:40]!r}",
-                                     path=path, line=no)
+                raise DmlrInputError(
+                    f"expected @relation, @attribute or @data, got {text.strip()[:40]!r}", path=path, line=no
+                )
         if data_line is None:
             raise DmlrInputError("no @data line: the file ends inside the header", path=path, line=no)
         if not attributes:
@@ -484,8 +490,7 @@ def read_xml_labels(xml) -> list:
         raise DmlrInputError(f"cannot read MULAN label file: {err}", path=xml) from None
     names = [el.get("name") for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "label"]
     if not names or any(n is None for n in names):
-        raise DmlrInputError("MULAN label file has no <label name=...> elements (or one without a name)",
-                             path=xml)
+        raise DmlrInputError("MULAN label file has no <label name=...> elements (or one without a name)", path=xml)
     return names
 
 
@@ -500,8 +505,10 @@ def _columns_from_xml(header: ArffHeader, xml) -> np.ndarray:
         else:
             cols.append(col)
     if missing:
-        raise DmlrInputError(f"{len(missing)} label(s) of {Path(xml).name} are not attributes of the ARFF "
-                             f"file, e.g. {missing[:3]}", path=header.path)
+        raise DmlrInputError(
+            f"{len(missing)} label(s) of {Path(xml).name} are not attributes of the ARFF file, e.g. {missing[:3]}",
+            path=header.path,
+        )
     return np.array(sorted(set(cols)), dtype=np.int64)
 
 
@@ -509,15 +516,16 @@ def _columns_from_meka(header: ArffHeader, n_labels) -> np.ndarray:
     c = meka_label_count(header.relation)
     line = header.relation_line or header.data_line
     if c is None:
-        raise DmlrInputError(f"MEKA ARFF needs '-C <L>' in the relation name, got {header.relation!r}",
-                             path=header.path, line=line)
+        raise DmlrInputError(
+            f"MEKA ARFF needs '-C <L>' in the relation name, got {header.relation!r}", path=header.path, line=line
+        )
     n_attr = len(header.attributes)
     if c == 0 or abs(c) >= n_attr:
-        raise DmlrInputError(f"MEKA relation says -C {c} but the file has {n_attr} attributes",
-                             path=header.path, line=line)
+        raise DmlrInputError(
+            f"MEKA relation says -C {c} but the file has {n_attr} attributes", path=header.path, line=line
+        )
     if n_labels is not None and n_labels != abs(c):
-        raise DmlrInputError(f"n_labels={n_labels} but the MEKA relation says -C {c}", path=header.path,
-                             line=line)
+        raise DmlrInputError(f"n_labels={n_labels} but the MEKA relation says -C {c}", path=header.path, line=line)
     return np.arange(c) if c > 0 else np.arange(n_attr + c, n_attr)
 
 
@@ -551,24 +559,32 @@ def label_columns(header: ArffHeader, *, meka=False, xml=None, n_labels=None) ->
     if xml is not None:
         cols = _columns_from_xml(header, xml)
         if n_labels is not None and n_labels != len(cols):
-            raise DmlrInputError(f"n_labels={n_labels} but {xml.name} lists {len(cols)} labels",
-                                 path=header.path, line=header.data_line)
+            raise DmlrInputError(
+                f"n_labels={n_labels} but {xml.name} lists {len(cols)} labels", path=header.path, line=header.data_line
+            )
         return cols, f"MULAN labels from {xml.name}"
     if n_labels is not None:
         if not 0 < n_labels < n_attr:
-            raise DmlrInputError(f"n_labels={n_labels} with {n_attr} attributes (the header ends on line "
-                                 f"{header.data_line})", path=header.path, line=header.data_line)
+            raise DmlrInputError(
+                f"n_labels={n_labels} with {n_attr} attributes (the header ends on line {header.data_line})",
+                path=header.path,
+                line=header.data_line,
+            )
         return np.arange(n_attr - n_labels, n_attr), f"last {n_labels} attributes"
     if meka_label_count(header.relation) is not None:
         return _columns_from_meka(header, None), "MEKA -C in relation"
-    raise DmlrInputError("cannot tell which attributes are labels: no MULAN .xml file next to it and no "
-                         "MEKA '-C <L>' in the relation; pass xml= or n_labels=", path=header.path,
-                         line=header.relation_line or header.data_line)
+    raise DmlrInputError(
+        "cannot tell which attributes are labels: no MULAN .xml file next to it and no "
+        "MEKA '-C <L>' in the relation; pass xml= or n_labels=",
+        path=header.path,
+        line=header.relation_line or header.data_line,
+    )
 
 
 # ---------------------------------------------------------------------------
 # Data rows
 # ---------------------------------------------------------------------------
+
 
 class _Codec:
     """Turns (attribute, value string) entries into feature and label numbers."""
@@ -611,8 +627,11 @@ class _Codec:
 
     def _check_label_declaration(self, attr: ArffAttribute) -> None:
         if attr.is_nominal and not set(attr.values) <= {"0", "1"}:
-            raise DmlrInputError(f"label attribute {attr.name!r} is declared {{{','.join(attr.values)}}}; "
-                                 f"labels must be 0/1", path=self.path, line=attr.line)
+            raise DmlrInputError(
+                f"label attribute {attr.name!r} is declared {{{','.join(attr.values)}}}; labels must be 0/1",
+                path=self.path,
+                line=attr.line,
+            )
 
     def _fail(self, message: str, k: int, attrs, rows, nos):
         a = self.attributes[attrs[k]]
@@ -623,6 +642,7 @@ class _Codec:
 
         ``rows[k]`` is the entry's row in the block and ``nos[row]`` its line.
         """
+
         def fail(message, k):
             self._fail(message, k, attrs, rows, nos)
 
@@ -633,8 +653,9 @@ class _Codec:
         dom = self.domain[attrs]
         numeric = np.flatnonzero(dom < 0)
         if numeric.size:
-            values[numeric] = parse_numbers(strings[numeric], np.float64,
-                                            lambda k, tok: fail(f"{tok!r} is not a number", numeric[k]))
+            values[numeric] = parse_numbers(
+                strings[numeric], np.float64, lambda k, tok: fail(f"{tok!r} is not a number", numeric[k])
+            )
             bad = ~np.isfinite(values[numeric])
             if bad.any():
                 k = numeric[int(np.argmax(bad))]
@@ -694,8 +715,9 @@ class ArffReader:
         self.label_names = [names[j] for j in cols]
         self.n_labels = len(self.label_names)
         if self.n_labels == len(names):
-            raise DmlrInputError("every attribute is a label; no features left", path=self.path,
-                                 line=self.header.data_line)
+            raise DmlrInputError(
+                "every attribute is a label; no features left", path=self.path, line=self.header.data_line
+            )
         self.leave_out(())
         self.sparse = self.header.sparse
         self.store_sparse = self.sparse
@@ -712,8 +734,11 @@ class ArffReader:
 
     def identifier_candidates(self) -> list:
         """Nominal feature attributes with more than two declared values."""
-        return [j for j, a in enumerate(self.header.attributes)
-                if a.is_nominal and len(a.values) > 2 and not self._codec.is_label[j]]
+        return [
+            j
+            for j, a in enumerate(self.header.attributes)
+            if a.is_nominal and len(a.values) > 2 and not self._codec.is_label[j]
+        ]
 
     def value_counts(self, attributes, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
         """Yield, block by block, how many rows hold each value of nominal ``attributes``.
@@ -741,24 +766,29 @@ class ArffReader:
                 counts[int(j)] = c
             return len(texts), counts
 
-        records = ((no, t, term) for no, t, term in iter_lines(self.path)
-                   if no > self.header.data_line and _is_data(t))
-        yield from parse_in_blocks(records, parse, path=self.path, block_rows=block_rows,
-                                   drop_truncated_last_line=drop_truncated_last_line)
+        records = ((no, t, term) for no, t, term in iter_lines(self.path) if no > self.header.data_line and _is_data(t))
+        yield from parse_in_blocks(
+            records, parse, path=self.path, block_rows=block_rows, drop_truncated_last_line=drop_truncated_last_line
+        )
 
     def check_compatible(self, other: ArffReader) -> None:
         """Raise unless ``other`` declares the same attributes and labels."""
         mine, theirs = self.header.attributes, other.header.attributes
         if len(mine) != len(theirs):
-            raise DmlrInputError(f"{len(theirs)} attributes, but {self.path.name} has {len(mine)}",
-                                 path=other.path, line=other.header.data_line)
+            raise DmlrInputError(
+                f"{len(theirs)} attributes, but {self.path.name} has {len(mine)}",
+                path=other.path,
+                line=other.header.data_line,
+            )
         for a, b in zip(mine, theirs):
             if not a.same_type(b):
-                raise DmlrInputError(f"attribute {b.name!r} differs from {self.path.name}'s {a.name!r}",
-                                     path=other.path, line=b.line)
+                raise DmlrInputError(
+                    f"attribute {b.name!r} differs from {self.path.name}'s {a.name!r}", path=other.path, line=b.line
+                )
         if self.label_names != other.label_names:
-            raise DmlrInputError(f"label attributes differ from {self.path.name}'s", path=other.path,
-                                 line=other.header.data_line)
+            raise DmlrInputError(
+                f"label attributes differ from {self.path.name}'s", path=other.path, line=other.header.data_line
+            )
 
     def blocks(self, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
         """Yield ``(X, Y)`` blocks of at most ``block_rows`` rows.
@@ -776,11 +806,15 @@ class ArffReader:
             CSR when :attr:`store_sparse`.
         Y : ndarray (r, n_labels) int8
         """
-        records = ((no, t, term) for no, t, term in iter_lines(self.path)
-                   if no > self.header.data_line and _is_data(t))
-        yield from parse_in_blocks(records, self._parse_block, path=self.path, block_rows=block_rows,
-                                   drop_truncated_last_line=drop_truncated_last_line,
-                                   dropped=self.dropped_lines)
+        records = ((no, t, term) for no, t, term in iter_lines(self.path) if no > self.header.data_line and _is_data(t))
+        yield from parse_in_blocks(
+            records,
+            self._parse_block,
+            path=self.path,
+            block_rows=block_rows,
+            drop_truncated_last_line=drop_truncated_last_line,
+            dropped=self.dropped_lines,
+        )
 
     # -- one block ----------------------------------------------------------
     def _parse_block(self, texts, nos):
@@ -821,14 +855,14 @@ class ArffReader:
                 s = "".join(s.split())
             vals = s.split(",")
         if len(vals) != n_attr:
-            raise DmlrInputError(f"row has {len(vals)} values, expected {n_attr} (truncated or malformed line)",
-                                 path=self.path, line=no)
+            raise DmlrInputError(
+                f"row has {len(vals)} values, expected {n_attr} (truncated or malformed line)", path=self.path, line=no
+            )
         return vals
 
     def _split_sparse(self, s: str, no: int) -> tuple:
         if not s.endswith("}"):
-            raise DmlrInputError("sparse row not closed by '}' (truncated or malformed line)",
-                                 path=self.path, line=no)
+            raise DmlrInputError("sparse row not closed by '}' (truncated or malformed line)", path=self.path, line=no)
         body = s[1:-1].strip()
         if not body:
             return [], []
@@ -841,8 +875,9 @@ class ArffReader:
         for item in items:
             pair = item.split(None, 1)
             if len(pair) != 2 or (not quoted and len(pair[1].split()) != 1):
-                raise DmlrInputError(f"malformed sparse entry {item.strip()!r}; expected 'index value'",
-                                     path=self.path, line=no)
+                raise DmlrInputError(
+                    f"malformed sparse entry {item.strip()!r}; expected 'index value'", path=self.path, line=no
+                )
             idx.append(pair[0])
             vals.append(unquote(pair[1].strip()) if quoted else pair[1])
         return idx, vals
@@ -855,12 +890,10 @@ class ArffReader:
         bad = (idx < 0) | (idx >= n_attr)
         if bad.any():
             k = int(np.argmax(bad))
-            raise DmlrInputError(f"sparse index {idx[k]} outside 0..{n_attr - 1}", path=self.path,
-                                 line=nos[rows[k]])
+            raise DmlrInputError(f"sparse index {idx[k]} outside 0..{n_attr - 1}", path=self.path, line=nos[rows[k]])
         k = first_duplicate(rows, idx, n_attr)
         if k is not None:
-            raise DmlrInputError(f"sparse index {idx[k]} given twice in one row", path=self.path,
-                                 line=nos[rows[k]])
+            raise DmlrInputError(f"sparse index {idx[k]} given twice in one row", path=self.path, line=nos[rows[k]])
         return idx
 
     def _assemble(self, n_rows, rows, attrs, values, nos):
@@ -889,8 +922,11 @@ class ArffReader:
         bad = (Y != 0) & (Y != 1)
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            raise DmlrInputError(f"label {self.label_names[c]!r} has value {Y[r, c]:g}; labels must be 0 or 1",
-                                 path=self.path, line=nos[r])
+            raise DmlrInputError(
+                f"label {self.label_names[c]!r} has value {Y[r, c]:g}; labels must be 0 or 1",
+                path=self.path,
+                line=nos[r],
+            )
         return X, Y.astype(np.int8)
 
 
@@ -927,8 +963,9 @@ def find_identifiers(readers, *, block_rows=BLOCK_ROWS, drop_truncated_last_line
         for reader in readers:
             if not counts:
                 break
-            blocks = reader.value_counts(candidates, block_rows=block_rows,
-                                         drop_truncated_last_line=drop_truncated_last_line)
+            blocks = reader.value_counts(
+                candidates, block_rows=block_rows, drop_truncated_last_line=drop_truncated_last_line
+            )
             try:
                 for n, block_counts in blocks:
                     n_rows += n

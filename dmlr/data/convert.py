@@ -60,8 +60,9 @@ class _Source:
     def description(self) -> str:
         """Free-text provenance stored as the store's ``source``."""
         split = len(self.parts) > 1
-        files = "; ".join(", ".join(Path(f).name for f in p.files) + (f" (split {p.name})" if split else "")
-                          for p in self.parts)
+        files = "; ".join(
+            ", ".join(Path(f).name for f in p.files) + (f" (split {p.name})" if split else "") for p in self.parts
+        )
         text = f"{self.fmt}{f' ({self.detail})' if self.detail else ''}: {files}"
         for p in self.parts:
             for no in p.dropped_lines:
@@ -72,6 +73,7 @@ class _Source:
 # ---------------------------------------------------------------------------
 # Inputs and format detection
 # ---------------------------------------------------------------------------
+
 
 def _is_pathlike(x) -> bool:
     return isinstance(x, (str, os.PathLike))
@@ -201,6 +203,7 @@ def _name_parts(parts: list) -> None:
 # Opening each format
 # ---------------------------------------------------------------------------
 
+
 def _leave_out_identifiers(readers, *, keep, drop_truncated_last_line) -> str:
     """Warn about identifier attributes and, unless ``keep``, leave them out; return a note."""
     ids = find_identifiers(readers, block_rows=BLOCK_ROWS, drop_truncated_last_line=drop_truncated_last_line)
@@ -209,12 +212,18 @@ def _leave_out_identifiers(readers, *, keep, drop_truncated_last_line) -> str:
     attrs = readers[0].header.attributes
     named = ", ".join(f"{attrs[j].name!r} (line {attrs[j].line})" for j in ids)
     if keep:
-        warnings.warn(f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in "
-                      f"every row; kept one-hot as asked (keep_identifiers=True)", stacklevel=4)
+        warnings.warn(
+            f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in "
+            f"every row; kept one-hot as asked (keep_identifiers=True)",
+            stacklevel=4,
+        )
         return f"kept identifier attribute(s) {named}"
-    warnings.warn(f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in every "
-                  f"row (an identifier, not a feature); left out of X. Pass keep_identifiers=True to keep "
-                  f"them one-hot", stacklevel=4)
+    warnings.warn(
+        f"{readers[0].path.name}: nominal attribute(s) {named} take a different value in every "
+        f"row (an identifier, not a feature); left out of X. Pass keep_identifiers=True to keep "
+        f"them one-hot",
+        stacklevel=4,
+    )
     for r in readers:
         r.leave_out(ids)
     return f"left out identifier attribute(s) {named}"
@@ -225,11 +234,13 @@ def _open_arff(paths, *, meka, xml, n_labels, drop_truncated_last_line, keep_ide
     first = readers[0]
     for other in readers[1:]:
         first.check_compatible(other)
-    note = _leave_out_identifiers(readers, keep=keep_identifiers,
-                                  drop_truncated_last_line=drop_truncated_last_line)
+    note = _leave_out_identifiers(readers, keep=keep_identifiers, drop_truncated_last_line=drop_truncated_last_line)
     if first.n_features == 0:
-        raise DmlrInputError("no features left once identifier attributes are left out; pass "
-                             "keep_identifiers=True", path=first.path, line=first.header.data_line)
+        raise DmlrInputError(
+            "no features left once identifier attributes are left out; pass keep_identifiers=True",
+            path=first.path,
+            line=first.header.data_line,
+        )
     sparse = any(r.sparse for r in readers)
     parts = []
     for r in readers:
@@ -237,8 +248,16 @@ def _open_arff(paths, *, meka, xml, n_labels, drop_truncated_last_line, keep_ide
         blocks = partial(r.blocks, drop_truncated_last_line=drop_truncated_last_line)
         parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
     detail = first.label_source + (f"; {note}" if note else "")
-    return _Source("meka" if meka else "arff", first.n_features, first.n_labels, sparse, parts,
-                   first.feature_names, first.label_names, detail)
+    return _Source(
+        "meka" if meka else "arff",
+        first.n_features,
+        first.n_labels,
+        sparse,
+        parts,
+        first.feature_names,
+        first.label_names,
+        detail,
+    )
 
 
 def _svm_sizes(readers, *, n_features, n_labels, zero_based, drop_truncated_last_line):
@@ -253,16 +272,22 @@ def _svm_sizes(readers, *, n_features, n_labels, zero_based, drop_truncated_last
     if stats.zero_at is not None:
         path, line = stats.zero_at
         if zero_based is False:
-            raise DmlrInputError("feature index 0 in a file read as 1-based (zero_based=False); the file is "
-                                 "0-based: pass zero_based=True or 'auto'", path=path, line=line)
+            raise DmlrInputError(
+                "feature index 0 in a file read as 1-based (zero_based=False); the file is "
+                "0-based: pass zero_based=True or 'auto'",
+                path=path,
+                line=line,
+            )
         how = "as given" if zero_based is True else f"auto: index 0 on line {line} of {Path(path).name}"
     else:
         how = "as given" if zero_based != "auto" else "auto: no index 0 in the files"
     offset = 0 if zero_based is True or stats.zero_at is not None else 1
     seen_features = max(stats.max_index + 1 - offset, 0)
     if n_features is not None and n_features < seen_features:
-        raise DmlrInputError(f"n_features={n_features} but the files use feature index {stats.max_index} "
-                             f"({offset}-based)", path=readers[0].path)
+        raise DmlrInputError(
+            f"n_features={n_features} but the files use feature index {stats.max_index} ({offset}-based)",
+            path=readers[0].path,
+        )
     return (n_features or seen_features), (n_labels or stats.max_label + 1), offset, how
 
 
@@ -281,12 +306,18 @@ def _xc_sizes(readers, *, n_features, n_labels, **_):
 def _open_svm(paths, *, xc, n_features, n_labels, zero_based, drop_truncated_last_line, **_) -> _Source:
     readers = [SvmLightReader(p, xc=xc) for p in paths]
     sizes = _xc_sizes if xc else _svm_sizes
-    d, l, offset, how = sizes(readers, n_features=n_features, n_labels=n_labels, zero_based=zero_based,
-                         drop_truncated_last_line=drop_truncated_last_line)
+    d, l, offset, how = sizes(
+        readers,
+        n_features=n_features,
+        n_labels=n_labels,
+        zero_based=zero_based,
+        drop_truncated_last_line=drop_truncated_last_line,
+    )
     parts = []
     for r in readers:
-        blocks = partial(r.blocks, n_features=d, n_labels=l, offset=offset,
-                         drop_truncated_last_line=drop_truncated_last_line)
+        blocks = partial(
+            r.blocks, n_features=d, n_labels=l, offset=offset, drop_truncated_last_line=drop_truncated_last_line
+        )
         parts.append(_Part(_split_name_of_file(r.path), (r.path,), blocks, r.dropped_lines))
     detail = "" if xc else f"{'0' if offset == 0 else '1'}-based feature indices, {how}"
     return _Source("xc" if xc else "libsvm", d, l, True, parts, detail=detail)
@@ -296,8 +327,7 @@ def _array_source(fmt, parts_arrays) -> _Source:
     """A source over in-memory ``[(name, files, X, Y), ...]``."""
     shapes = {(X.shape[1], Y.shape[1]) for _, _, X, Y in parts_arrays}
     if len(shapes) > 1:
-        raise DmlrInputError(f"the inputs differ in (features, labels): {sorted(shapes)}",
-                             path=parts_arrays[0][1][0])
+        raise DmlrInputError(f"the inputs differ in (features, labels): {sorted(shapes)}", path=parts_arrays[0][1][0])
     d, l = shapes.pop()
     sparse = any(sp.issparse(X) for _, _, X, _ in parts_arrays)
     parts = [_Part(name, files, partial(array_blocks, X, Y)) for name, files, X, Y in parts_arrays]
@@ -337,6 +367,7 @@ _OPENERS = {
 # Writing
 # ---------------------------------------------------------------------------
 
+
 def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
     """Stream every part of ``source`` into a new store at ``dst``."""
     block_rows = max(1, min(BLOCK_ROWS, _LABEL_BLOCK_BYTES // max(source.n_labels, 1)))
@@ -344,10 +375,19 @@ def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
     input_path = files[0] if len(files) == 1 else ", ".join(str(f) for f in files)
     if len(source.parts) > 1:
         _name_parts(source.parts)
-    with StoreWriter(dst, source.n_features, source.n_labels, sparse=source.sparse, dtype=dtype,
-                     chunk_rows=chunk_rows, label_names=source.label_names,
-                     feature_names=source.feature_names, source=source.description(),
-                     overwrite=overwrite, input_path=input_path) as writer:
+    with StoreWriter(
+        dst,
+        source.n_features,
+        source.n_labels,
+        sparse=source.sparse,
+        dtype=dtype,
+        chunk_rows=chunk_rows,
+        label_names=source.label_names,
+        feature_names=source.feature_names,
+        source=source.description(),
+        overwrite=overwrite,
+        input_path=input_path,
+    ) as writer:
         total = 0
         for part in source.parts:
             start = total
@@ -359,9 +399,21 @@ def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
         writer.source = source.description()  # now including any dropped lines
 
 
-def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zero_based="auto",
-            drop_truncated_last_line=False, keep_identifiers=False, overwrite=False, chunk_rows=None,
-            dtype="float64") -> Path:
+def convert(
+    src,
+    dst,
+    *,
+    fmt=None,
+    xml=None,
+    n_labels=None,
+    n_features=None,
+    zero_based="auto",
+    drop_truncated_last_line=False,
+    keep_identifiers=False,
+    overwrite=False,
+    chunk_rows=None,
+    dtype="float64",
+) -> Path:
     """Convert a multi-label data set to a dmlr Zarr store.
 
     Parameters
@@ -434,18 +486,31 @@ def convert(src, dst, *, fmt=None, xml=None, n_labels=None, n_features=None, zer
     """
     items = _inputs(src)
     fmt = _resolve_format(items, fmt)
-    _check_options(fmt, xml=xml, zero_based=zero_based, n_features=n_features,
-                   drop_truncated_last_line=drop_truncated_last_line, keep_identifiers=keep_identifiers)
+    _check_options(
+        fmt,
+        xml=xml,
+        zero_based=zero_based,
+        n_features=n_features,
+        drop_truncated_last_line=drop_truncated_last_line,
+        keep_identifiers=keep_identifiers,
+    )
     if fmt != "npz" and any(isinstance(it, tuple) for it in items):
         raise ValueError(f"(X, Y) path pairs are only for npz input, not {fmt}")
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
-    source = _OPENERS[fmt](items, xml=xml, n_labels=n_labels, n_features=n_features, zero_based=zero_based,
-                           drop_truncated_last_line=drop_truncated_last_line,
-                           keep_identifiers=keep_identifiers)
+    source = _OPENERS[fmt](
+        items,
+        xml=xml,
+        n_labels=n_labels,
+        n_features=n_features,
+        zero_based=zero_based,
+        drop_truncated_last_line=drop_truncated_last_line,
+        keep_identifiers=keep_identifiers,
+    )
     if n_labels is not None and source.n_labels != n_labels:
-        raise DmlrInputError(f"n_labels={n_labels} but the input has {source.n_labels} labels",
-                             path=source.parts[0].files[0])
+        raise DmlrInputError(
+            f"n_labels={n_labels} but the input has {source.n_labels} labels", path=source.parts[0].files[0]
+        )
     _write(source, dst, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype)
     return dst

@@ -135,6 +135,7 @@ def parse_svm_block(texts, nos, path) -> SvmBlock:
     def failer(what, rows):
         def fail(k, tok):
             raise DmlrInputError(f"{what} {tok!r} is not a valid number", path=path, line=nos[rows[k]])
+
         return fail
 
     labels = parse_numbers(str_array(lab_tok), np.int64, failer("label", label_rows))
@@ -146,12 +147,10 @@ def parse_svm_block(texts, nos, path) -> SvmBlock:
             raise DmlrInputError(f"negative {what} {arr[k]}", path=path, line=nos[rows[k]])
     if not np.isfinite(val).all():
         k = int(np.argmax(~np.isfinite(val)))
-        raise DmlrInputError(f"feature value {val_tok[k]!r} is NaN or infinite", path=path,
-                             line=nos[feat_rows[k]])
+        raise DmlrInputError(f"feature value {val_tok[k]!r} is NaN or infinite", path=path, line=nos[feat_rows[k]])
     k = first_duplicate(feat_rows, idx, int(idx.max(initial=0)) + 1)
     if k is not None:
-        raise DmlrInputError(f"feature index {idx[k]} given twice in one row", path=path,
-                             line=nos[feat_rows[k]])
+        raise DmlrInputError(f"feature index {idx[k]} given twice in one row", path=path, line=nos[feat_rows[k]])
     return SvmBlock(list(nos), label_rows, labels, feat_ptr, idx, val)
 
 
@@ -225,8 +224,9 @@ class SvmLightReader:
         if xc:
             found = read_xc_header(self.path)
             if found is None:
-                raise DmlrInputError("XC file must start with a header line 'n d l' of three integers",
-                                     path=self.path, line=1)
+                raise DmlrInputError(
+                    "XC file must start with a header line 'n d l' of three integers", path=self.path, line=1
+                )
             self._header_line, self.header = found
 
     def _records(self):
@@ -239,9 +239,14 @@ class SvmLightReader:
                 yield no, text, terminated
 
     def _parsed(self, block_rows, drop_truncated_last_line):
-        return parse_in_blocks(self._records(), lambda t, n: parse_svm_block(t, n, self.path),
-                               path=self.path, block_rows=block_rows,
-                               drop_truncated_last_line=drop_truncated_last_line, dropped=self.dropped_lines)
+        return parse_in_blocks(
+            self._records(),
+            lambda t, n: parse_svm_block(t, n, self.path),
+            path=self.path,
+            block_rows=block_rows,
+            drop_truncated_last_line=drop_truncated_last_line,
+            dropped=self.dropped_lines,
+        )
 
     def scan(self, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False) -> SvmStats:
         """Read the whole file once (streaming) and return its :class:`SvmStats`."""
@@ -253,8 +258,7 @@ class SvmLightReader:
         self.dropped_lines.clear()
         return stats
 
-    def blocks(self, *, n_features, n_labels, offset=0, block_rows=BLOCK_ROWS,
-               drop_truncated_last_line=False):
+    def blocks(self, *, n_features, n_labels, offset=0, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
         """Yield ``(X, Y)`` blocks.
 
         Parameters
@@ -280,26 +284,34 @@ class SvmLightReader:
             last_line = block.nos[-1]
             yield self._to_arrays(block, n_features, n_labels, offset)
         if self.header is not None and seen != self.header[0]:
-            raise DmlrInputError(f"the XC header announces {self.header[0]} rows but the file holds {seen} "
-                                 f"(truncated?)", path=self.path, line=last_line)
+            raise DmlrInputError(
+                f"the XC header announces {self.header[0]} rows but the file holds {seen} (truncated?)",
+                path=self.path,
+                line=last_line,
+            )
 
     def _check_row_count(self, total, block, seen):
         if self.header is not None and total > self.header[0]:
-            raise DmlrInputError(f"more rows than the {self.header[0]} announced by the XC header",
-                                 path=self.path, line=block.nos[self.header[0] - seen])
+            raise DmlrInputError(
+                f"more rows than the {self.header[0]} announced by the XC header",
+                path=self.path,
+                line=block.nos[self.header[0] - seen],
+            )
 
     def _check_range(self, arr, size, rows, block, what, shift=0):
         """Raise naming the line of the first ``arr`` value outside ``0..size-1``."""
         bad = (arr < 0) | (arr >= size)
         if bad.any():
             k = int(np.argmax(bad))
-            raise DmlrInputError(f"{what} {arr[k] + shift} is outside {shift}..{size - 1 + shift}",
-                                 path=self.path, line=block.nos[rows[k]])
+            raise DmlrInputError(
+                f"{what} {arr[k] + shift} is outside {shift}..{size - 1 + shift}",
+                path=self.path,
+                line=block.nos[rows[k]],
+            )
 
     def _to_arrays(self, block: SvmBlock, n_features, n_labels, offset):
         idx = block.idx - offset
-        self._check_range(idx, n_features, block.feature_rows(), block,
-                          f"feature index ({offset}-based)", shift=offset)
+        self._check_range(idx, n_features, block.feature_rows(), block, f"feature index ({offset}-based)", shift=offset)
         self._check_range(block.labels, n_labels, block.label_rows, block, "label")
         X = sp.csr_matrix((block.val, idx, block.feat_ptr), shape=(block.n_rows, n_features))
         X.eliminate_zeros()

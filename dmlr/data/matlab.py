@@ -78,15 +78,19 @@ def orient_labels(Y, n: int, *, path, name: str):
         raise DmlrInputError(f"labels {name!r} have shape {Y.shape}; expected a 2-D matrix", path=path)
     rows_match, cols_match = Y.shape[0] == n, Y.shape[1] == n
     if rows_match and cols_match:
-        raise DmlrInputError(f"labels {name!r} are {n} x {n}, so it is ambiguous whether they are stored "
-                             f"instances x labels or labels x instances; store them non-square or "
-                             f"transpose to instances x labels and write a .npz pair", path=path)
+        raise DmlrInputError(
+            f"labels {name!r} are {n} x {n}, so it is ambiguous whether they are stored "
+            f"instances x labels or labels x instances; store them non-square or "
+            f"transpose to instances x labels and write a .npz pair",
+            path=path,
+        )
     if rows_match:
         return Y
     if cols_match:
         return Y.T
-    raise DmlrInputError(f"labels {name!r} have shape {Y.shape}, which does not match the {n} instances "
-                         f"of the features", path=path)
+    raise DmlrInputError(
+        f"labels {name!r} have shape {Y.shape}, which does not match the {n} instances of the features", path=path
+    )
 
 
 def binarize_labels(Y, *, path, name: str) -> np.ndarray:
@@ -105,8 +109,12 @@ def binarize_labels(Y, *, path, name: str) -> np.ndarray:
     allowed = (Y == 1) | (neg if neg.any() else (Y == 0))
     if not allowed.all():
         r, c = np.argwhere(~allowed)[0]
-        raise DmlrInputError(f"labels {name!r}: label {int(c)} has value {Y[r, c]:g}; labels must be all "
-                             f"in {{0, 1}} or all in {{-1, +1}}", path=path, row=int(r))
+        raise DmlrInputError(
+            f"labels {name!r}: label {int(c)} has value {Y[r, c]:g}; labels must be all "
+            f"in {{0, 1}} or all in {{-1, +1}}",
+            path=path,
+            row=int(r),
+        )
     return (Y > 0).astype(np.int8)
 
 
@@ -133,8 +141,7 @@ def check_features(X, *, path, name: str):
     """
     X = sp.csr_matrix(X) if sp.issparse(X) else np.asarray(X)
     if X.ndim != 2 or X.dtype.kind not in "biuf":
-        raise DmlrInputError(f"features {name!r} must be a numeric 2-D matrix, got {X.dtype} {X.shape}",
-                             path=path)
+        raise DmlrInputError(f"features {name!r} must be a numeric 2-D matrix, got {X.dtype} {X.shape}", path=path)
     row = _first_nonfinite_row(X)
     if row is not None:
         raise DmlrInputError(f"features {name!r}: value is NaN or infinite", path=path, row=row)
@@ -160,12 +167,14 @@ def _pair_variables(names, path) -> list:
         role, split = kind
         slot = found.setdefault(split, {})
         if role in slot:
-            raise DmlrInputError(f"both {slot[role]!r} and {name!r} look like the {role} of split "
-                                 f"{split or '(whole set)'}", path=path)
+            raise DmlrInputError(
+                f"both {slot[role]!r} and {name!r} look like the {role} of split {split or '(whole set)'}", path=path
+            )
         slot[role] = name
     if not found:
-        raise DmlrInputError(f"no feature/label variables (data/target, X/Y, train_data, X_train, ...) among "
-                             f"{sorted(names)}", path=path)
+        raise DmlrInputError(
+            f"no feature/label variables (data/target, X/Y, train_data, X_train, ...) among {sorted(names)}", path=path
+        )
     if None in found and len(found) > 1:
         raise DmlrInputError(f"both whole-set and per-split variables present: {sorted(names)}", path=path)
     pairs = []
@@ -173,8 +182,7 @@ def _pair_variables(names, path) -> list:
         slot = found[split]
         if set(slot) != {"X", "Y"}:
             missing = "labels" if "Y" not in slot else "features"
-            raise DmlrInputError(f"variable {next(iter(slot.values()))!r} has no matching {missing}",
-                                 path=path)
+            raise DmlrInputError(f"variable {next(iter(slot.values()))!r} has no matching {missing}", path=path)
         pairs.append((split, slot["X"], slot["Y"]))
     return pairs
 
@@ -202,8 +210,7 @@ def read_mat(path) -> list:
         Y = orient_labels(contents[yn], X.shape[0], path=path, name=yn)
         parts.append((split, X, binarize_labels(Y, path=path, name=yn)))
     if len({p[1].shape[1] for p in parts}) > 1:
-        raise DmlrInputError(f"the splits have different feature counts: {[p[1].shape for p in parts]}",
-                             path=path)
+        raise DmlrInputError(f"the splits have different feature counts: {[p[1].shape for p in parts]}", path=path)
     return parts
 
 
@@ -211,8 +218,11 @@ def npz_label_path(x_path) -> Path:
     """The ``<name>_Y.npz`` sibling of a ``<name>_X.npz`` file."""
     x_path = Path(x_path)
     if not x_path.name.endswith("_X.npz"):
-        raise DmlrInputError("a .npz feature file must be named <name>_X.npz (its labels <name>_Y.npz), or pass "
-                             "the pair (X_path, Y_path)", path=x_path)
+        raise DmlrInputError(
+            "a .npz feature file must be named <name>_X.npz (its labels <name>_Y.npz), or pass "
+            "the pair (X_path, Y_path)",
+            path=x_path,
+        )
     return x_path.with_name(x_path.name[: -len("_X.npz")] + "_Y.npz")
 
 
@@ -237,8 +247,7 @@ def read_npz(x_path, y_path) -> tuple:
     X = check_features(_load_npz(x_path), path=x_path, name=x_path.name)
     Y = _load_npz(y_path)
     if Y.shape[0] != X.shape[0] and Y.shape[1] != X.shape[0]:
-        raise DmlrInputError(f"X has {X.shape[0]} rows ({x_path.name}) but Y has shape {Y.shape}",
-                             path=y_path)
+        raise DmlrInputError(f"X has {X.shape[0]} rows ({x_path.name}) but Y has shape {Y.shape}", path=y_path)
     Y = orient_labels(Y, X.shape[0], path=y_path, name=y_path.name)
     return X, binarize_labels(Y, path=y_path, name=y_path.name)
 
@@ -246,4 +255,4 @@ def read_npz(x_path, y_path) -> tuple:
 def array_blocks(X, Y, block_rows: int):
     """Yield ``(X[r0:r1], Y[r0:r1])`` row blocks of in-memory arrays."""
     for r0 in range(0, X.shape[0], block_rows):
-        yield X[r0:r0 + block_rows], Y[r0:r0 + block_rows]
+        yield X[r0 : r0 + block_rows], Y[r0 : r0 + block_rows]

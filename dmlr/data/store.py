@@ -92,7 +92,8 @@ def _check_labels(Y: np.ndarray, *, path, row0: int) -> np.ndarray:
         r, c = np.argwhere(~ok)[0]
         raise DmlrInputError(
             f"label {int(c)} has value {Y[r, c].item()!r}; labels must be 0 or 1",
-            path=path, row=row0 + int(r),
+            path=path,
+            row=row0 + int(r),
         )
     return Y.astype(np.int8, copy=False)
 
@@ -139,17 +140,29 @@ class StoreWriter:
         The file being converted, used in error messages.
     """
 
-    def __init__(self, path, n_features: int, n_labels: int, *, sparse: bool = False,
-                 dtype: str = "float64", chunk_rows: int | None = None,
-                 label_names=None, feature_names=None, source: str | None = None,
-                 overwrite: bool = False, input_path=None):
+    def __init__(
+        self,
+        path,
+        n_features: int,
+        n_labels: int,
+        *,
+        sparse: bool = False,
+        dtype: str = "float64",
+        chunk_rows: int | None = None,
+        label_names=None,
+        feature_names=None,
+        source: str | None = None,
+        overwrite: bool = False,
+        input_path=None,
+    ):
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise FileExistsError(f"{self.path} exists; pass overwrite=True to replace it")
         if n_features < 1 or n_labels < 1:
             raise DmlrInputError(
-                f"a data set needs at least one feature and one label "
-                f"(got {n_features} features, {n_labels} labels)", path=input_path)
+                f"a data set needs at least one feature and one label (got {n_features} features, {n_labels} labels)",
+                path=input_path,
+            )
         self.n_features = int(n_features)
         self.n_labels = int(n_labels)
         self.sparse = bool(sparse)
@@ -218,12 +231,17 @@ class StoreWriter:
             raise RuntimeError("StoreWriter.append called outside its with-block")
         Y = np.asarray(Y)
         if Y.ndim != 2 or Y.shape[1] != self.n_labels:
-            raise DmlrInputError(f"label block has shape {Y.shape}, expected (*, {self.n_labels})",
-                                 path=self.input_path, row=self.n_samples + self._pending_rows)
+            raise DmlrInputError(
+                f"label block has shape {Y.shape}, expected (*, {self.n_labels})",
+                path=self.input_path,
+                row=self.n_samples + self._pending_rows,
+            )
         if X.shape != (Y.shape[0], self.n_features):
             raise DmlrInputError(
                 f"feature block has shape {X.shape}, expected ({Y.shape[0]}, {self.n_features})",
-                path=self.input_path, row=self.n_samples + self._pending_rows)
+                path=self.input_path,
+                row=self.n_samples + self._pending_rows,
+            )
         row0 = self.n_samples + self._pending_rows
         Y = _check_labels(Y, path=self.input_path, row0=row0)
         if self.sparse:
@@ -284,15 +302,17 @@ class StoreWriter:
         g = self._group
         for name, rows in self.splits.items():
             if rows.size and (rows[0] < 0 or rows[-1] >= self.n_samples):
-                raise DmlrInputError(f"split {name!r} refers to rows outside 0..{self.n_samples - 1}",
-                                     path=self.input_path)
+                raise DmlrInputError(
+                    f"split {name!r} refers to rows outside 0..{self.n_samples - 1}", path=self.input_path
+                )
             sg = g.require_group("splits")
             arr = sg.create_array(name, shape=rows.shape, chunks=(max(rows.size, 1),), dtype="int64")
             if rows.size:
                 arr[:] = rows
         if self.sparse:
-            g["X"].attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
-                                 "shape": [self.n_samples, self.n_features]})
+            g["X"].attrs.update(
+                {"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": [self.n_samples, self.n_features]}
+            )
         meta = {
             "format_version": FORMAT_VERSION,
             "kind": "dataset",
@@ -326,9 +346,21 @@ def _replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def write_dataset(path, X, Y, *, splits=None, chunk_rows=None, dtype=None, sparse=None,
-                  label_names=None, feature_names=None, source=None, overwrite=False,
-                  input_path=None) -> Path:
+def write_dataset(
+    path,
+    X,
+    Y,
+    *,
+    splits=None,
+    chunk_rows=None,
+    dtype=None,
+    sparse=None,
+    label_names=None,
+    feature_names=None,
+    source=None,
+    overwrite=False,
+    input_path=None,
+) -> Path:
     """Write in-memory arrays to a dmlr store, one chunk at a time.
 
     Parameters
@@ -357,12 +389,22 @@ def write_dataset(path, X, Y, *, splits=None, chunk_rows=None, dtype=None, spars
     n = X.shape[0]
     if np.shape(Y)[0] != n:
         raise DmlrInputError(f"X has {n} rows but Y has {np.shape(Y)[0]}", path=input_path or path)
-    with StoreWriter(path, X.shape[1], np.shape(Y)[1], sparse=sparse, dtype=dtype,
-                     chunk_rows=chunk_rows, label_names=label_names, feature_names=feature_names,
-                     source=source, overwrite=overwrite, input_path=input_path) as w:
+    with StoreWriter(
+        path,
+        X.shape[1],
+        np.shape(Y)[1],
+        sparse=sparse,
+        dtype=dtype,
+        chunk_rows=chunk_rows,
+        label_names=label_names,
+        feature_names=feature_names,
+        source=source,
+        overwrite=overwrite,
+        input_path=input_path,
+    ) as w:
         step = w.chunk_rows
         for r0 in range(0, n, step):
-            w.append(X[r0:r0 + step], np.asarray(Y[r0:r0 + step]))
+            w.append(X[r0 : r0 + step], np.asarray(Y[r0 : r0 + step]))
         for name, rows in (splits or {}).items():
             w.add_split(name, rows)
     return Path(path)
@@ -372,10 +414,11 @@ def write_dataset(path, X, Y, *, splits=None, chunk_rows=None, dtype=None, spars
 # Reading
 # ---------------------------------------------------------------------------
 
+
 def _read_csr_rows(path: str, r0: int, r1: int, n_features: int):
     """Read rows [r0, r1) of a stored CSR X as a scipy CSR matrix."""
     xg = zarr.open_group(path, mode="r")["X"]
-    ip = np.asarray(xg["indptr"][r0:r1 + 1])
+    ip = np.asarray(xg["indptr"][r0 : r1 + 1])
     a, b = int(ip[0]), int(ip[-1])
     data = np.asarray(xg["data"][a:b])
     indices = np.asarray(xg["indices"][a:b])
@@ -390,6 +433,7 @@ def _read_csr_block_gcxs(path: str, r0: int, r1: int, n_features: int, rows=None
     process, seconds each.
     """
     import sparse as pydata_sparse
+
     m = _read_csr_rows(path, r0, r1, n_features)
     if rows is not None:
         m = m[np.asarray(rows) - r0]
@@ -409,7 +453,7 @@ def _csr_dask_array(path: str, bounds, n_features: int, dtype, rows=None) -> da.
     for r0, r1 in bounds:
         sel = None
         if rows is not None:
-            sel = rows[np.searchsorted(rows, r0):np.searchsorted(rows, r1)]
+            sel = rows[np.searchsorted(rows, r0) : np.searchsorted(rows, r1)]
             if sel.size == 0:
                 continue
         m = (r1 - r0) if sel is None else int(sel.size)
@@ -467,8 +511,10 @@ class Dataset:
             return None
         if split not in self.splits:
             known = ", ".join(sorted(self.splits)) or "none"
-            raise KeyError(f"{self.path}: unknown split {split!r} (known splits: {known}; "
-                           f"use split='all' or split=None for every row)")
+            raise KeyError(
+                f"{self.path}: unknown split {split!r} (known splits: {known}; "
+                f"use split='all' or split=None for every row)"
+            )
         return self.splits[split]
 
     def arrays(self, split: str | None = None):
@@ -489,8 +535,10 @@ class Dataset:
     def __repr__(self) -> str:
         kind = "csr" if self.is_sparse else "dense"
         sp_ = ", ".join(f"{k}={len(v)}" for k, v in self.splits.items()) or "none"
-        return (f"Dataset({self.path!r}, n_samples={self.n_samples}, n_features={self.n_features}, "
-                f"n_labels={self.n_labels}, X={kind}, chunks={self.X.chunks[0][0]} rows, splits: {sp_})")
+        return (
+            f"Dataset({self.path!r}, n_samples={self.n_samples}, n_features={self.n_features}, "
+            f"n_labels={self.n_labels}, X={kind}, chunks={self.X.chunks[0][0]} rows, splits: {sp_})"
+        )
 
 
 def read_attrs(path) -> dict:
@@ -504,12 +552,13 @@ def read_attrs(path) -> dict:
         raise NotADmlrStoreError(f"not a Zarr group ({type(e).__name__}: {e})", path=p) from None
     meta = dict(g.attrs).get("dmlr")
     if not isinstance(meta, dict) or meta.get("kind") != "dataset":
-        raise NotADmlrStoreError("Zarr group is not a dmlr data set (no 'dmlr' attributes of kind 'dataset')",
-                                 path=p)
+        raise NotADmlrStoreError("Zarr group is not a dmlr data set (no 'dmlr' attributes of kind 'dataset')", path=p)
     if meta.get("format_version") != FORMAT_VERSION:
         raise NotADmlrStoreError(
             f"dmlr store format version {meta.get('format_version')} is not supported "
-            f"(this dmlr reads version {FORMAT_VERSION})", path=p)
+            f"(this dmlr reads version {FORMAT_VERSION})",
+            path=p,
+        )
     return meta
 
 
@@ -536,8 +585,9 @@ def open_dataset(path, *, chunk_rows: int | None = None) -> Dataset:
     stored = int(meta["chunk_rows"])
     rows = stored if chunk_rows is None else int(chunk_rows)
     if rows <= 0 or rows % stored:
-        raise ValueError(f"{spath}: chunk_rows={chunk_rows} must be a positive multiple of the "
-                         f"stored chunk rows ({stored})")
+        raise ValueError(
+            f"{spath}: chunk_rows={chunk_rows} must be a positive multiple of the stored chunk rows ({stored})"
+        )
     if g["Y"].shape != (n, l):
         raise NotADmlrStoreError(f"Y has shape {g['Y'].shape}, attributes say ({n}, {l})", path=spath)
     Y = da.from_zarr(g["Y"], chunks=(rows, l))
@@ -549,12 +599,18 @@ def open_dataset(path, *, chunk_rows: int | None = None) -> Dataset:
         X = _csr_dask_array(spath, bounds, d, np.dtype(meta.get("x_dtype", "float64")))
     else:
         if g["X"].shape[0] != n:
-            raise NotADmlrStoreError(f"X and Y row counts differ (X has {g['X'].shape[0]}, Y has {n})",
-                                     path=spath)
+            raise NotADmlrStoreError(f"X and Y row counts differ (X has {g['X'].shape[0]}, Y has {n})", path=spath)
         X = da.from_zarr(g["X"], chunks=(rows, d))
     splits = {}
     if "splits" in g:
         for name in meta.get("splits", []):
             splits[name] = np.asarray(g["splits"][name][:], dtype=np.int64)
-    return Dataset(path=spath, X=X, Y=Y, splits=splits, label_names=meta.get("label_names"),
-                   feature_names=meta.get("feature_names"), attrs=meta)
+    return Dataset(
+        path=spath,
+        X=X,
+        Y=Y,
+        splits=splits,
+        label_names=meta.get("label_names"),
+        feature_names=meta.get("feature_names"),
+        attrs=meta,
+    )

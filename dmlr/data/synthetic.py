@@ -34,16 +34,14 @@ GENERATION_BLOCK = 4096
 #: Shapes of the real scale sets (the full Mediamill and Bookmarks are not staged).
 PRESETS = {
     "mediamill": dict(n_samples=43907, n_features=120, n_labels=101, cardinality=4.376, sparse=False),
-    "bookmarks": dict(n_samples=87856, n_features=2150, n_labels=208, cardinality=2.028, sparse=True,
-                      density=0.01),
+    "bookmarks": dict(n_samples=87856, n_features=2150, n_labels=208, cardinality=2.028, sparse=True, density=0.01),
 }
 
 
 def _label_frequencies(n_labels: int, cardinality: float, decay: float = 1.0) -> np.ndarray:
     """Power-law label frequencies summing to ``cardinality``, each in (0, 0.95]."""
     if not 0 < cardinality < 0.95 * n_labels:
-        raise ValueError(f"cardinality must be in (0, {0.95 * n_labels:g}) for {n_labels} labels, "
-                         f"got {cardinality}")
+        raise ValueError(f"cardinality must be in (0, {0.95 * n_labels:g}) for {n_labels} labels, got {cardinality}")
     w = 1.0 / np.arange(1, n_labels + 1) ** decay
     p = cardinality * w / w.sum()
     for _ in range(100):  # cap at 0.95 and redistribute the excess
@@ -56,11 +54,25 @@ def _label_frequencies(n_labels: int, cardinality: float, decay: float = 1.0) ->
     return p
 
 
-def make_multilabel(dst, *, preset: str | None = None, n_samples: int = 10000, n_features: int = 100,
-                    n_labels: int = 20, cardinality: float = 2.0, sparse: bool = False,
-                    density: float = 0.01, rank: int = 10, noise: float = 1.0, label_noise: float = 0.5,
-                    test_fraction: float = 0.3, dtype: str = "float32", chunk_rows: int | None = None,
-                    seed: int = 0, overwrite: bool = False) -> Path:
+def make_multilabel(
+    dst,
+    *,
+    preset: str | None = None,
+    n_samples: int = 10000,
+    n_features: int = 100,
+    n_labels: int = 20,
+    cardinality: float = 2.0,
+    sparse: bool = False,
+    density: float = 0.01,
+    rank: int = 10,
+    noise: float = 1.0,
+    label_noise: float = 0.5,
+    test_fraction: float = 0.3,
+    dtype: str = "float32",
+    chunk_rows: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
     """Generate a synthetic multi-label set into a dmlr Zarr store.
 
     Parameters
@@ -111,17 +123,27 @@ def make_multilabel(dst, *, preset: str | None = None, n_samples: int = 10000, n
     rng = np.random.default_rng(model_seq)
     A = rng.normal(size=(rank, n_features)) / np.sqrt(rank)
     B = rng.normal(size=(rank, n_labels)) / np.sqrt(rank)
-    label_sd = np.sqrt((B ** 2).sum(axis=0) + label_noise ** 2)
+    label_sd = np.sqrt((B**2).sum(axis=0) + label_noise**2)
     freq = rng.permutation(_label_frequencies(n_labels, cardinality))
     thresholds = label_sd * ndtri(1.0 - freq)
     n_blocks = -(-n_samples // GENERATION_BLOCK)
     block_seqs = blocks_seq.spawn(n_blocks)
-    source = (f"dmlr.datasets.make_multilabel(preset={preset!r}, n_samples={n_samples}, n_features={n_features}, "
-              f"n_labels={n_labels}, cardinality={cardinality}, sparse={sparse}, density={density}, rank={rank}, "
-              f"noise={noise}, label_noise={label_noise}, seed={seed})")
-    with StoreWriter(dst, n_features, n_labels, sparse=sparse, dtype=dtype, chunk_rows=chunk_rows,
-                     label_names=[f"label_{j}" for j in range(n_labels)], source=source,
-                     overwrite=overwrite) as w:
+    source = (
+        f"dmlr.datasets.make_multilabel(preset={preset!r}, n_samples={n_samples}, n_features={n_features}, "
+        f"n_labels={n_labels}, cardinality={cardinality}, sparse={sparse}, density={density}, rank={rank}, "
+        f"noise={noise}, label_noise={label_noise}, seed={seed})"
+    )
+    with StoreWriter(
+        dst,
+        n_features,
+        n_labels,
+        sparse=sparse,
+        dtype=dtype,
+        chunk_rows=chunk_rows,
+        label_names=[f"label_{j}" for j in range(n_labels)],
+        source=source,
+        overwrite=overwrite,
+    ) as w:
         for b in range(n_blocks):
             m = min(GENERATION_BLOCK, n_samples - b * GENERATION_BLOCK)
             brng = np.random.default_rng(block_seqs[b])

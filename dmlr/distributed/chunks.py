@@ -46,15 +46,15 @@ import scipy.sparse as sp
 from dmlr.kernels.blocks import Block, concat_blocks, is_dask, is_sparse, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
-LOCAL_MAX_VALUES = 2 ** 22
+LOCAL_MAX_VALUES = 2**22
 #: "auto" backend for sparse dask input (nnz unknown without reading): row limit.
-LOCAL_MAX_SPARSE_ROWS = 2 ** 16
-_SCATTER_BYTES = 2 ** 20
+LOCAL_MAX_SPARSE_ROWS = 2**16
+_SCATTER_BYTES = 2**20
 #: In-process data at most this many stored values run with single-threaded BLAS.
-SMALL_BLAS_VALUES = 2 ** 21
+SMALL_BLAS_VALUES = 2**21
 #: In-process sparse data at most this many stored values stays one block (see
 #: :func:`local_block_count`).
-SMALL_SPARSE_VALUES = 2 ** 16
+SMALL_SPARSE_VALUES = 2**16
 
 
 def _stored_values(block) -> int:
@@ -289,8 +289,9 @@ class ArraySource:
             a, b = self.bounds[i]
             w = workers[i % len(workers)]
             xf, yf = client.scatter([self.X[a:b], self.Y[a:b]], workers=[w])
-            futures.append(client.submit(make_block, xf, yf, self.fit_intercept, workers=[w],
-                                         allow_other_workers=True, pure=False))
+            futures.append(
+                client.submit(make_block, xf, yf, self.fit_intercept, workers=[w], allow_other_workers=True, pure=False)
+            )
         return futures
 
 
@@ -345,8 +346,7 @@ class ClusterChunks(ChunkSet):
 
     backend = "dask"
 
-    def __init__(self, client, futures: list, n_rows: int, sizes: list[int] | None = None, source=None,
-                 held=()):
+    def __init__(self, client, futures: list, n_rows: int, sizes: list[int] | None = None, source=None, held=()):
         self.client = client
         self.futures = futures
         self.n_rows = n_rows
@@ -405,8 +405,11 @@ class ClusterChunks(ChunkSet):
             holders = list(where.get(f.key, ()))
             # a block lost with its worker has no holder: no placement (Dask recomputes it
             # from the Zarr chunks wherever the actor goes; allow_other_workers needs workers)
-            actors.append(client.submit(BlockActor, f, actor=True, pure=False,
-                                        workers=holders or None, allow_other_workers=bool(holders)))
+            actors.append(
+                client.submit(
+                    BlockActor, f, actor=True, pure=False, workers=holders or None, allow_other_workers=bool(holders)
+                )
+            )
         from distributed.actor import Actor
 
         handles = [a.result() for a in actors]
@@ -519,7 +522,7 @@ def _n_values(X) -> int | None:
 
 
 def choose_backend(X, backend: str = "auto") -> str:
-    """"local" or "dask" for ``backend="auto"`` by the size of X."""
+    """ "local" or "dask" for ``backend="auto"`` by the size of X."""
     if backend not in ("auto", "local", "dask"):
         raise ValueError(f"backend must be 'auto', 'local' or 'dask', got {backend!r}")
     if backend != "auto":
@@ -583,8 +586,16 @@ def _aligned_bounds(n_rows: int, n_blocks: int, align_rows: int) -> list[tuple[i
     return [(a * align_rows, min(b * align_rows, n_rows)) for a, b in _group_bounds(n_units, n_blocks)]
 
 
-def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=None,
-                  n_blocks: int | None = None, align_rows: int | None = None) -> ChunkSet:
+def make_chunkset(
+    X,
+    Y,
+    *,
+    fit_intercept: bool,
+    backend: str = "auto",
+    client=None,
+    n_blocks: int | None = None,
+    align_rows: int | None = None,
+) -> ChunkSet:
     """Load a training set into row blocks where the kernels will run.
 
     Parameters
@@ -657,8 +668,7 @@ def make_chunkset(X, Y, *, fit_intercept: bool, backend: str = "auto", client=No
         futures = []
         for i, (a, b) in enumerate(row_bounds(n_blocks)):
             part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
-            futures.append(client.compute(part, workers=[workers[i % len(workers)]],
-                                          allow_other_workers=True))
+            futures.append(client.compute(part, workers=[workers[i % len(workers)]], allow_other_workers=True))
     else:
         source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept)
         futures = source.build(client, range(len(source.bounds)))

@@ -44,7 +44,7 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 #: (it trims the top only), which raises the workers' peak memory (section 2's memory column).
 #: On a cluster that dmlr does not start, set the same variable in the workers' environment
 #: (``deploy/Dockerfile``).
-WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 20)}
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
 
 
 def local_cluster(n_workers: int | None = None, threads_per_worker: int | None = None, **kwargs):
@@ -76,10 +76,12 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int | None =
     # The workers' statistical profiler (the dashboard's profile page) samples every thread's
     # stack at a fixed interval, a cost on every iteration for a page dmlr does not use. Bring
     # your own cluster to keep it.
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn,
-                          "distributed.worker.profile.enabled": False}):
-        return LocalCluster(n_workers=n_workers or default_workers,
-                            threads_per_worker=threads_per_worker or default_threads, **kwargs)
+    with dask.config.set(
+        {"distributed.nanny.pre-spawn-environ": pre_spawn, "distributed.worker.profile.enabled": False}
+    ):
+        return LocalCluster(
+            n_workers=n_workers or default_workers, threads_per_worker=threads_per_worker or default_threads, **kwargs
+        )
 
 
 def _close_local():
@@ -129,6 +131,8 @@ def get_client(address: str | None = None, *, quiet: bool = False):
     _LOCAL["cluster"], _LOCAL["client"] = cluster, client
     atexit.register(_close_local)
     if not quiet:
-        print(f"dmlr: started a local Dask cluster ({n_workers} workers x {threads} thread); "
-              f"dashboard: {client.dashboard_link}")
+        print(
+            f"dmlr: started a local Dask cluster ({n_workers} workers x {threads} thread); "
+            f"dashboard: {client.dashboard_link}"
+        )
     return client

@@ -79,7 +79,7 @@ def _block_top_k(block, queries, k, with_labels):
     labels = None
     if with_labels:
         local = np.where(idx >= 0, idx - block.start, 0)
-        labels = block.Y[local]                                   # (nq, k, l)
+        labels = block.Y[local]  # (nq, k, l)
         labels[idx < 0] = 0
     return dist, idx, labels
 

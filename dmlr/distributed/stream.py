@@ -85,7 +85,7 @@ class ChunkStream:
             return [lambda x=x, y=y: dask.compute(x, y, scheduler="sync") for x, y in zip(xs, ys)]
         Y = np.asarray(Y)
         step = int(self.chunk_rows)
-        return [lambda a=a: (X[a:a + step], Y[a:a + step]) for a in range(0, X.shape[0], step)]
+        return [lambda a=a: (X[a : a + step], Y[a : a + step]) for a in range(0, X.shape[0], step)]
 
     def __iter__(self):
         readers = self._readers()

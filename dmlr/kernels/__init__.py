@@ -15,16 +15,22 @@ def warm_up() -> bool:
     """
     import scipy.sparse as sp
 
-    from dmlr.kernels.ranking import (RANK_MARGIN, advance_point_pair, dense_extrapolated_losses,
-                                      extrapolated_ridge_share, rank_lipschitz_row_stats, rbrl_score_losses,
-                                      sparse_extrapolated_pass)
+    from dmlr.kernels.ranking import (
+        RANK_MARGIN,
+        advance_point_pair,
+        dense_extrapolated_losses,
+        extrapolated_ridge_share,
+        rank_lipschitz_row_stats,
+        rbrl_score_losses,
+        sparse_extrapolated_pass,
+    )
 
     Y = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.int8)
     S = np.zeros((3, 4))
     C = np.zeros((3, 2))
     rbrl_score_losses(S, Y, 2, 1, 1.0, RANK_MARGIN, C)
     rank_lipschitz_row_stats(Y, np.ones(3), np.zeros(2), np.zeros(2))
-    S_W, S_prev = S[:, :2].copy(), S[:, 2:].copy()   # C-contiguous, as in the passes (a Numba specialization)
+    S_W, S_prev = S[:, :2].copy(), S[:, 2:].copy()  # C-contiguous, as in the passes (a Numba specialization)
     dense_extrapolated_losses(S_W, S_prev, 0.5, Y, 1.0, RANK_MARGIN, C)
     extrapolated_ridge_share(S_W, S_prev, S_W, S_prev, 0.5, 1.0, C)
     X = sp.csr_matrix(np.eye(3))

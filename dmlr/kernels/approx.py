@@ -106,9 +106,12 @@ class KernelFeatureMap:
         if is_dask(X):
             if len(X.chunks[1]) > 1:
                 X = X.rechunk({1: -1})
-            return X.map_blocks(self._transform_block, dtype=np.float64,
-                                chunks=(X.chunks[0], (self.n_components,)),
-                                meta=np.empty((0, 0), dtype=np.float64))
+            return X.map_blocks(
+                self._transform_block,
+                dtype=np.float64,
+                chunks=(X.chunks[0], (self.n_components,)),
+                meta=np.empty((0, 0), dtype=np.float64),
+            )
         return self._transform_block(X)
 
     def _transform_block(self, X) -> np.ndarray:
@@ -155,8 +158,7 @@ def gather_rows(X, idx) -> np.ndarray | sp.csr_matrix:
 
 
 def _check_components(n_components) -> int:
-    if not (isinstance(n_components, (int, np.integer)) and not isinstance(n_components, bool)
-            and n_components >= 1):
+    if not (isinstance(n_components, (int, np.integer)) and not isinstance(n_components, bool) and n_components >= 1):
         raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
     return int(n_components)
 
@@ -193,14 +195,14 @@ def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0) -> KernelF
     D = _check_components(n_components)
     n = int(X.shape[0])
     if D > n:
-        raise ValueError(f"n_components={D} exceeds the number of training rows ({n}); "
-                         "Nystroem samples that many distinct rows")
+        raise ValueError(
+            f"n_components={D} exceeds the number of training rows ({n}); Nystroem samples that many distinct rows"
+        )
     idx = np.sort(np.random.default_rng(seed).choice(n, size=D, replace=False))
     landmarks = gather_rows(X, idx)
     landmarks = landmarks.toarray() if sp.issparse(landmarks) else np.ascontiguousarray(landmarks)
     K_mm = kernel_matrix(landmarks, landmarks, spec, B_sq_norms=row_sq_norms(landmarks))
-    return KernelFeatureMap(method="nystroem", spec=spec, landmarks=landmarks,
-                            projection=inverse_sqrt_psd(K_mm))
+    return KernelFeatureMap(method="nystroem", spec=spec, landmarks=landmarks, projection=inverse_sqrt_psd(K_mm))
 
 
 def fourier_features(n_features: int, spec: KernelSpec, n_components: int, seed=0) -> KernelFeatureMap:
@@ -224,8 +226,10 @@ def fourier_features(n_features: int, spec: KernelSpec, n_components: int, seed=
         b (D,) ~ U(0, 2 pi).
     """
     if spec.name != "rbf":
-        raise ValueError(f"random Fourier features approximate the RBF kernel only, not {spec.name!r}; "
-                         "use the Nystroem approximation")
+        raise ValueError(
+            f"random Fourier features approximate the RBF kernel only, not {spec.name!r}; "
+            "use the Nystroem approximation"
+        )
     D = _check_components(n_components)
     d = int(n_features)
     if d < 1:

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 #: Row tile of the objectives' passes over a block: a tile's scores (tile x k*l floats) stay
 #: near this size, so a worker's extra memory is a few MiB whatever its chunk (S for a whole
 #: Bookmarks-shaped chunk would be 146 MB, ten times the sparse chunk itself).
-TILE_BYTES = 4 * 2 ** 20
+TILE_BYTES = 4 * 2**20
 
 
 def tile_rows(n_cols: int) -> int:
@@ -28,7 +28,7 @@ def tile_rows(n_cols: int) -> int:
 #: AVX-512 x86-64 (OpenMathLib/OpenBLAS pull request 3335); past it the pass's time steps up.
 #: Other BLAS builds may have no such path; there the small tiles keep only the cache reuse.
 #: ``benchmarks/rbrl_speed.py`` (sections 2 and 5) times the tiled passes.
-SMALL_PRODUCT_MNK = 10 ** 6
+SMALL_PRODUCT_MNK = 10**6
 #: Where the rule would give fewer rows than this, the byte rule instead: very short tiles pay
 #: a BLAS call every few rows, which costs more than the cache reuse saves (8-row tiles of a
 #: wide block are slower than one whole-block product; 16-row tiles still gain).
@@ -162,8 +162,8 @@ def regroup_rows(blocks, size: int):
         a = 0
         while a < blk.n_rows:
             take = min(size - have, blk.n_rows - a)
-            xs.append(blk.X[a:a + take])
-            ys.append(blk.Y[a:a + take])
+            xs.append(blk.X[a : a + take])
+            ys.append(blk.Y[a : a + take])
             have += take
             a += take
             if have == size:

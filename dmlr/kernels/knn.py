@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from dmlr.kernels.gram import row_sq_norms
 
 #: Query-point pairs per screening block (float64: 32 MiB of distances).
-BLOCK_ENTRIES = 2 ** 22
+BLOCK_ENTRIES = 2**22
 #: Relative slack of the screening stage (see the module docstring).
 SCREEN_SLACK = 1e-10
 

@@ -143,11 +143,13 @@ def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
             g[k] = 0.5 * (q - np.exp(logp[k])) + 0.5 * q * ((logq[k] - logp[k]) - kl_qp)
         return 0.5 * kl_pq + 0.5 * kl_qp
     if code == 3:  # rank_hinge
-        return ranksvm_row(s, y, 0.0, RANKSVM_MARGIN, g, scratch[0], scratch[1], scratch[2], scratch[3],
-                           scratch[4], scratch[5])
+        return ranksvm_row(
+            s, y, 0.0, RANKSVM_MARGIN, g, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4], scratch[5]
+        )
     # rank_squared_hinge
-    return pairwise_squared_hinge_row(s, y, RANK_MARGIN, g, True, scratch[0], iscratch, scratch[1],
-                                      scratch[2], scratch[3], scratch[4])
+    return pairwise_squared_hinge_row(
+        s, y, RANK_MARGIN, g, True, scratch[0], iscratch, scratch[1], scratch[2], scratch[3], scratch[4]
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -196,8 +198,16 @@ def block_loss_grad(X, Y, W, code: int, rows=None, *, want_grad: bool = True, ge
     """
     rows = np.arange(Y.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     G = np.zeros(W.shape) if want_grad else np.zeros((0, 0))
-    total = _block_loss_grad(*csr_parts(X), Y, rows, np.ascontiguousarray(W, dtype=np.float64), int(code),
-                             float(gebru_eps), G, bool(want_grad))
+    total = _block_loss_grad(
+        *csr_parts(X),
+        Y,
+        rows,
+        np.ascontiguousarray(W, dtype=np.float64),
+        int(code),
+        float(gebru_eps),
+        G,
+        bool(want_grad),
+    )
     return total, (G if want_grad else None)
 
 
@@ -220,8 +230,28 @@ def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.nda
 
 
 @njit(cache=True, nogil=True)
-def _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref, W_ref,
-               mem_mode, mem_scale, U, scratch, iscratch):
+def _step_coef(
+    i,
+    Xd,
+    indptr,
+    indices,
+    data,
+    sparse,
+    Y,
+    code,
+    gebru_eps,
+    s,
+    g,
+    g_ref,
+    coef,
+    c_ref,
+    W_ref,
+    mem_mode,
+    mem_scale,
+    U,
+    scratch,
+    iscratch,
+):
     """Row i's loss at scores ``s``, g = dl/ds, and the step's coefficient ``coef`` (see vr_inner_loop).
 
     c = g, minus dl/ds at ``W_ref`` when ``c_ref``; with a memory table,
@@ -243,9 +273,36 @@ def _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g
 
 
 @njit(cache=True, nogil=True)
-def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
-                   alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
-                   W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture):
+def _vr_inner_loop(
+    Xd,
+    indptr,
+    indices,
+    data,
+    sparse,
+    Y,
+    rows,
+    W,
+    code,
+    gebru_eps,
+    lam,
+    alpha0,
+    decay,
+    t0,
+    W_ref,
+    ref_mask,
+    mu,
+    U,
+    mem_mode,
+    mem_scale,
+    A,
+    n_total,
+    W_sum,
+    want_sum,
+    G_sum,
+    want_gsum,
+    capture_at,
+    W_capture,
+):
     K = W.shape[1]
     d = W.shape[0]
     s = np.empty(K)
@@ -262,8 +319,28 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
         alpha = alpha0 / (1.0 + decay * (t0 + r))
         row_scores(i, Xd, indptr, indices, data, sparse, W, s)
         c_ref = use_ref and ref_mask[r]
-        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
-                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
+        total += _step_coef(
+            i,
+            Xd,
+            indptr,
+            indices,
+            data,
+            sparse,
+            Y,
+            code,
+            gebru_eps,
+            s,
+            g,
+            g_ref,
+            coef,
+            c_ref,
+            W_ref,
+            mem_mode,
+            mem_scale,
+            U,
+            scratch,
+            iscratch,
+        )
         # W <- W - alpha (x coef^T + [mu] + [A] + lam W)   (regularizer exact, not stored)
         shrink = 1.0 - alpha * lam
         for j in range(d):
@@ -295,9 +372,38 @@ def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_ep
 
 
 @njit(cache=True, nogil=True)
-def _vr_inner_loop_lazy(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, lam,
-                        alpha0, decay, t0, W_ref, ref_mask, mu, U, mem_mode, mem_scale, A, n_total,
-                        W_sum, want_sum, G_sum, want_gsum, capture_at, W_capture, V, Uc):
+def _vr_inner_loop_lazy(
+    Xd,
+    indptr,
+    indices,
+    data,
+    sparse,
+    Y,
+    rows,
+    W,
+    code,
+    gebru_eps,
+    lam,
+    alpha0,
+    decay,
+    t0,
+    W_ref,
+    ref_mask,
+    mu,
+    U,
+    mem_mode,
+    mem_scale,
+    A,
+    n_total,
+    W_sum,
+    want_sum,
+    G_sum,
+    want_gsum,
+    capture_at,
+    W_capture,
+    V,
+    Uc,
+):
     K = W.shape[1]
     d = W.shape[0]
     s = np.empty(K)
@@ -344,8 +450,28 @@ def _vr_inner_loop_lazy(Xd, indptr, indices, data, sparse, Y, rows, W, code, geb
             for k in range(K):
                 s[k] = m * s[k]
         c_ref = use_ref and ref_mask[rr]
-        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, s, g, g_ref, coef, c_ref,
-                            W_ref, mem_mode, mem_scale, U, scratch, iscratch)
+        total += _step_coef(
+            i,
+            Xd,
+            indptr,
+            indices,
+            data,
+            sparse,
+            Y,
+            code,
+            gebru_eps,
+            s,
+            g,
+            g_ref,
+            coef,
+            c_ref,
+            W_ref,
+            mem_mode,
+            mem_scale,
+            U,
+            scratch,
+            iscratch,
+        )
         # W <- (1 - alpha lam) W - alpha ([mu] + [A]) - alpha x coef^T: the first two change m and r only
         shrink = 1.0 - alpha * lam
         m_new = shrink * m
@@ -394,10 +520,31 @@ def _vr_inner_loop_lazy(Xd, indptr, indices, data, sparse, Y, rows, W, code, geb
     return total
 
 
-def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay: float = 0.0, t0: int = 0,
-                  W_ref=None, ref_mask=None, mu=None, U=None, mem_scale: float = 1.0, A=None,
-                  n_total: int = 1, W_sum=None, G_sum=None, capture_at: int = -1, W_capture=None,
-                  gebru_eps: float = GEBRU_EPS, lazy: bool = True) -> float:
+def vr_inner_loop(
+    X,
+    Y,
+    rows,
+    W,
+    code: int,
+    *,
+    lam: float,
+    alpha0: float,
+    decay: float = 0.0,
+    t0: int = 0,
+    W_ref=None,
+    ref_mask=None,
+    mu=None,
+    U=None,
+    mem_scale: float = 1.0,
+    A=None,
+    n_total: int = 1,
+    W_sum=None,
+    G_sum=None,
+    capture_at: int = -1,
+    W_capture=None,
+    gebru_eps: float = GEBRU_EPS,
+    lazy: bool = True,
+) -> float:
     """One row per step over ``rows`` of a block; updates W (and the optional accumulators) in place.
 
     Step r (row i = rows[r]), alpha_r = alpha0 / (1 + decay (t0 + r)), g = dl_i/ds at W::
@@ -445,21 +592,56 @@ def vr_inner_loop(X, Y, rows, W, code: int, *, lam: float, alpha0: float, decay:
     use_ref = W_ref is not None
     if lazy and not (use_ref and mu is not None and U is not None):
         return _vr_inner_loop_lazy(
-            *csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay),
-            int(t0), W_ref if use_ref else none2,
+            *csr_parts(X),
+            Y,
+            rows,
+            W,
+            int(code),
+            float(gebru_eps),
+            float(lam),
+            float(alpha0),
+            float(decay),
+            int(t0),
+            W_ref if use_ref else none2,
             np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
-            mu if mu is not None else none2, U if U is not None else none2, 0 if U is None else 1,
-            float(mem_scale), A if A is not None else none2, int(n_total),
-            W_sum if W_sum is not None else none2, W_sum is not None,
-            G_sum if G_sum is not None else none2, G_sum is not None,
-            int(capture_at), W_capture if W_capture is not None else none2,
-            np.empty_like(W), np.empty_like(W) if W_sum is not None else none2)
+            mu if mu is not None else none2,
+            U if U is not None else none2,
+            0 if U is None else 1,
+            float(mem_scale),
+            A if A is not None else none2,
+            int(n_total),
+            W_sum if W_sum is not None else none2,
+            W_sum is not None,
+            G_sum if G_sum is not None else none2,
+            G_sum is not None,
+            int(capture_at),
+            W_capture if W_capture is not None else none2,
+            np.empty_like(W),
+            np.empty_like(W) if W_sum is not None else none2,
+        )
     return _vr_inner_loop(
-        *csr_parts(X), Y, rows, W, int(code), float(gebru_eps), float(lam), float(alpha0), float(decay), int(t0),
+        *csr_parts(X),
+        Y,
+        rows,
+        W,
+        int(code),
+        float(gebru_eps),
+        float(lam),
+        float(alpha0),
+        float(decay),
+        int(t0),
         W_ref if use_ref else none2,
         np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
-        mu if mu is not None else none2, U if U is not None else none2, 0 if U is None else 1,
-        float(mem_scale), A if A is not None else none2, int(n_total),
-        W_sum if W_sum is not None else none2, W_sum is not None,
-        G_sum if G_sum is not None else none2, G_sum is not None,
-        int(capture_at), W_capture if W_capture is not None else none2)
+        mu if mu is not None else none2,
+        U if U is not None else none2,
+        0 if U is None else 1,
+        float(mem_scale),
+        A if A is not None else none2,
+        int(n_total),
+        W_sum if W_sum is not None else none2,
+        W_sum is not None,
+        G_sum if G_sum is not None else none2,
+        G_sum is not None,
+        int(capture_at),
+        W_capture if W_capture is not None else none2,
+    )

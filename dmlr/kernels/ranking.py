@@ -98,7 +98,7 @@ def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef)
         shift = margin - s[pos_order[a]]
         if want_coef:
             tot = 0.0
-            for j in range(l):   # branch-free, vectorized: relevant j give max(-inf, 0) = 0
+            for j in range(l):  # branch-free, vectorized: relevant j give max(-inf, 0) = 0
                 h = max(shift + masked[j], 0.0)
                 loss += h * h
                 tot += h
@@ -112,8 +112,9 @@ def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef)
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def pairwise_squared_hinge_row(s, y, margin, coef_out, want_coef, pos_scores, pos_order,
-                               prefix1, prefix2, cnt_diff, sum_diff):
+def pairwise_squared_hinge_row(
+    s, y, margin, coef_out, want_coef, pos_scores, pos_order, prefix1, prefix2, cnt_diff, sum_diff
+):
     """Pairwise squared hinge of one row and, optionally, its score derivative.
 
     Parameters
@@ -254,7 +255,7 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
             n_pos += y[j] != 0
         pairs = n_pos > 0 and n_pos < l
         for p in range(n_points):
-            s = S[i, p * l:(p + 1) * l]
+            s = S[i, p * l : (p + 1) * l]
             want = p == grad_point
             acc = 0.0
             # branch-free: the active set of the hinge is unpredictable row to row
@@ -278,8 +279,9 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
                 rank[p] += weight * pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef, want)
                 scale = lambda2 * weight
             else:
-                rank[p] += pairwise_squared_hinge_row(s, y, margin, coef, want, pos_scores, pos_order2,
-                                                      prefix1, prefix2, cnt_diff, sum_diff)
+                rank[p] += pairwise_squared_hinge_row(
+                    s, y, margin, coef, want, pos_scores, pos_order2, prefix1, prefix2, cnt_diff, sum_diff
+                )
                 scale = lambda2
             if want:
                 for j in range(l):
@@ -403,7 +405,7 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
                 wg = WG[j]
                 for k in range(2 * l):
                     s[k] += v * wg[k]
-        tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[:b - a])
+        tb, tr = rbrl_score_losses(S[: b - a], Y[a:b], 2, 1, lambda2, margin, C[: b - a])
         br += tb
         rank += tr
         for i in range(a, b):
@@ -448,7 +450,7 @@ def dense_extrapolated_losses(S_W, S_prev, momentum, Y, lambda2, margin, C):
                 w = S_W[i, j]
                 s[j] = w
                 s[l + j] = w + momentum * (w - S_prev[i, j])
-        tb, tr = rbrl_score_losses(S[:b - a], Y[a:b], 2, 1, lambda2, margin, C[a:b])
+        tb, tr = rbrl_score_losses(S[: b - a], Y[a:b], 2, 1, lambda2, margin, C[a:b])
         br += tb
         rank += tr
     return br, rank

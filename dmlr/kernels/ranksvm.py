@@ -180,7 +180,7 @@ def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
     perm = np.argsort(pu2[:n_pos])
     for q in range(n_pos):
         u[q] = pu2[perm[q]]
-        lab[K + q] = lab[perm[q]]   # the labels in sorted order
+        lab[K + q] = lab[perm[q]]  # the labels in sorted order
     pu1[0] = 0.0
     pu2[0] = 0.0
     for q in range(n_pos):
@@ -196,7 +196,7 @@ def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
         if y[l] != 0:
             continue
         vl = s[l]
-        hi = np.searchsorted(us, vl, side="left")          # u_k < v_l: a > 0
+        hi = np.searchsorted(us, vl, side="left")  # u_k < v_l: a > 0
         if hi == 0:
             continue
         if mu > 0.0:
@@ -345,7 +345,7 @@ def mmp_row(s, y, coef_out):
     n_err = 0
     for l in range(K):
         if y[l] == 0:
-            c = np.searchsorted(srt, s[l], side="right")   # s_k <= s_l
+            c = np.searchsorted(srt, s[l], side="right")  # s_k <= s_l
             coef_out[l] = c
             n_err += c
             runs[0] += 1.0
@@ -371,8 +371,9 @@ def _ansgd_schedule(t, lam, L):
 
 
 @njit(cache=True, nogil=True)
-def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
-                    margin, ups, s, coef, scratch):
+def _online_updates_dense(
+    ansgd, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega, margin, ups, s, coef, scratch
+):
     d, K = M.shape
     for r in range(order.shape[0]):
         i = order[r]
@@ -386,8 +387,9 @@ def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M,
                 for k in range(K):
                     ups[j, k] = w1 * M[j, k] + w2 * Psi[j, k]
             row_scores(i, Xd, indptr, indices, data, sparse, ups, s)
-            ranksvm_row(s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
-                        scratch[5])
+            ranksvm_row(
+                s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4], scratch[5]
+            )
             shrink = 1.0 - eta * lam
             keep = theta / (lam + theta)
             for j in range(d):
@@ -400,8 +402,9 @@ def _online_updates_dense(ansgd, Xd, indptr, indices, data, sparse, Y, order, M,
             # eq. 7: M_t+1 = (1 - eta lam) M_t - eta x c^T, eta = 1 / (lam (t + omega))
             eta = 1.0 / (lam * (t + omega))
             row_scores(i, Xd, indptr, indices, data, sparse, M, s)
-            ranksvm_row(s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
-                        scratch[5])
+            ranksvm_row(
+                s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4], scratch[5]
+            )
             shrink = 1.0 - eta * lam
             for j in range(d):
                 for k in range(K):
@@ -439,8 +442,33 @@ def _lazy_fold(R, Q, U, co, two):
 
 
 @njit(cache=True, nogil=True)
-def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, Psi, M_avg, t0, lam, L, omega,
-                         margin, R, Q, U, co, resume, s, s2, coef, scratch):
+def _online_updates_lazy(
+    kind,
+    Xd,
+    indptr,
+    indices,
+    data,
+    sparse,
+    Y,
+    order,
+    M,
+    Psi,
+    M_avg,
+    t0,
+    lam,
+    L,
+    omega,
+    margin,
+    R,
+    Q,
+    U,
+    co,
+    resume,
+    s,
+    s2,
+    coef,
+    scratch,
+):
     d, K = M.shape
     two = kind == ANSGD
     n = order.shape[0]
@@ -470,26 +498,28 @@ def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, P
             row_scores(i, Xd, indptr, indices, data, sparse, Q, s2)
             for k in range(K):
                 s[k] = cR * s[k] + cQ * s2[k]
-            ranksvm_row(s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4],
-                        scratch[5])
+            ranksvm_row(
+                s, Y[i], a, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4], scratch[5]
+            )
             shrink = 1.0 - eta * lam
             m_new = shrink * cR
             r_new = shrink * cQ
             p_new = theta / (lam + theta) * p
-            gq = -1.0 / ((lam + theta) * p_new)   # Q += gq x c^T
-            g_m = -eta - r_new * gq                # m_new R += g_m x c^T
+            gq = -1.0 / ((lam + theta) * p_new)  # Q += gq x c^T
+            g_m = -eta - r_new * gq  # m_new R += g_m x c^T
         else:
             row_scores(i, Xd, indptr, indices, data, sparse, R, s)
             for k in range(K):
                 s[k] = m * s[k]
             if kind == SGD:
                 eta = 1.0 / (lam * (t + omega))
-                ranksvm_row(s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3],
-                            scratch[4], scratch[5])
+                ranksvm_row(
+                    s, Y[i], 0.0, margin, coef, scratch[0], scratch[1], scratch[2], scratch[3], scratch[4], scratch[5]
+                )
                 m_new = (1.0 - eta * lam) * m
                 g_m = -eta
             else:
-                if mmp_row(s, Y[i], coef) == 0.0:   # no error: M unchanged, only the sums move
+                if mmp_row(s, Y[i], coef) == 0.0:  # no error: M unchanged, only the sums move
                     co[3] += m
                     continue
                 m_new = m
@@ -524,8 +554,23 @@ def _online_updates_lazy(kind, Xd, indptr, indices, data, sparse, Y, order, M, P
                 Psi[j, k] = p * qv
 
 
-def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: float, L: float = 1.0,
-                   omega: float = 1e3, margin: float = RANKSVM_MARGIN, lazy: bool = True, carry=None):
+def online_updates(
+    solver: str,
+    X,
+    Y,
+    order,
+    M,
+    Psi,
+    M_avg,
+    t0: int,
+    *,
+    lam: float,
+    L: float = 1.0,
+    omega: float = 1e3,
+    margin: float = RANKSVM_MARGIN,
+    lazy: bool = True,
+    carry=None,
+):
     """ANSGD (Algorithm 1), SGD (eq. 7) or MMP updates over rows ``order``, in place, in one compiled loop.
 
     The same updates as :func:`dmlr.solvers.sgd.ansgd_step` / ``sgd_step`` /
@@ -588,14 +633,49 @@ def online_updates(solver: str, X, Y, order, M, Psi, M_avg, t0: int, *, lam: flo
     if not lazy:
         if kind == MMP:
             raise ValueError("the plain compiled loop covers ANSGD and SGD only")
-        _online_updates_dense(two, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
-                              float(omega), float(margin), np.empty_like(M) if two else np.empty((0, 0)),
-                              np.empty(K), np.empty(K), scratch)
+        _online_updates_dense(
+            two,
+            *parts,
+            Y,
+            order,
+            M,
+            Psi if two else M,
+            M_avg,
+            int(t0),
+            float(lam),
+            float(L),
+            float(omega),
+            float(margin),
+            np.empty_like(M) if two else np.empty((0, 0)),
+            np.empty(K),
+            np.empty(K),
+            scratch,
+        )
         return None
     if carry is None:
         carry = (np.empty_like(M), np.empty_like(M) if two else np.empty((0, 0)), np.empty_like(M), np.empty(5))
     R, Q, U, co = carry
-    _online_updates_lazy(kind, *parts, Y, order, M, Psi if two else M, M_avg, int(t0), float(lam), float(L),
-                         float(omega), float(margin), R, Q, U, co, resume, np.empty(K), np.empty(K), np.empty(K),
-                         scratch)
+    _online_updates_lazy(
+        kind,
+        *parts,
+        Y,
+        order,
+        M,
+        Psi if two else M,
+        M_avg,
+        int(t0),
+        float(lam),
+        float(L),
+        float(omega),
+        float(margin),
+        R,
+        Q,
+        U,
+        co,
+        resume,
+        np.empty(K),
+        np.empty(K),
+        np.empty(K),
+        scratch,
+    )
     return carry

@@ -54,7 +54,12 @@ def add_row_outer(i, Xd, indptr, indices, data, sparse, c, scale, G):
 def csr_parts(X):
     """(Xd, indptr, indices, data, sparse) as the kernels take a dense or CSR block."""
     if hasattr(X, "indptr"):
-        return (np.empty((0, 0)), X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
-                X.data.astype(np.float64, copy=False), True)
+        return (
+            np.empty((0, 0)),
+            X.indptr.astype(np.int64, copy=False),
+            X.indices.astype(np.int64, copy=False),
+            X.data.astype(np.float64, copy=False),
+            True,
+        )
     empty_i = np.empty(0, dtype=np.int64)
     return np.ascontiguousarray(X, dtype=np.float64), empty_i, empty_i, np.empty(0), False

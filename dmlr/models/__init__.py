@@ -2,13 +2,25 @@
 
 from dmlr.models.base import MODEL_REGISTRY, BaseModel, load_model
 from dmlr.models.linear import LinearMultiLabel
-from dmlr.models.oml import KNN, OML
 from dmlr.models.omf import OMF
-from dmlr.models.rbrl import RBRL, KernelRBRL
+from dmlr.models.oml import KNN, OML
 from dmlr.models.ranksvm import MMP, RankSVM
+from dmlr.models.rbrl import RBRL, KernelRBRL
 
 #: Every estimator class, for tests and documentation.
 ESTIMATORS = (RBRL, KernelRBRL, RankSVM, MMP, LinearMultiLabel, OML, KNN, OMF)
 
-__all__ = ["ESTIMATORS", "KNN", "KernelRBRL", "LinearMultiLabel", "MMP", "OMF", "OML", "MODEL_REGISTRY",
-           "BaseModel", "RBRL", "RankSVM", "load_model"]
+__all__ = [
+    "ESTIMATORS",
+    "KNN",
+    "KernelRBRL",
+    "LinearMultiLabel",
+    "MMP",
+    "OMF",
+    "OML",
+    "MODEL_REGISTRY",
+    "BaseModel",
+    "RBRL",
+    "RankSVM",
+    "load_model",
+]

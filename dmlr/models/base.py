@@ -58,8 +58,7 @@ SEED = [Interval(Integral, 0, None, closed="left"), None]
 #: model class name -> class, filled by :func:`register_model`.
 MODEL_REGISTRY: dict[str, type] = {}
 
-__all__ = ["BaseModel", "LinearModel", "MODEL_REGISTRY", "NotFittedError", "SEED", "load_model",
-           "register_model"]
+__all__ = ["BaseModel", "LinearModel", "MODEL_REGISTRY", "NotFittedError", "SEED", "load_model", "register_model"]
 
 
 def register_model(cls):
@@ -169,8 +168,7 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
             from dmlr.metrics import multilabel_metrics
 
             S = self._label_scores(self._predict_data(X))
-            return multilabel_metrics(y, S, self.labels_from_scores(S), metrics=["subset_accuracy"])[
-                "subset_accuracy"]
+            return multilabel_metrics(y, S, self.labels_from_scores(S), metrics=["subset_accuracy"])["subset_accuracy"]
         return super().score(X, y, sample_weight=sample_weight)
 
     def _label_scores(self, X):
@@ -178,8 +176,12 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         if is_dask(X):
             if len(X.chunks[1]) > 1:
                 X = X.rechunk({1: -1})
-            return X.map_blocks(self._scores_block, dtype=np.float64, chunks=(X.chunks[0], (len(self.classes_),)),
-                                meta=np.empty((0, 0), dtype=np.float64))
+            return X.map_blocks(
+                self._scores_block,
+                dtype=np.float64,
+                chunks=(X.chunks[0], (len(self.classes_),)),
+                meta=np.empty((0, 0), dtype=np.float64),
+            )
         return self._scores_block(X)
 
     def _output_scores(self, S):
@@ -204,8 +206,12 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
         path = Path(path)
         attributes = {k: getattr(self, k) for k in self._fitted_attributes if hasattr(self, k)}
-        attributes.update(classes_=np.asarray(self.classes_).tolist(), target_type_=self.target_type_,
-                          label_dtype_=self.label_dtype_, scaling_=self.scaling_)
+        attributes.update(
+            classes_=np.asarray(self.classes_).tolist(),
+            target_type_=self.target_type_,
+            label_dtype_=self.label_dtype_,
+            scaling_=self.scaling_,
+        )
         meta = {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
@@ -233,8 +239,9 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
 
 #: The reason a model whose label rule is not ``decision_function > 0`` fails
 #: ``check_classifier_multioutput`` (which requires exactly that rule).
-NOT_A_ZERO_THRESHOLD = ("check_classifier_multioutput requires predict == (decision_function > 0); this model's "
-                        "label rule is {rule}")
+NOT_A_ZERO_THRESHOLD = (
+    "check_classifier_multioutput requires predict == (decision_function > 0); this model's label rule is {rule}"
+)
 
 
 def _classes_of_max(S, classes):
@@ -260,8 +267,9 @@ class LinearModel(BaseModel):
         for name in self._fitted_array_names():
             arr = getattr(self, name)
             if arr.dtype.kind != "f" or arr.shape != expected:
-                raise DmlrInputError(f"{name} must be a float array of shape {expected}, got {arr.dtype} "
-                                     f"{arr.shape}", path=path)
+                raise DmlrInputError(
+                    f"{name} must be a float array of shape {expected}, got {arr.dtype} {arr.shape}", path=path
+                )
 
     def _scores_block(self, X):
         """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
@@ -299,12 +307,16 @@ def load_model(path):
         raise DmlrInputError("not a dmlr model file", path=path)
     version = meta.get("format_version")
     if version == 1:
-        raise DmlrInputError("model file format version 1 was written before dmlr renamed its model "
-                             "parameters (see CHANGELOG.md); this dmlr reads format version "
-                             f"{MODEL_FORMAT_VERSION}: refit the model and save it again", path=path)
+        raise DmlrInputError(
+            "model file format version 1 was written before dmlr renamed its model "
+            "parameters (see CHANGELOG.md); this dmlr reads format version "
+            f"{MODEL_FORMAT_VERSION}: refit the model and save it again",
+            path=path,
+        )
     if version != MODEL_FORMAT_VERSION:
-        raise DmlrInputError(f"unsupported model format version {version!r} (this dmlr reads "
-                             f"{MODEL_FORMAT_VERSION})", path=path)
+        raise DmlrInputError(
+            f"unsupported model format version {version!r} (this dmlr reads {MODEL_FORMAT_VERSION})", path=path
+        )
     cls = MODEL_REGISTRY.get(meta.get("model"))
     if cls is None:
         raise DmlrInputError(f"unknown model type {meta.get('model')!r}", path=path)
@@ -320,8 +332,9 @@ def load_model(path):
     except (TypeError, ValueError) as e:
         raise DmlrInputError(f"invalid model parameters ({e})", path=path) from None
     if set(meta.get("arrays", [])) != expected or set(contents) != expected:
-        raise DmlrInputError(f"model arrays {sorted(contents)} do not match {cls.__name__}'s "
-                             f"{sorted(expected)}", path=path)
+        raise DmlrInputError(
+            f"model arrays {sorted(contents)} do not match {cls.__name__}'s {sorted(expected)}", path=path
+        )
     for key, value in attrs.items():
         if key not in cls._fitted_attributes + COMMON_ATTRIBUTES:
             raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)

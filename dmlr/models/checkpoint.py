@@ -105,7 +105,7 @@ class CheckpointMismatchError(ValueError):
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 #: Rows per tile of the dense hash (a few MiB of temporaries whatever the block).
-_HASH_TILE_VALUES = 2 ** 19
+_HASH_TILE_VALUES = 2**19
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -119,7 +119,7 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 def _keys(n: int, salt: int) -> np.ndarray:
     """One fixed pseudo-random uint64 key per column (integer hashing: the same everywhere)."""
-    return _mix(np.arange(n, dtype=np.uint64) + np.uint64((salt * _GOLDEN) % 2 ** 64))
+    return _mix(np.arange(n, dtype=np.uint64) + np.uint64((salt * _GOLDEN) % 2**64))
 
 
 def _terms(bits: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -156,7 +156,7 @@ def block_fingerprint(block) -> np.ndarray:
         rx = np.empty(m, dtype=np.uint64)
         step = max(1, _HASH_TILE_VALUES // max(p, 1))
         for a in range(0, m, step):
-            rx[a:a + step] = _terms(X[a:a + step].view(np.uint64), kx).sum(axis=1, dtype=np.uint64)
+            rx[a : a + step] = _terms(X[a : a + step].view(np.uint64), kx).sum(axis=1, dtype=np.uint64)
     ry = _terms(np.asarray(Y).astype(np.int64).view(np.uint64), _keys(Y.shape[1], 2)).sum(axis=1, dtype=np.uint64)
     rows = _mix(rx + _mix(ry ^ np.uint64(_GOLDEN)))
     return np.array([rows.sum(dtype=np.uint64)], dtype=np.uint64)
@@ -184,8 +184,7 @@ def _jsonable(value):
 
 def make_fingerprint(model: str, params: dict, x_shape, data: dict) -> dict:
     """The checkpoint fingerprint (JSON) of a fit."""
-    return json.loads(json.dumps(_jsonable({"model": model, "params": params, "x_shape": list(x_shape),
-                                            "data": data})))
+    return json.loads(json.dumps(_jsonable({"model": model, "params": params, "x_shape": list(x_shape), "data": data})))
 
 
 def compare_fingerprints(saved: dict, current: dict) -> list[str]:
@@ -198,20 +197,22 @@ def compare_fingerprints(saved: dict, current: dict) -> list[str]:
         if sp.get(key, "<absent>") != cp.get(key, "<absent>"):
             diffs.append(f"{key}={cp.get(key, '<absent>')!r} here, {sp.get(key, '<absent>')!r} in the checkpoint")
     if list(saved.get("x_shape", [])) != list(current["x_shape"]):
-        diffs.append(f"solver variable of shape {tuple(current['x_shape'])} here, "
-                     f"{tuple(saved.get('x_shape', []))} in the checkpoint")
+        diffs.append(
+            f"solver variable of shape {tuple(current['x_shape'])} here, "
+            f"{tuple(saved.get('x_shape', []))} in the checkpoint"
+        )
     sd, cd = saved.get("data", {}), current["data"]
     if sd.get("n_rows") != cd["n_rows"]:
         diffs.append(f"{cd['n_rows']} training rows here, {sd.get('n_rows')} in the checkpoint")
     elif sd.get("hash") != cd["hash"]:
-        diffs.append(f"the training data differ (content hash {cd['hash']} here, {sd.get('hash')} in the "
-                     f"checkpoint)")
+        diffs.append(f"the training data differ (content hash {cd['hash']} here, {sd.get('hash')} in the checkpoint)")
     return diffs
 
 
 # ---------------------------------------------------------------------------
 # The Zarr store
 # ---------------------------------------------------------------------------
+
 
 def _state_name(t: int) -> str:
     return f"it-{int(t):09d}"
@@ -279,14 +280,20 @@ class Checkpoint:
             g = zarr.open_group(str(self.path), mode="r")
             meta = dict(g.attrs).get("dmlr")
         except Exception as e:  # zarr raises several types for a non-group path
-            raise ValueError(f"{self.path} exists and is not a dmlr checkpoint "
-                             f"({type(e).__name__}: {e}); refusing to use or overwrite it") from None
+            raise ValueError(
+                f"{self.path} exists and is not a dmlr checkpoint "
+                f"({type(e).__name__}: {e}); refusing to use or overwrite it"
+            ) from None
         if not isinstance(meta, dict) or meta.get("kind") != _KIND:
-            raise ValueError(f"{self.path} exists and is not a dmlr checkpoint (a Zarr group without "
-                             f"dmlr checkpoint attributes); refusing to use or overwrite it")
+            raise ValueError(
+                f"{self.path} exists and is not a dmlr checkpoint (a Zarr group without "
+                f"dmlr checkpoint attributes); refusing to use or overwrite it"
+            )
         if meta.get("format_version") != CHECKPOINT_FORMAT_VERSION:
-            raise ValueError(f"{self.path}: checkpoint format version {meta.get('format_version')!r} is not "
-                             f"supported (this dmlr reads version {CHECKPOINT_FORMAT_VERSION})")
+            raise ValueError(
+                f"{self.path}: checkpoint format version {meta.get('format_version')!r} is not "
+                f"supported (this dmlr reads version {CHECKPOINT_FORMAT_VERSION})"
+            )
         return meta
 
     def states(self) -> list[int]:
@@ -325,18 +332,34 @@ class Checkpoint:
         hist = _read_array(g, "objective_history", where).tolist()
         seconds = _read_array(g, "seconds", where).tolist()
         if a.get("complete"):
-            res = APGResult(x=_read_array(g, "W", where), objective_history=hist, n_iter=t,
-                            converged=bool(a["converged"]), seconds=seconds, lipschitz=float(a["lipschitz"]),
-                            n_backtracks=int(a["n_backtracks"]), n_restarts=int(a["n_restarts"]),
-                            n_oracle_calls=int(a["n_oracle_calls"]))
+            res = APGResult(
+                x=_read_array(g, "W", where),
+                objective_history=hist,
+                n_iter=t,
+                converged=bool(a["converged"]),
+                seconds=seconds,
+                lipschitz=float(a["lipschitz"]),
+                n_backtracks=int(a["n_backtracks"]),
+                n_restarts=int(a["n_restarts"]),
+                n_oracle_calls=int(a["n_oracle_calls"]),
+            )
             return res, a
         ref = a.get("reference_mapping")
-        return APGState(n_iter=t, W=_read_array(g, "W", where), G=_read_array(g, "G", where),
-                        grad=_read_array(g, "grad", where), f_G=float(a["f_G"]), b=float(a["b"]),
-                        lipschitz=float(a["lipschitz"]), objective_history=hist, seconds=seconds,
-                        n_backtracks=int(a["n_backtracks"]), n_restarts=int(a["n_restarts"]),
-                        n_oracle_calls=int(a["n_oracle_calls"]),
-                        reference_mapping=None if ref is None else float(ref))
+        return APGState(
+            n_iter=t,
+            W=_read_array(g, "W", where),
+            G=_read_array(g, "G", where),
+            grad=_read_array(g, "grad", where),
+            f_G=float(a["f_G"]),
+            b=float(a["b"]),
+            lipschitz=float(a["lipschitz"]),
+            objective_history=hist,
+            seconds=seconds,
+            n_backtracks=int(a["n_backtracks"]),
+            n_restarts=int(a["n_restarts"]),
+            n_oracle_calls=int(a["n_oracle_calls"]),
+            reference_mapping=None if ref is None else float(ref),
+        )
 
     # -- writing -----------------------------------------------------------
     def create(self, fingerprint: dict) -> None:
@@ -347,9 +370,13 @@ class Checkpoint:
         tmp = self.path.with_name(f".{self.path.name}{_PARTIAL_PREFIX}{uuid.uuid4().hex[:8]}")
         try:
             g = zarr.open_group(str(tmp), mode="w")
-            g.attrs["dmlr"] = {"kind": _KIND, "format_version": CHECKPOINT_FORMAT_VERSION,
-                               "fingerprint": fingerprint, "dmlr_version": __version__,
-                               "created": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+            g.attrs["dmlr"] = {
+                "kind": _KIND,
+                "format_version": CHECKPOINT_FORMAT_VERSION,
+                "fingerprint": fingerprint,
+                "dmlr_version": __version__,
+                "created": datetime.datetime.now(datetime.UTC).isoformat(),
+            }
             _fsync_tree(tmp)
             os.replace(tmp, self.path)  # replaces an empty directory, fails on a non-empty one
             _fsync_dir(self.path.parent)
@@ -372,8 +399,12 @@ class Checkpoint:
         g = zarr.open_group(str(tmp), mode="w")
         for key, values in arrays.items():
             _write_array(g, key, values)
-        g.attrs["dmlr"] = {"kind": _STATE_KIND, "iteration": int(t), **attrs,
-                           "written": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        g.attrs["dmlr"] = {
+            "kind": _STATE_KIND,
+            "iteration": int(t),
+            **attrs,
+            "written": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
         _fsync_tree(tmp)
         if final.exists():  # (not reached by a fit: iterations only grow) never rename onto a state
             shutil.rmtree(final)
@@ -386,25 +417,52 @@ class Checkpoint:
 
     def save_state(self, state: APGState) -> None:
         """Write an unfinished state (the solver's ``checkpoint`` hook)."""
-        attrs = {"complete": False, "converged": False, "b": float(state.b), "lipschitz": float(state.lipschitz),
-                 "f_G": float(state.f_G),
-                 "reference_mapping": None if state.reference_mapping is None else float(state.reference_mapping),
-                 "n_backtracks": int(state.n_backtracks), "n_restarts": int(state.n_restarts),
-                 "n_oracle_calls": int(state.n_oracle_calls)}
+        attrs = {
+            "complete": False,
+            "converged": False,
+            "b": float(state.b),
+            "lipschitz": float(state.lipschitz),
+            "f_G": float(state.f_G),
+            "reference_mapping": None if state.reference_mapping is None else float(state.reference_mapping),
+            "n_backtracks": int(state.n_backtracks),
+            "n_restarts": int(state.n_restarts),
+            "n_oracle_calls": int(state.n_oracle_calls),
+        }
         for key in ("b", "lipschitz", "f_G", "reference_mapping"):
             if attrs[key] is not None and not math.isfinite(attrs[key]):
                 raise ValueError(f"cannot checkpoint a non-finite {key} ({attrs[key]})")
-        self._write_state(state.n_iter, {"W": state.W, "G": state.G, "grad": state.grad,
-                                         "objective_history": np.asarray(state.objective_history),
-                                         "seconds": np.asarray(state.seconds)}, attrs)
+        self._write_state(
+            state.n_iter,
+            {
+                "W": state.W,
+                "G": state.G,
+                "grad": state.grad,
+                "objective_history": np.asarray(state.objective_history),
+                "seconds": np.asarray(state.seconds),
+            },
+            attrs,
+        )
 
     def save_final(self, result: APGResult, max_iter: int) -> None:
         """Mark the checkpoint complete: write the fit's result as the last state."""
-        attrs = {"complete": True, "converged": bool(result.converged), "max_iter": int(max_iter),
-                 "lipschitz": float(result.lipschitz), "n_backtracks": int(result.n_backtracks),
-                 "n_restarts": int(result.n_restarts), "n_oracle_calls": int(result.n_oracle_calls)}
-        self._write_state(result.n_iter, {"W": result.x, "objective_history": np.asarray(result.objective_history),
-                                          "seconds": np.asarray(result.seconds)}, attrs)
+        attrs = {
+            "complete": True,
+            "converged": bool(result.converged),
+            "max_iter": int(max_iter),
+            "lipschitz": float(result.lipschitz),
+            "n_backtracks": int(result.n_backtracks),
+            "n_restarts": int(result.n_restarts),
+            "n_oracle_calls": int(result.n_oracle_calls),
+        }
+        self._write_state(
+            result.n_iter,
+            {
+                "W": result.x,
+                "objective_history": np.asarray(result.objective_history),
+                "seconds": np.asarray(result.seconds),
+            },
+            attrs,
+        )
 
 
 class BackgroundWriter:
@@ -471,23 +529,28 @@ def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
     if not resume:
         info = ckpt.info()
         if info is not None and not info.get("complete"):
-            raise FileExistsError(f"{ckpt.path} holds an unfinished fit (checkpoint at iteration "
-                                  f"{info['iteration']}); pass resume=True (--resume) to continue it, or "
-                                  f"remove the directory to start again")
+            raise FileExistsError(
+                f"{ckpt.path} holds an unfinished fit (checkpoint at iteration "
+                f"{info['iteration']}); pass resume=True (--resume) to continue it, or "
+                f"remove the directory to start again"
+            )
         ckpt.discard()
         ckpt.create(fingerprint)
         return ckpt, None
     diffs = compare_fingerprints(meta.get("fingerprint") or {}, fingerprint)
     if diffs:
-        raise CheckpointMismatchError(f"cannot resume from {ckpt.path}: it was written for a different problem: "
-                                      + "; ".join(diffs))
+        raise CheckpointMismatchError(
+            f"cannot resume from {ckpt.path}: it was written for a different problem: " + "; ".join(diffs)
+        )
     saved = ckpt.load()
     if isinstance(saved, tuple):
         result, attrs = saved
         if not (result.n_iter == max_iter or (result.converged and result.n_iter < max_iter)):
             how = "converged" if result.converged else f"max_iter={attrs.get('max_iter')}"
-            raise ValueError(f"{ckpt.path} holds a finished fit that stopped at iteration {result.n_iter} ({how}); "
-                             f"with max_iter={max_iter} it would end elsewhere: remove the checkpoint or fit "
-                             f"without resume=True")
+            raise ValueError(
+                f"{ckpt.path} holds a finished fit that stopped at iteration {result.n_iter} ({how}); "
+                f"with max_iter={max_iter} it would end elsewhere: remove the checkpoint or fit "
+                f"without resume=True"
+            )
         return ckpt, result
     return ckpt, saved

@@ -19,10 +19,9 @@ are best judged by ranking metrics.
 
 from __future__ import annotations
 
-import numpy as np
-
 from numbers import Integral, Real
 
+import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options
@@ -107,12 +106,34 @@ class LinearMultiLabel(LinearModel):
         "scaling": SCALING,
     }
     _fitted_arrays = ("coef_",)
-    _fitted_attributes = ("objective_history_", "history_epochs_", "step_size_", "fit_seconds_",
-                          "n_features_in_", "n_labels_", "backend_")
+    _fitted_attributes = (
+        "objective_history_",
+        "history_epochs_",
+        "step_size_",
+        "fit_seconds_",
+        "n_features_in_",
+        "n_labels_",
+        "backend_",
+    )
 
-    def __init__(self, loss="hamming", solver="sgd", *, alpha=1e-4, n_epochs=5, learning_rate="1/k", eta0=None,
-                 decay=0.0, batch_size=None, s2gd_nu=None, group_rows=GROUP_ROWS, fit_intercept=True,
-                 random_state=0, record=True, scaling="auto"):
+    def __init__(
+        self,
+        loss="hamming",
+        solver="sgd",
+        *,
+        alpha=1e-4,
+        n_epochs=5,
+        learning_rate="1/k",
+        eta0=None,
+        decay=0.0,
+        batch_size=None,
+        s2gd_nu=None,
+        group_rows=GROUP_ROWS,
+        fit_intercept=True,
+        random_state=0,
+        record=True,
+        scaling="auto",
+    ):
         self.loss = loss
         self.solver = solver
         self.alpha = alpha
@@ -132,23 +153,34 @@ class LinearMultiLabel(LinearModel):
         """Train from W = 0; returns self."""
         self._validate_params()
         X, Y = self._fit_data(X, y)
-        chunks = make_chunkset(X, Y, fit_intercept=bool(self.fit_intercept), align_rows=int(self.group_rows),
-                               **chunk_options())
+        chunks = make_chunkset(
+            X, Y, fit_intercept=bool(self.fit_intercept), align_rows=int(self.group_rows), **chunk_options()
+        )
         try:
             problem = LinearMultiLabelProblem(chunks, self.loss, float(self.alpha), int(self.group_rows))
             d = int(X.shape[1]) + bool(self.fit_intercept)
             K = int(np.shape(Y)[1])
             with chunks.solver_context():
-                res = vr.minimize(problem, np.zeros((d, K)), self.solver, epochs=int(self.n_epochs),
-                                  step=self.learning_rate, step_size=self.eta0, step_decay=float(self.decay),
-                                  batch_size=self.batch_size, s2gd_nu=self.s2gd_nu,
-                                  random_state=self.random_state, record=bool(self.record))
+                res = vr.minimize(
+                    problem,
+                    np.zeros((d, K)),
+                    self.solver,
+                    epochs=int(self.n_epochs),
+                    step=self.learning_rate,
+                    step_size=self.eta0,
+                    step_decay=float(self.decay),
+                    batch_size=self.batch_size,
+                    s2gd_nu=self.s2gd_nu,
+                    random_state=self.random_state,
+                    record=bool(self.record),
+                )
         finally:
             backend = chunks.backend
             chunks.close()
         if not np.all(np.isfinite(res.W)):
-            raise FloatingPointError(f"{self.solver} diverged (non-finite weights) with step size "
-                                     f"{res.step_size:g}: use a smaller eta0")
+            raise FloatingPointError(
+                f"{self.solver} diverged (non-finite weights) with step size {res.step_size:g}: use a smaller eta0"
+            )
         self.coef_ = res.W
         self.objective_history_ = [float(v) for v in res.objective_history]
         self.history_epochs_ = [int(k) for k in res.history_epochs]

@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-
-from numbers import Integral, Real
-
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -57,6 +55,7 @@ RULES = ("top_k", "threshold")
 # ----------------------------------------------------------------------------
 # The learning loop (runs where the data are read: a worker or this process)
 # ----------------------------------------------------------------------------
+
 
 def _init_factors(k: int, l: int, s: int, seed, scale: float):
     """P^(0), Q^(0) of Algorithm 1 (RANDOM-MATRIX): N(0, scale^2) entries from ``seed``."""
@@ -128,12 +127,13 @@ def _train(stream, state: dict, cfg: dict) -> dict:
                     Xw, Yw = Xw[order], Yw[order]
                 for a in range(0, m, b):
                     lr = objective.learning_rate(t, cfg["eta0"], cfg["decay"])
-                    P, Q, loss = objective.sgd_step(Xw[a:a + b], Yw[a:a + b], P, Q, alpha, lam, lr, n)
+                    P, Q, loss = objective.sgd_step(Xw[a : a + b], Yw[a : a + b], P, Q, alpha, lam, lr, n)
                     total += loss
                     t += 1
             if not (np.all(np.isfinite(P)) and np.all(np.isfinite(Q))):
-                raise FloatingPointError(f"OMF diverged in epoch {epoch + 1} (non-finite P or Q); "
-                                         f"lower learning_rate (now {cfg['eta0']})")
+                raise FloatingPointError(
+                    f"OMF diverged in epoch {epoch + 1} (non-finite P or Q); lower learning_rate (now {cfg['eta0']})"
+                )
             # eq. 1 of the epoch: the rows' shares at the codes and factors they were
             # seen with (progressive), plus the ridge on the epoch's final P, Q.
             history.append(total + lam * (float(np.vdot(P, P)) + float(np.vdot(Q, Q))))
@@ -144,6 +144,7 @@ def _train(stream, state: dict, cfg: dict) -> dict:
 # ----------------------------------------------------------------------------
 # The estimator
 # ----------------------------------------------------------------------------
+
 
 @register_model
 class OMF(BaseModel):
@@ -228,11 +229,20 @@ class OMF(BaseModel):
     * Shuffling is within windows of ``shuffle_window`` rows, not global.
     """
 
-    _expected_failed_checks = {"check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-        rule="the top_k highest scores of each row (Algorithm 2's SELECT-TOP)")}
+    _expected_failed_checks = {
+        "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
+            rule="the top_k highest scores of each row (Algorithm 2's SELECT-TOP)"
+        )
+    }
     _fitted_arrays = ("P_", "Q_")
-    _fitted_attributes = ("objective_history_", "n_epochs_", "n_updates_", "n_features_in_", "n_labels_",
-                          "fit_seconds_")
+    _fitted_attributes = (
+        "objective_history_",
+        "n_epochs_",
+        "n_updates_",
+        "n_features_in_",
+        "n_labels_",
+        "fit_seconds_",
+    )
     _parameter_constraints = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "label_weight": [Interval(Real, 0, 1, closed="both")],
@@ -252,9 +262,26 @@ class OMF(BaseModel):
         "scaling": SCALING,
     }
 
-    def __init__(self, n_components=10, *, label_weight=0.5, alpha=1e-3, alpha_code=1.0, n_epochs=10,
-                 batch_size=32, eta0=0.1, decay=None, shuffle_window=4096, init_scale=0.1, label_rule="top_k",
-                 top_k=1, threshold=0.5, fit_intercept=False, random_state=0, scaling="auto"):
+    def __init__(
+        self,
+        n_components=10,
+        *,
+        label_weight=0.5,
+        alpha=1e-3,
+        alpha_code=1.0,
+        n_epochs=10,
+        batch_size=32,
+        eta0=0.1,
+        decay=None,
+        shuffle_window=4096,
+        init_scale=0.1,
+        label_rule="top_k",
+        top_k=1,
+        threshold=0.5,
+        fit_intercept=False,
+        random_state=0,
+        scaling="auto",
+    ):
         self.n_components = n_components
         self.label_weight = label_weight
         self.alpha = alpha
@@ -275,15 +302,24 @@ class OMF(BaseModel):
     def _validate_params(self) -> None:
         super()._validate_params()
         if self.shuffle_window % self.batch_size:
-            raise ValueError(f"shuffle_window must be 0 or a positive multiple of batch_size={self.batch_size}, "
-                             f"got {self.shuffle_window!r}")
+            raise ValueError(
+                f"shuffle_window must be 0 or a positive multiple of batch_size={self.batch_size}, "
+                f"got {self.shuffle_window!r}"
+            )
 
     def _config(self, epochs: int) -> dict:
-        return {"alpha": float(self.label_weight), "lam": float(self.alpha), "dim": int(self.n_components),
-                "eta0": float(self.eta0),
-                "decay": float(self.alpha if self.decay is None else self.decay),
-                "batch_size": int(self.batch_size), "shuffle_window": int(self.shuffle_window),
-                "seed": self.random_state, "init_scale": float(self.init_scale), "epochs": int(epochs)}
+        return {
+            "alpha": float(self.label_weight),
+            "lam": float(self.alpha),
+            "dim": int(self.n_components),
+            "eta0": float(self.eta0),
+            "decay": float(self.alpha if self.decay is None else self.decay),
+            "batch_size": int(self.batch_size),
+            "shuffle_window": int(self.shuffle_window),
+            "seed": self.random_state,
+            "init_scale": float(self.init_scale),
+            "epochs": int(epochs),
+        }
 
     def _stream(self, X, Y) -> ChunkStream:
         return ChunkStream(X, Y, fit_intercept=bool(self.fit_intercept), chunk_rows=int(get_config()["chunk_rows"]))
@@ -318,8 +354,9 @@ class OMF(BaseModel):
         state = None
         if hasattr(self, "P_"):
             if self.P_.shape[1] != self.n_components:
-                raise DmlrInputError(f"partial_fit with n_components={self.n_components}; the model has "
-                                     f"{self.P_.shape[1]}")
+                raise DmlrInputError(
+                    f"partial_fit with n_components={self.n_components}; the model has {self.P_.shape[1]}"
+                )
             state = {"P": self.P_, "Q": self.Q_, "t": self.n_updates_, "epoch": self.n_epochs_}
         X, Y = self._partial_fit_data(X, y, classes=classes)
         return self._run(X, Y, state, 1)
@@ -327,8 +364,9 @@ class OMF(BaseModel):
     def _run(self, X, Y, state, epochs: int):
         start = time.perf_counter()
         stream = self._stream(X, Y)
-        out = run_streaming(_train, stream, state, self._config(epochs), client=get_config()["client"],
-                            where=stream_where())
+        out = run_streaming(
+            _train, stream, state, self._config(epochs), client=get_config()["client"], where=stream_where()
+        )
         self.P_, self.Q_ = out["P"], out["Q"]
         prev = list(getattr(self, "objective_history_", [])) if state is not None else []
         self.objective_history_ = prev + [float(v) for v in out["history"]]
@@ -354,8 +392,14 @@ class OMF(BaseModel):
         if is_dask(X):
             if len(X.chunks[1]) > 1:
                 X = X.rechunk({1: -1})
-            return X.map_blocks(linear_scores, W, bool(self.fit_intercept), dtype=np.float64,
-                                chunks=(X.chunks[0], (W.shape[1],)), meta=np.empty((0, 0), dtype=np.float64))
+            return X.map_blocks(
+                linear_scores,
+                W,
+                bool(self.fit_intercept),
+                dtype=np.float64,
+                chunks=(X.chunks[0], (W.shape[1],)),
+                meta=np.empty((0, 0), dtype=np.float64),
+            )
         return linear_scores(X, W, bool(self.fit_intercept))
 
     def labels_from_scores(self, S):
@@ -371,8 +415,9 @@ class OMF(BaseModel):
         for name, shape in (("P_", (k, int(self.n_components))), ("Q_", (int(self.n_labels_), int(self.n_components)))):
             arr = getattr(self, name)
             if arr.dtype.kind != "f" or arr.shape != shape:
-                raise DmlrInputError(f"{name} must be a float array of shape {shape}, got {arr.dtype} {arr.shape}",
-                                     path=path)
+                raise DmlrInputError(
+                    f"{name} must be a float array of shape {shape}, got {arr.dtype} {arr.shape}", path=path
+                )
 
 
 def apply_rule(S, rule: str, top_k: int = 1, threshold: float = 0.5) -> np.ndarray:
@@ -444,9 +489,21 @@ def _f1_micro(Y: np.ndarray, Pr: np.ndarray) -> float:
     return multilabel_metrics(Y, np.zeros(Y.shape), Pr, metrics=["f1_micro"])["f1_micro"]
 
 
-def cross_validate_omf(estimator: OMF, X, Y, fit_grid=None, *, alpha_codes=DEFAULT_ALPHA_CODES, top_ks=None,
-                       thresholds=DEFAULT_THRESHOLDS, cv=5, seed=0, scoring=None, refit=True,
-                       verbose=False) -> OMFSearchResult:
+def cross_validate_omf(
+    estimator: OMF,
+    X,
+    Y,
+    fit_grid=None,
+    *,
+    alpha_codes=DEFAULT_ALPHA_CODES,
+    top_ks=None,
+    thresholds=DEFAULT_THRESHOLDS,
+    cv=5,
+    seed=0,
+    scoring=None,
+    refit=True,
+    verbose=False,
+) -> OMFSearchResult:
     """Choose OMF's label_weight, alpha, n_components (...), alpha_code and label rule by K-fold CV.
 
     Why not :func:`dmlr.model_selection.grid_search_cv`: it re-fits every grid
@@ -507,7 +564,7 @@ def cross_validate_omf(estimator: OMF, X, Y, fit_grid=None, *, alpha_codes=DEFAU
             try:
                 with config_context(backend="local"):
                     est = OMF(**{**base, **point}).fit(X[tr], Y[tr])
-            except FloatingPointError:   # a too large learning rate in the grid: score it -inf
+            except FloatingPointError:  # a too large learning rate in the grid: score it -inf
                 for xi in alpha_codes:
                     for rule, param in rules:
                         scores.setdefault((i, float(xi), rule, param), []).append(-np.inf)
@@ -516,18 +573,28 @@ def cross_validate_omf(estimator: OMF, X, Y, fit_grid=None, *, alpha_codes=DEFAU
                 est.set_params(alpha_code=float(xi))
                 S = est.decision_function(X[va])
                 for rule, param in rules:
-                    Pr = apply_rule(S, rule, top_k=param if rule == "top_k" else 1,
-                                    threshold=param if rule == "threshold" else 0.0)
+                    Pr = apply_rule(
+                        S, rule, top_k=param if rule == "top_k" else 1, threshold=param if rule == "threshold" else 0.0
+                    )
                     scores.setdefault((i, float(xi), rule, param), []).append(scoring(Y[va], Pr))
             if verbose:
                 print(f"  fold {f} point {point}: {time.perf_counter() - start:.1f} s", flush=True)
     results = []
     for (i, xi, rule, param), fold_scores in scores.items():
-        params = {**points[i], "alpha_code": xi, "label_rule": rule,
-                  **({"top_k": param} if rule == "top_k" else {"threshold": param})}
+        params = {
+            **points[i],
+            "alpha_code": xi,
+            "label_rule": rule,
+            **({"top_k": param} if rule == "top_k" else {"threshold": param}),
+        }
         results.append({"params": params, "mean_score": float(np.mean(fold_scores)), "fold_scores": fold_scores})
     best = max(range(len(results)), key=lambda j: (results[j]["mean_score"], -j))
     best_params = results[best]["params"]
     best_est = OMF(**{**base, **best_params}).fit(X, Y) if refit else None
-    return OMFSearchResult(best_params=best_params, best_score=results[best]["mean_score"], results=results,
-                           best_estimator=best_est, seconds=time.perf_counter() - start)
+    return OMFSearchResult(
+        best_params=best_params,
+        best_score=results[best]["mean_score"],
+        results=results,
+        best_estimator=best_est,
+        seconds=time.perf_counter() - start,
+    )

@@ -58,7 +58,8 @@ Round t, neighbour (x, y) of x_t in D. Let ``a = P^T x_t - y``,
      maximum point of f", for the exact dual f = D. (Eq. (2) is a QCQP with one
      constraint, so by the S-lemma -- Boyd & Vandenberghe App. B, the paper's
      [26] -- there is no duality gap and V(lam*) is its global solution.)
-(D7) Root: with ``u = 1 - 2 lam mu_1 in (0, 1]``, ``h(u) = mu_1 w_1 / u^2 + mu_2 w_2 / (1 - (1 - u) mu_2/mu_1)^2 - Delta``
+(D7) Root: with ``u = 1 - 2 lam mu_1 in (0, 1]``,
+     ``h(u) = mu_1 w_1 / u^2 + mu_2 w_2 / (1 - (1 - u) mu_2/mu_1)^2 - Delta``
      is decreasing, with the root in ``[sqrt(mu_1 w_1 / (Delta + |mu_2| w_2)), min(1, sqrt(mu_1 w_1 / Delta))]``
      (the second term lies in [mu_2 w_2, 0]); Brent's method to machine
      precision; ``lam* = (1 - u*) / (2 mu_1)`` and the e_1 factor of (D4) is
@@ -89,20 +90,18 @@ from __future__ import annotations
 
 import math
 import time
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from scipy.optimize import brentq
-
-from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import as_matrix, is_dask
-from dmlr.kernels.knn import chunk_top_k, merge_top_k
-from numbers import Integral, Real
-
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
+from dmlr.errors import DmlrInputError
+from dmlr.kernels.blocks import as_matrix, is_dask
+from dmlr.kernels.knn import chunk_top_k, merge_top_k
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model
 
 #: Eq. (7) bounds of lambda_t used in the paper's experiments (Sec. V-B).
@@ -114,6 +113,7 @@ AGGREGATIONS = ("vote", "mlknn")
 # ---------------------------------------------------------------------------------------------
 # The update of V (module docstring, D1-D9)
 # ---------------------------------------------------------------------------------------------
+
 
 def rank2_eigen(a, b, V):
     """Eigen-pairs of A = a a^T - b b^T and the weights w_i = ||V^T e_i||^2 (D4).
@@ -143,7 +143,7 @@ def rank2_eigen(a, b, V):
 
 def cubic_coefficients(mu, w, delta):
     """(a, b, c) of the cubic f of eq. (7), derived in (D9): tau_k = sum mu_i^k w_i."""
-    tau1, tau2, tau3 = (float(np.sum(mu ** k * w)) for k in (1, 2, 3))
+    tau1, tau2, tau3 = (float(np.sum(mu**k * w)) for k in (1, 2, 3))
     return -4.0 * tau3, -2.0 * tau2, float(delta) - tau1
 
 
@@ -154,17 +154,17 @@ def cubic_max_point(a, b, c):
     """
     if a == 0.0:
         return (-c / (2.0 * b)) if b < 0 else None
-    disc = 4.0 * b * b - 12.0 * a * c           # of f'(lam) = 3a lam^2 + 2b lam + c
+    disc = 4.0 * b * b - 12.0 * a * c  # of f'(lam) = 3a lam^2 + 2b lam + c
     if disc < 0:
-        return None                             # a > 0 here: f' > 0 everywhere
+        return None  # a > 0 here: f' > 0 everywhere
     s = math.sqrt(disc)
     # numerically stable roots of the quadratic 3a x^2 + 2b x + c
     qq = -0.5 * (2.0 * b + math.copysign(s, b if b != 0 else 1.0))
     r1, r2 = (qq / (3.0 * a), c / qq) if qq != 0 else (0.0, 0.0)
     lo, hi = sorted((r1, r2))
     if a < 0:
-        return hi                               # roots of opposite signs (product c/3a < 0): the positive one
-    return lo if lo > 0 else None               # a > 0, both roots positive: f' + then - at the smaller
+        return hi  # roots of opposite signs (product c/3a < 0): the positive one
+    return lo if lo > 0 else None  # a > 0, both roots positive: f' + then - at the smaller
 
 
 def exact_lambda(mu, w, delta):
@@ -174,7 +174,7 @@ def exact_lambda(mu, w, delta):
     c1 = mu1 * w1
     if not c1 > 0:
         return None, None
-    c2 = mu2 * w2                               # <= 0
+    c2 = mu2 * w2  # <= 0
     r = mu2 / mu1
 
     def h(u):
@@ -182,7 +182,7 @@ def exact_lambda(mu, w, delta):
 
     lo = math.sqrt(c1 / (delta - c2))
     hi = min(1.0, math.sqrt(c1 / delta))
-    if h(hi) >= 0:                               # at u = 1 (lam = 0) h = -l_t < 0; guard rounding
+    if h(hi) >= 0:  # at u = 1 (lam = 0) h = -l_t < 0; guard rounding
         u = hi
     elif h(lo) <= 0:
         u = lo
@@ -230,7 +230,7 @@ def oml_update(V, a, b, delta, *, lambda_min=LAMBDA_MIN, lambda_max=LAMBDA_MAX, 
         lam, clipped, u = lambda_max, True, None
     elif lam < lambda_min:
         clipped = True
-        if lambda_min < pole:                   # (D8): never raise lam past the pole
+        if lambda_min < pole:  # (D8): never raise lam past the pole
             lam, u = lambda_min, None
     factors = np.empty(2)
     for i in range(2):
@@ -252,6 +252,7 @@ def margin(V, a, b) -> float:
 # ---------------------------------------------------------------------------------------------
 # Training pieces
 # ---------------------------------------------------------------------------------------------
+
 
 def _normal_equations_block(block):
     """(X^T X, X^T Y) of one row block (dense float64), summed by ``ChunkSet.map_reduce``."""
@@ -310,27 +311,26 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
     """
     V = np.array(V, dtype=np.float64, copy=True)
     n, q = stream.n_rows, stream.n_labels
-    d_blocks = []                                    # (X rows, their global indices)
+    d_blocks = []  # (X rows, their global indices)
     labels = np.zeros((offset + n, q), dtype=np.int8)
     if memory is not None:
         Xm, Ym = memory
         d_blocks.append((as_matrix(Xm), np.arange(offset, dtype=np.int64)))
         labels[:offset] = np.asarray(Ym, dtype=np.int8)
-    if init_mask is not None:                        # pass 1: the initial memory
+    if init_mask is not None:  # pass 1: the initial memory
         row0 = 0
         for blk in stream:
-            rows = np.flatnonzero(init_mask[row0:row0 + blk.n_rows])
+            rows = np.flatnonzero(init_mask[row0 : row0 + blk.n_rows])
             if rows.size:
                 d_blocks.append((_take_rows(blk.X, rows), offset + row0 + rows))
                 labels[offset + row0 + rows] = blk.Y[rows]
             row0 += blk.n_rows
     losses, n_clipped = [], 0
-    kw = {"lambda_min": params["lambda_min"], "lambda_max": params["lambda_max"],
-          "lambda_rule": params["lambda_rule"]}
+    kw = {"lambda_min": params["lambda_min"], "lambda_max": params["lambda_max"], "lambda_rule": params["lambda_rule"]}
     row0 = 0
-    for blk in stream:                                # pass 2: Algorithm 1, rows in order
+    for blk in stream:  # pass 2: Algorithm 1, rows in order
         nb = blk.n_rows
-        sel = np.arange(nb) if init_mask is None else np.flatnonzero(~init_mask[row0:row0 + nb])
+        sel = np.arange(nb) if init_mask is None else np.flatnonzero(~init_mask[row0 : row0 + nb])
         if sel.size == 0:
             row0 += nb
             continue
@@ -340,24 +340,24 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
         parts = [chunk_top_k(Xs, DX, 1, Dg) for DX, Dg in d_blocks]
         parts.append(chunk_top_k(Xs, Xs, 1, g, max_index=g))
         _, nn = merge_top_k(parts, 1)
-        labels[g] = Ys                                # a row's neighbour may be an earlier row of this chunk
+        labels[g] = Ys  # a row's neighbour may be an earlier row of this chunk
         PX = np.asarray(Xs @ P)
         for i in range(sel.size):
             j = nn[i, 0]
-            if j < 0:                                 # empty memory: nothing to compare with
+            if j < 0:  # empty memory: nothing to compare with
                 losses.append(0.0)
                 continue
             yt, y = Ys[i].astype(np.float64), labels[j].astype(np.float64)
             delta = float(np.abs(yt - y).sum())
             loss = 0.0
-            if delta > 0:                             # Delta = 0 => a = b => l_t = 0 (D1)
+            if delta > 0:  # Delta = 0 => a = b => l_t = 0 (D1)
                 a, b = PX[i] - y, PX[i] - yt
-                loss = max(0.0, delta - margin(V, a, b))   # eq. (4)
-                if loss > 0:                          # lines 7-9
+                loss = max(0.0, delta - margin(V, a, b))  # eq. (4)
+                if loss > 0:  # lines 7-9
                     V, _, clipped = oml_update(V, a, b, delta, **kw)
                     n_clipped += clipped
             losses.append(loss)
-        d_blocks.append((Xs, g))                      # line 13: append to D
+        d_blocks.append((Xs, g))  # line 13: append to D
         row0 += nb
     return {"V": V, "losses": np.asarray(losses, dtype=np.float64), "n_clipped": int(n_clipped)}
 
@@ -365,6 +365,7 @@ def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
 # ---------------------------------------------------------------------------------------------
 # Estimators
 # ---------------------------------------------------------------------------------------------
+
 
 def default_code_dim(n_labels: int) -> int:
     """OML's default d: half the labels, at least 2 and below q (the paper's d < q) where q allows.
@@ -388,8 +389,11 @@ def _rows(X, a, b):
 class _NeighbourModel(BaseModel):
     """Prediction shared by :class:`OML` and :class:`KNN`: k nearest memory rows, then a label rule."""
 
-    _expected_failed_checks = {"check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-        rule="score > threshold (0.5 of the neighbours' votes)")}
+    _expected_failed_checks = {
+        "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
+            rule="score > threshold (0.5 of the neighbours' votes)"
+        )
+    }
 
     _fitted_attributes = ("n_features_in_", "n_labels_", "n_memory_", "fit_seconds_")
     _parameter_constraints = {
@@ -459,8 +463,11 @@ class _NeighbourModel(BaseModel):
         finally:
             mem.close()
         if not out[0]:
-            return (np.zeros((0, self.k)), np.zeros((0, self.k), dtype=np.int64),
-                    np.zeros((0, self.k, self.n_labels_), dtype=np.int8))
+            return (
+                np.zeros((0, self.k)),
+                np.zeros((0, self.k), dtype=np.int64),
+                np.zeros((0, self.k, self.n_labels_), dtype=np.int8),
+            )
         return tuple(np.concatenate(lst, axis=0) for lst in out)
 
     def _label_scores(self, X):
@@ -471,7 +478,7 @@ class _NeighbourModel(BaseModel):
         chunks); the scores come back as a dask array with X's row chunks, already computed.
         """
         _, idx, labels = self._kneighbors(X)
-        counts = labels.sum(axis=1, dtype=np.int64)                       # (n, l)
+        counts = labels.sum(axis=1, dtype=np.int64)  # (n, l)
         if self.aggregation == "vote":
             n_valid = np.maximum((idx >= 0).sum(axis=1, keepdims=True), 1)
             S = counts / n_valid
@@ -511,7 +518,7 @@ class _NeighbourModel(BaseModel):
                 own = np.arange(a, a + Yb.shape[0])[:, None]
                 drop = idx == own
                 none = ~drop.any(axis=1)
-                drop[none, -1] = True                                      # self beyond k+1 ties
+                drop[none, -1] = True  # self beyond k+1 ties
                 first = np.argmax(drop, axis=1)
                 keep = np.ones_like(drop)
                 keep[np.arange(drop.shape[0]), first] = False
@@ -533,8 +540,11 @@ class _NeighbourModel(BaseModel):
             raise DmlrInputError("memory arrays do not match n_features_in_ / n_labels_", path=path)
         if self.aggregation == "mlknn":
             shape = (int(self.k) + 1, L)
-            if self.mlknn_cond_pos_.shape != shape or self.mlknn_cond_neg_.shape != shape \
-                    or self.mlknn_prior_.shape != (L,):
+            if (
+                self.mlknn_cond_pos_.shape != shape
+                or self.mlknn_cond_neg_.shape != shape
+                or self.mlknn_prior_.shape != (L,)
+            ):
                 raise DmlrInputError("ML-kNN tables do not match k and n_labels_", path=path)
 
 
@@ -674,8 +684,15 @@ class OML(_NeighbourModel):
 
     _fitted_arrays = ("P_", "V_", "memory_X_", "memory_Y_")
     _fitted_attributes = _NeighbourModel._fitted_attributes + (
-        "objective_history_", "objective_iterations_", "n_updates_", "n_active_", "n_clipped_",
-        "cumulative_loss_", "ridge_used_", "n_components_")
+        "objective_history_",
+        "objective_iterations_",
+        "n_updates_",
+        "n_active_",
+        "n_clipped_",
+        "cumulative_loss_",
+        "ridge_used_",
+        "n_components_",
+    )
 
     _parameter_constraints = {
         **_NeighbourModel._parameter_constraints,
@@ -690,9 +707,24 @@ class OML(_NeighbourModel):
         "record_every": [Interval(Integral, 1, None, closed="left")],
     }
 
-    def __init__(self, k=10, n_components=None, *, init_fraction=0.2, lambda_min=LAMBDA_MIN,
-                 lambda_max=LAMBDA_MAX, lambda_rule="exact", aggregation="vote", threshold=0.5, alpha=1e-6,
-                 projection_rows="all", mlknn_smoothing=1.0, random_state=0, record_every=100, scaling="auto"):
+    def __init__(
+        self,
+        k=10,
+        n_components=None,
+        *,
+        init_fraction=0.2,
+        lambda_min=LAMBDA_MIN,
+        lambda_max=LAMBDA_MAX,
+        lambda_rule="exact",
+        aggregation="vote",
+        threshold=0.5,
+        alpha=1e-6,
+        projection_rows="all",
+        mlknn_smoothing=1.0,
+        random_state=0,
+        record_every=100,
+        scaling="auto",
+    ):
         self.k = k
         self.n_components = n_components
         self.init_fraction = init_fraction
@@ -717,8 +749,11 @@ class OML(_NeighbourModel):
         return self.P_ @ self.V_
 
     def _params(self):
-        return {"lambda_min": float(self.lambda_min), "lambda_max": float(self.lambda_max),
-                "lambda_rule": self.lambda_rule}
+        return {
+            "lambda_min": float(self.lambda_min),
+            "lambda_max": float(self.lambda_max),
+            "lambda_rule": self.lambda_rule,
+        }
 
     def _record(self, losses, reset: bool):
         t0 = 0 if reset else int(self.n_updates_)
@@ -755,7 +790,7 @@ class OML(_NeighbourModel):
                 delattr(self, name)
         X, Y = self._fit_data(X, y, classes=classes)
         start = time.perf_counter()
-        n, p, q = int(X.shape[0]), int(X.shape[1]), int(np.shape(Y)[1])
+        n, q = int(X.shape[0]), int(np.shape(Y)[1])
         d = int(self.n_components) if self.n_components is not None else default_code_dim(q)
         rng = np.random.default_rng(self.random_state)
         n_init = min(n, max(1, int(round(float(self.init_fraction) * n))))
@@ -775,8 +810,18 @@ class OML(_NeighbourModel):
             chunks.close()
         P, self.ridge_used_ = solve_projection(XtX, XtY, float(self.alpha))
         stream = ChunkStream(X, Ynp, chunk_rows=int(get_config()["chunk_rows"]))
-        res = run_streaming(oml_train_stream, stream, P, V1, None, init_mask, 0, self._params(),
-                            client=get_config()["client"], where=stream_where())
+        res = run_streaming(
+            oml_train_stream,
+            stream,
+            P,
+            V1,
+            None,
+            init_mask,
+            0,
+            self._params(),
+            client=get_config()["client"],
+            where=stream_where(),
+        )
         self.P_, self.V_ = P, res["V"]
         self.memory_X_, self.memory_Y_ = X, Ynp
         self.n_labels_, self.n_components_ = q, d
@@ -809,12 +854,16 @@ class OML(_NeighbourModel):
         Xn = _rows(X, 0, None)
         Yn = np.asarray(_rows(Y, 0, None), dtype=np.int8) if is_dask(Y) else np.asarray(Y, dtype=np.int8)
         stream = ChunkStream(Xn, Yn, chunk_rows=int(get_config()["chunk_rows"]))
-        res = run_streaming(oml_train_stream, stream, self.P_, self.V_, (Xm, Ym), None, int(Xm.shape[0]),
-                            self._params(), where="local")
+        res = run_streaming(
+            oml_train_stream, stream, self.P_, self.V_, (Xm, Ym), None, int(Xm.shape[0]), self._params(), where="local"
+        )
         self.V_ = res["V"]
         Xm, Xn = as_matrix(Xm), as_matrix(Xn)
-        self.memory_X_ = sp.vstack([Xm, Xn], format="csr") if (sp.issparse(Xm) or sp.issparse(Xn)) \
+        self.memory_X_ = (
+            sp.vstack([Xm, Xn], format="csr")
+            if (sp.issparse(Xm) or sp.issparse(Xn))
             else np.concatenate([Xm, Xn], axis=0)
+        )
         self.memory_Y_ = np.concatenate([Ym, Yn], axis=0)
         self.n_memory_ = int(self.memory_X_.shape[0])
         self.n_clipped_ = int(self.n_clipped_) + res["n_clipped"]
@@ -827,6 +876,5 @@ class OML(_NeighbourModel):
     def _validate_loaded(self, path) -> None:
         super()._validate_loaded(path)
         p, q, d = int(self.n_features_in_), int(self.n_labels_), int(self.n_components_)
-        if self.P_.shape != (p, q) or self.V_.shape != (q, d) or self.P_.dtype.kind != "f" \
-                or self.V_.dtype.kind != "f":
+        if self.P_.shape != (p, q) or self.V_.shape != (q, d) or self.P_.dtype.kind != "f" or self.V_.dtype.kind != "f":
             raise DmlrInputError(f"P_ must be float ({p}, {q}) and V_ float ({q}, {d})", path=path)

@@ -24,11 +24,9 @@ models, or tune ``threshold``.
 from __future__ import annotations
 
 import time
-
-import numpy as np
-
 from numbers import Integral, Real
 
+import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
@@ -50,20 +48,40 @@ RANKSVM_SOLVERS = ("ansgd", "sgd", "lbfgs")
 STREAM_GROUP_ROWS = 1024
 
 
-def _stream_fit(stream, solver, state, n_updates, lam, random_state, average, record_every, group_objective,
-                step_kwargs):
+def _stream_fit(
+    stream, solver, state, n_updates, lam, random_state, average, record_every, group_objective, step_kwargs
+):
     """The streamed online fit, run where :func:`run_streaming` puts it (module level: shipped to workers)."""
-    return solvers.run_online_stream(solver, state, stream, n_updates, lam=lam, group_rows=STREAM_GROUP_ROWS,
-                                     random_state=random_state, average=average, group_objective=group_objective,
-                                     record_every=record_every, **step_kwargs)
+    return solvers.run_online_stream(
+        solver,
+        state,
+        stream,
+        n_updates,
+        lam=lam,
+        group_rows=STREAM_GROUP_ROWS,
+        random_state=random_state,
+        average=average,
+        group_objective=group_objective,
+        record_every=record_every,
+        **step_kwargs,
+    )
 
 
 class _OnlineRanker(LinearModel):
     """Shared fit / partial_fit / persistence of the linear online label rankers."""
 
     _solver_name: str = ""
-    _fitted_attributes = ("objective_history_", "objective_iterations_", "n_iter_", "n_updates_",
-                          "n_features_in_", "n_labels_", "fit_seconds_", "converged_", "backend_")
+    _fitted_attributes = (
+        "objective_history_",
+        "objective_iterations_",
+        "n_iter_",
+        "n_updates_",
+        "n_features_in_",
+        "n_labels_",
+        "fit_seconds_",
+        "converged_",
+        "backend_",
+    )
     _parameter_constraints = {
         "n_updates": [Interval(Integral, 1, None, closed="left")],
         "fit_intercept": ["boolean"],
@@ -143,9 +161,21 @@ class _OnlineRanker(LinearModel):
         state = self._current_state(d, K, int(X.shape[1]), reset=True)
         use = streaming_client(stream, get_config()["client"], stream_where())
         record = self._record_objective
-        res = run_streaming(_stream_fit, stream, self._solver(), state, T, self._lam(), self.random_state,
-                            bool(self.average), int(self.record_every), lambda Xg, Yg: record(Block(Xg, Yg)),
-                            self._step_kwargs(), client=use, where="worker" if use is not None else "local")
+        res = run_streaming(
+            _stream_fit,
+            stream,
+            self._solver(),
+            state,
+            T,
+            self._lam(),
+            self.random_state,
+            bool(self.average),
+            int(self.record_every),
+            lambda Xg, Yg: record(Block(Xg, Yg)),
+            self._step_kwargs(),
+            client=use,
+            where="worker" if use is not None else "local",
+        )
         self.backend_ = "dask" if use is not None else "local"
         self._state = res.state
         self._store_state(res.state)
@@ -173,14 +203,18 @@ class _OnlineRanker(LinearModel):
 
     def _current_state(self, d: int, K: int, n_features: int, reset: bool):
         state = None if reset else getattr(self, "_state", None)
-        if state is None and not reset and hasattr(self, "iterate_"):   # loaded from a file
-            state = solvers.OnlineState(M=np.array(self.iterate_, dtype=np.float64),
-                                        M_avg=np.array(self.average_, dtype=np.float64), t=int(self.n_updates_),
-                                        Psi=(np.array(self.psi_, dtype=np.float64)
-                                             if self._solver() == "ansgd" else None))
+        if state is None and not reset and hasattr(self, "iterate_"):  # loaded from a file
+            state = solvers.OnlineState(
+                M=np.array(self.iterate_, dtype=np.float64),
+                M_avg=np.array(self.average_, dtype=np.float64),
+                t=int(self.n_updates_),
+                Psi=(np.array(self.psi_, dtype=np.float64) if self._solver() == "ansgd" else None),
+            )
         if state is not None and (state.M.shape != (d, K) or n_features != self.n_features_in_):
-            raise DmlrInputError(f"partial_fit got {n_features} features and {K} labels; the model has "
-                                 f"{self.n_features_in_} and {self.n_labels_}")
+            raise DmlrInputError(
+                f"partial_fit got {n_features} features and {K} labels; the model has "
+                f"{self.n_features_in_} and {self.n_labels_}"
+            )
         if state is None:
             state = solvers.init_state((d, K), self.random_state, self._solver())
             self.objective_history_, self.objective_iterations_ = [], []
@@ -191,9 +225,18 @@ class _OnlineRanker(LinearModel):
         d, K = block.X.shape[1], block.Y.shape[1]
         state = self._current_state(d, K, n_features, reset)
         record = self._record_objective(block) if self.record_every else None
-        res = solvers.run_online(self._solver(), state, block.X, block.Y, order, lam=self._lam(),
-                                 average=bool(self.average), objective=record, record_every=int(self.record_every),
-                                 **self._step_kwargs())
+        res = solvers.run_online(
+            self._solver(),
+            state,
+            block.X,
+            block.Y,
+            order,
+            lam=self._lam(),
+            average=bool(self.average),
+            objective=record,
+            record_every=int(self.record_every),
+            **self._step_kwargs(),
+        )
         self._state = state
         self._store_state(state)
         self.objective_history_ = list(self.objective_history_) + res.objective_history
@@ -294,9 +337,25 @@ class RankSVM(_OnlineRanker):
         "tol": [Interval(Real, 0, None, closed="left")],
     }
 
-    def __init__(self, alpha=1e-4, solver="ansgd", *, n_updates=ONLINE_UPDATES, max_iter=1000, fit_intercept=True,
-                 random_state=0, average=True, sampling="auto", omega=solvers.SGD_OMEGA, lipschitz=1.0,
-                 smoothing=1e-4, tol=1e-8, record_every=0, threshold=0.0, scaling="auto"):
+    def __init__(
+        self,
+        alpha=1e-4,
+        solver="ansgd",
+        *,
+        n_updates=ONLINE_UPDATES,
+        max_iter=1000,
+        fit_intercept=True,
+        random_state=0,
+        average=True,
+        sampling="auto",
+        omega=solvers.SGD_OMEGA,
+        lipschitz=1.0,
+        smoothing=1e-4,
+        tol=1e-8,
+        record_every=0,
+        threshold=0.0,
+        scaling="auto",
+    ):
         self.alpha = alpha
         self.solver = solver
         self.n_updates = n_updates
@@ -394,8 +453,18 @@ class MMP(_OnlineRanker):
 
     _solver_name = "mmp"
 
-    def __init__(self, *, n_updates=ONLINE_UPDATES, fit_intercept=True, random_state=0, average=True,
-                 sampling="auto", record_every=0, threshold=0.0, scaling="auto"):
+    def __init__(
+        self,
+        *,
+        n_updates=ONLINE_UPDATES,
+        fit_intercept=True,
+        random_state=0,
+        average=True,
+        sampling="auto",
+        record_every=0,
+        threshold=0.0,
+        scaling="auto",
+    ):
         self.n_updates = n_updates
         self.fit_intercept = fit_intercept
         self.random_state = random_state
@@ -409,4 +478,5 @@ class MMP(_OnlineRanker):
         def rank_loss(M):
             S = np.asarray(block.X @ M)
             return multilabel_metrics(block.Y, S, predict_from_scores(S), metrics=["ranking_loss"])["ranking_loss"]
+
         return rank_loss

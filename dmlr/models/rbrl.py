@@ -48,8 +48,11 @@ STEP_RULES = ("paper", "backtracking", "spectral")
 class _RBRLBase(BaseModel):
     """APG, step rules, warm starts and checkpoints shared by :class:`RBRL` and :class:`KernelRBRL`."""
 
-    _expected_failed_checks = {"check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-        rule="score > 0 with at least one label per row (the RBRL reference's rule)")}
+    _expected_failed_checks = {
+        "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
+            rule="score > 0 with at least one label per row (the RBRL reference's rule)"
+        )
+    }
 
     _parameter_constraints = {
         "alpha": [Interval(Real, 0, None, closed="left")],
@@ -64,9 +67,20 @@ class _RBRLBase(BaseModel):
         "verbose": ["verbose"],
         "scaling": SCALING,
     }
-    _fitted_attributes = ("objective_history_", "objective_seconds_", "n_iter_", "converged_", "lipschitz_",
-                          "n_backtracks_", "n_restarts_", "n_features_in_", "n_labels_", "fit_seconds_",
-                          "backend_", "resumed_from_iteration_")
+    _fitted_attributes = (
+        "objective_history_",
+        "objective_seconds_",
+        "n_iter_",
+        "converged_",
+        "lipschitz_",
+        "n_backtracks_",
+        "n_restarts_",
+        "n_features_in_",
+        "n_labels_",
+        "fit_seconds_",
+        "backend_",
+        "resumed_from_iteration_",
+    )
     #: Parameters that define the problem or its stopping rule: a checkpoint records them and
     #: resuming needs the same values (:mod:`dmlr.models.checkpoint`).
     _checkpoint_params = ("alpha", "alpha_rank", "alpha_nuclear", "tol", "gradient_tol", "step_rule", "restart")
@@ -145,7 +159,8 @@ class _RBRLBase(BaseModel):
         if ckpt is not None:
             path, every, resume = ckpt
             fingerprint = ckpt_store.make_fingerprint(
-                type(self).__name__, {k: getattr(self, k) for k in self._checkpoint_params}, x0.shape, data_fp)
+                type(self).__name__, {k: getattr(self, k) for k in self._checkpoint_params}, x0.shape, data_fp
+            )
             store, saved = ckpt_store.open_for_fit(path, fingerprint, resume=resume, max_iter=int(self.max_iter))
         self.backend_ = chunks.backend
         if isinstance(saved, APGResult):  # a complete checkpoint: the fit had ended
@@ -153,8 +168,11 @@ class _RBRLBase(BaseModel):
             return saved
         state = saved
         self.resumed_from_iteration_ = 0 if state is None else state.n_iter
-        callback = (ProgressReporter(int(self.verbose), max_iter=int(self.max_iter), tol=float(self.tol))
-                    if self.verbose else None)
+        callback = (
+            ProgressReporter(int(self.verbose), max_iter=int(self.max_iter), tol=float(self.tol))
+            if self.verbose
+            else None
+        )
         writer = ckpt_store.BackgroundWriter(store.save_state) if store is not None else None
         try:
             with chunks.solver_context():
@@ -167,11 +185,21 @@ class _RBRLBase(BaseModel):
                     L = paper_L() / 1024.0
                 else:
                     L = paper_L()
-                res = apg(oracle, prox, x0, lipschitz=L, max_iter=int(self.max_iter), tol=float(self.tol),
-                          callback=callback, backtracking=backtracking, restart=restart,
-                          gradient_tol=gradient_tol, state=state,
-                          checkpoint=(every, writer) if writer is not None else None,
-                          extrapolated_oracle=extrapolated_oracle)
+                res = apg(
+                    oracle,
+                    prox,
+                    x0,
+                    lipschitz=L,
+                    max_iter=int(self.max_iter),
+                    tol=float(self.tol),
+                    callback=callback,
+                    backtracking=backtracking,
+                    restart=restart,
+                    gradient_tol=gradient_tol,
+                    state=state,
+                    checkpoint=(every, writer) if writer is not None else None,
+                    extrapolated_oracle=extrapolated_oracle,
+                )
         except BaseException:
             if writer is not None:  # let the checkpoint being written land; the fit's error wins
                 writer.wait(raise_error=False)
@@ -186,8 +214,9 @@ class _RBRLBase(BaseModel):
     def _check_loaded_arrays(self, arrays: dict, path) -> None:
         for name, (arr, expected) in arrays.items():
             if arr.ndim != len(expected) or arr.dtype.kind != "f":
-                raise DmlrInputError(f"{name} must be a {len(expected)}-D float array, got {arr.dtype} {arr.shape}",
-                                     path=path)
+                raise DmlrInputError(
+                    f"{name} must be a {len(expected)}-D float array, got {arr.dtype} {arr.shape}", path=path
+                )
             if arr.shape != expected:
                 raise DmlrInputError(f"{name} has shape {arr.shape}, metadata says {expected}", path=path)
 
@@ -258,26 +287,47 @@ _COMMON_ATTRIBUTES = """
 
 @register_model
 class RBRL(_RBRLBase):
-    __doc__ = """Linear RBRL multi-label classifier (eq. 8), W of shape (d + fit_intercept, n_labels).
+    __doc__ = (
+        """Linear RBRL multi-label classifier (eq. 8), W of shape (d + fit_intercept, n_labels).
 
     Parameters
-    ----------""" + _COMMON_PARAMETERS.replace("\n    Execution", """
+    ----------"""
+        + _COMMON_PARAMETERS.replace(
+            "\n    Execution",
+            """
     fit_intercept : bool
         Append a constant-1 feature (the bias is regularized, as the paper).
 
-    Execution""") + """
+    Execution""",
+        )
+        + """
     Attributes
     ----------
     coef_ : float64 (n_features + fit_intercept, n_labels)
-        W; with ``fit_intercept`` the last row is the bias.""" + _COMMON_ATTRIBUTES
+        W; with ``fit_intercept`` the last row is the bias."""
+        + _COMMON_ATTRIBUTES
+    )
 
     _parameter_constraints = {**_RBRLBase._parameter_constraints, "fit_intercept": ["boolean"]}
     _fitted_arrays = ("coef_",)
     _checkpoint_params = _RBRLBase._checkpoint_params + ("fit_intercept",)
 
-    def __init__(self, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, *, max_iter=2000, tol=1e-6,
-                 gradient_tol="auto", step_rule="paper", restart=None, fit_intercept=True, warm_start=False,
-                 verbose=0, scaling="auto"):
+    def __init__(
+        self,
+        alpha=1.0,
+        alpha_rank=0.01,
+        alpha_nuclear=0.1,
+        *,
+        max_iter=2000,
+        tol=1e-6,
+        gradient_tol="auto",
+        step_rule="paper",
+        restart=None,
+        fit_intercept=True,
+        warm_start=False,
+        verbose=0,
+        scaling="auto",
+    ):
         self.alpha = alpha
         self.alpha_rank = alpha_rank
         self.alpha_nuclear = alpha_nuclear
@@ -303,7 +353,8 @@ class RBRL(_RBRLBase):
 
             def spectral_L():
                 return objective.spectral_lipschitz(
-                    lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1)
+                    lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1
+                )
 
             def oracle(points, grad_point):
                 values, grad = chunks.map_reduce(objective.block_value_and_grad, points, grad_point, lam2)
@@ -311,11 +362,21 @@ class RBRL(_RBRLBase):
 
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
-                              extrapolated_oracle=_extrapolated_oracle(
-                                  chunks, objective.block_extrapolated_value_and_grad,
-                                  (lam2, chunks.private_arguments),
-                                  lambda values, grad, W, G: objective.add_ridge(values, grad, (W, G), 1, lam1)))
+            res = self._solve(
+                chunks,
+                oracle,
+                x0,
+                paper_L,
+                spectral_L,
+                ckpt,
+                data_fp,
+                extrapolated_oracle=_extrapolated_oracle(
+                    chunks,
+                    objective.block_extrapolated_value_and_grad,
+                    (lam2, chunks.private_arguments),
+                    lambda values, grad, W, G: objective.add_ridge(values, grad, (W, G), 1, lam1),
+                ),
+            )
         finally:
             chunks.close()
         self.coef_ = res.x
@@ -332,7 +393,8 @@ class RBRL(_RBRLBase):
 
 @register_model
 class KernelRBRL(_RBRLBase):
-    __doc__ = """Kernel RBRL multi-label classifier (eq. 12, Algorithm 2): dual coefficients A (n, n_labels).
+    __doc__ = (
+        """Kernel RBRL multi-label classifier (eq. 12, Algorithm 2): dual coefficients A (n, n_labels).
 
     Each row block builds and keeps its own rows of K (or rebuilds them at
     every call, ``dmlr.config_context(kernel_memory="recompute")``): n x n
@@ -346,7 +408,9 @@ class KernelRBRL(_RBRLBase):
     gamma : float, optional
         Kernel coefficient (RBF, poly); default 1 / n_features (the paper).
     degree, coef0 : int, float
-        Polynomial kernel (gamma x.y + coef0) ** degree.""" + _COMMON_PARAMETERS + """
+        Polynomial kernel (gamma x.y + coef0) ** degree."""
+        + _COMMON_PARAMETERS
+        + """
     Attributes
     ----------
     dual_coef_ : float64 (n_train, n_labels)
@@ -354,7 +418,9 @@ class KernelRBRL(_RBRLBase):
     support_ : float64 (n_train, n_features)
         The training rows (dense or CSR in memory; saved dense).
     gamma_ : float
-        The kernel coefficient used.""" + _COMMON_ATTRIBUTES
+        The kernel coefficient used."""
+        + _COMMON_ATTRIBUTES
+    )
 
     _parameter_constraints = {
         **_RBRLBase._parameter_constraints,
@@ -367,9 +433,25 @@ class KernelRBRL(_RBRLBase):
     _fitted_attributes = _RBRLBase._fitted_attributes + ("gamma_",)
     _checkpoint_params = _RBRLBase._checkpoint_params + ("kernel", "gamma", "degree", "coef0")
 
-    def __init__(self, kernel="rbf", alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, *, gamma=None, degree=3,
-                 coef0=1.0, max_iter=2000, tol=1e-6, gradient_tol="auto", step_rule="paper", restart=None,
-                 warm_start=False, verbose=0, scaling="auto"):
+    def __init__(
+        self,
+        kernel="rbf",
+        alpha=1.0,
+        alpha_rank=0.01,
+        alpha_nuclear=0.1,
+        *,
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        max_iter=2000,
+        tol=1e-6,
+        gradient_tol="auto",
+        step_rule="paper",
+        restart=None,
+        warm_start=False,
+        verbose=0,
+        scaling="auto",
+    ):
         self.kernel = kernel
         self.alpha = alpha
         self.alpha_rank = alpha_rank
@@ -389,33 +471,48 @@ class KernelRBRL(_RBRLBase):
     def _fit_arrays(self, X, Y, ckpt):
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
         X_all = as_matrix(X.compute() if hasattr(X, "dask") else X)
-        chunks = make_chunkset(X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False,
-                               **chunk_options())
+        chunks = make_chunkset(
+            X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False, **chunk_options()
+        )
         lam1, lam2 = float(self.alpha), float(self.alpha_rank)
         n = X_all.shape[0]
         try:
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            kchunks = chunks.transform(kernel_objective.make_kernel_block, X_all, spec,
-                                       get_config()["kernel_memory"] == "keep")
+            kchunks = chunks.transform(
+                kernel_objective.make_kernel_block, X_all, spec, get_config()["kernel_memory"] == "keep"
+            )
         finally:
             chunks.close()
         try:
+
             def paper_L():
                 k_fro2, A, B = kchunks.map_reduce(kernel_objective.block_lipschitz_stats)
                 return objective.paper_lipschitz(k_fro2, A, B, lam1, lam2, ridge_scale2=k_fro2)
 
             def spectral_L():
                 return objective.spectral_lipschitz(
-                    lambda v: kchunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n)
+                    lambda v: kchunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n
+                )
 
             def oracle(points, grad_point):
                 return kchunks.map_reduce(kernel_objective.block_value_and_grad, points, grad_point, lam1, lam2)
 
             x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
-            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp,
-                              extrapolated_oracle=_extrapolated_oracle(
-                                  kchunks, kernel_objective.block_extrapolated_value_and_grad, (lam1, lam2),
-                                  lambda values, grad, A, G: (values, grad)))
+            res = self._solve(
+                kchunks,
+                oracle,
+                x0,
+                paper_L,
+                spectral_L,
+                ckpt,
+                data_fp,
+                extrapolated_oracle=_extrapolated_oracle(
+                    kchunks,
+                    kernel_objective.block_extrapolated_value_and_grad,
+                    (lam1, lam2),
+                    lambda values, grad, A, G: (values, grad),
+                ),
+            )
         finally:
             kchunks.close()
         self.dual_coef_ = res.x
@@ -425,8 +522,13 @@ class KernelRBRL(_RBRLBase):
 
     def _validate_loaded(self, path) -> None:
         n = np.shape(self.dual_coef_)[0]
-        self._check_loaded_arrays({"dual_coef_": (self.dual_coef_, (n, int(self.n_labels_))),
-                                   "support_": (self.support_, (n, int(self.n_features_in_)))}, path)
+        self._check_loaded_arrays(
+            {
+                "dual_coef_": (self.dual_coef_, (n, int(self.n_labels_))),
+                "support_": (self.support_, (n, int(self.n_features_in_))),
+            },
+            path,
+        )
 
     def _scores_block(self, X):
         """``k(X, support) @ A`` (see :meth:`BaseModel.decision_function`)."""
@@ -436,7 +538,7 @@ class KernelRBRL(_RBRLBase):
         S = np.zeros((X.shape[0], A.shape[1]))
         step = _PREDICT_SUPPORT_ROWS
         for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
-            S += kernel_matrix(X, support[a:a + step], spec) @ A[a:a + step]
+            S += kernel_matrix(X, support[a : a + step], spec) @ A[a : a + step]
         return S
 
 
@@ -474,11 +576,11 @@ def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
     sent one pair per call, which they read and do not keep: two threads
     reading one pair share the cache that two held copies would contend for.
     """
-    run = uuid.uuid4().hex          # keys of another fit on the same blocks never match
+    run = uuid.uuid4().hex  # keys of another fit on the same blocks never match
     calls = itertools.count()
     last = {"W": None, "key": None}
     share_pair = not chunks.private_arguments
-    wants_pair = set()              # blocks that asked for [W | G]
+    wants_pair = set()  # blocks that asked for [W | G]
 
     def extrapolated_oracle(W, W_prev, momentum, G):
         key = (run, next(calls))
@@ -488,8 +590,7 @@ def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
             pair = np.concatenate([W, G], axis=1)
             parts = chunks.map_blocks(block_fn, W, pair, momentum, None, key, *block_args)
         else:
-            parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key,
-                                      *block_args)
+            parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key, *block_args)
         for i, part in enumerate(parts):
             if part is None:
                 parts[i] = chunks.apply_block(i, block_fn, W, W_prev, momentum, None, key, *block_args)

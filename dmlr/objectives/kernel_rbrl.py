@@ -85,8 +85,15 @@ def make_kernel_block(block: Block, bounds: tuple[int, int], X_all, spec: Kernel
     if stop - start != block.n_rows:
         raise ValueError(f"block has {block.n_rows} rows but bounds {bounds}")
     K = _kernel_rows(block.X, X_all, spec) if keep else None
-    return KernelBlock(Y=block.Y, start=int(start), stop=int(stop), K=K,
-                       X=None if keep else block.X, X_all=None if keep else X_all, spec=spec)
+    return KernelBlock(
+        Y=block.Y,
+        start=int(start),
+        stop=int(stop),
+        K=K,
+        X=None if keep else block.X,
+        X_all=None if keep else X_all,
+        spec=spec,
+    )
 
 
 def _kernel_rows(X, X_all, spec: KernelSpec, tile: int = 512) -> np.ndarray:
@@ -95,7 +102,7 @@ def _kernel_rows(X, X_all, spec: KernelSpec, tile: int = 512) -> np.ndarray:
     K = np.empty((X.shape[0], X_all.shape[0]))
     all_sq = row_sq_norms(X_all) if spec.name == "rbf" else None
     for a in range(0, X.shape[0], tile):
-        K[a:a + tile] = kernel_matrix(X[a:a + tile], X_all, spec, all_sq)
+        K[a : a + tile] = kernel_matrix(X[a : a + tile], X_all, spec, all_sq)
     return K
 
 
@@ -118,12 +125,14 @@ def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, l
     """
     k, n, l = points.shape
     A = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(n, k * l))
-    return fused_pass(kb.gram(), kb.Y, A, k, l, grad_point, lambda2,
-                      ridge_rows=points[:, kb.start:kb.stop, :], lambda1=lambda1)
+    return fused_pass(
+        kb.gram(), kb.Y, A, k, l, grad_point, lambda2, ridge_rows=points[:, kb.start : kb.stop, :], lambda1=lambda1
+    )
 
 
-def block_extrapolated_value_and_grad(kb: KernelBlock, A: np.ndarray, A_prev, momentum: float, prev_key, key,
-                                      lambda1: float, lambda2: float):
+def block_extrapolated_value_and_grad(
+    kb: KernelBlock, A: np.ndarray, A_prev, momentum: float, prev_key, key, lambda1: float, lambda2: float
+):
     """f's block share at A and at G = A + momentum (A - A_prev), and its gradient share at G.
 
     The linear model's speculative call
@@ -148,8 +157,19 @@ def block_extrapolated_value_and_grad(kb: KernelBlock, A: np.ndarray, A_prev, mo
     (values float64 (2,), grad float64 (n, l)) or None
         None when the block does not hold ``prev_key`` and ``A_prev`` is None.
     """
-    return extrapolated_pass(kb.gram(), kb.Y, kb.state, A, A_prev, momentum, prev_key, key, lambda2,
-                             ridge_rows=slice(kb.start, kb.stop), lambda1=lambda1)
+    return extrapolated_pass(
+        kb.gram(),
+        kb.Y,
+        kb.state,
+        A,
+        A_prev,
+        momentum,
+        prev_key,
+        key,
+        lambda2,
+        ridge_rows=slice(kb.start, kb.stop),
+        lambda1=lambda1,
+    )
 
 
 def block_lipschitz_stats(kb: KernelBlock):
@@ -161,4 +181,4 @@ def block_curvature_matvec(kb: KernelBlock, v: np.ndarray, lambda1: float, lambd
     """Block share of (K diag(c) K + lambda1 K) v, the bound on the Hessian in A (v: float64 (n,))."""
     K = kb.gram()
     c = curvature_weights(kb.Y, lambda2)
-    return K.T @ (c * (K @ v) + lambda1 * v[kb.start:kb.stop])
+    return K.T @ (c * (K @ v) + lambda1 * v[kb.start : kb.stop])

@@ -31,8 +31,13 @@ from dmlr.kernels.multilabel_losses import GEBRU_EPS, block_loss_grad, loss_code
 #: 1/4 over K labels; subset: c * 1/2 (softmax Hessian diag(q) - qq^T has norm <= 1/2) with c
 #: the row's number of relevant labels; gebru: 1 (a measured bound, no proof); rank_hinge is
 #: not smooth (1 by convention); rank_squared_hinge: 2 (2 max(|P|,|N|)/(|P||N|) <= 2).
-CURVATURE = {"hamming": lambda K, c: 0.25 / K, "subset": lambda K, c: 0.5 * max(c, 1),
-             "gebru": lambda K, c: 1.0, "rank_hinge": lambda K, c: 1.0, "rank_squared_hinge": lambda K, c: 2.0}
+CURVATURE = {
+    "hamming": lambda K, c: 0.25 / K,
+    "subset": lambda K, c: 0.5 * max(c, 1),
+    "gebru": lambda K, c: 1.0,
+    "rank_hinge": lambda K, c: 1.0,
+    "rank_squared_hinge": lambda K, c: 2.0,
+}
 
 
 def block_value_and_grad(block: Block, W, code: int, rows=None, want_grad: bool = True):
@@ -45,8 +50,11 @@ def block_value_and_grad(block: Block, W, code: int, rows=None, want_grad: bool 
 def block_row_stats(block: Block):
     """(max ||x_i||^2, max number of relevant labels, number of labels) of a block."""
     sq = row_sq_norms(block.X)
-    return (float(sq.max()) if sq.size else 0.0, int(block.Y.sum(axis=1).max()) if block.n_rows else 0,
-            int(block.Y.shape[1]))
+    return (
+        float(sq.max()) if sq.size else 0.0,
+        int(block.Y.sum(axis=1).max()) if block.n_rows else 0,
+        int(block.Y.shape[1]),
+    )
 
 
 def block_init_memory(block: Block, W, code: int, token: str):
@@ -68,8 +76,15 @@ def block_inner_loop(block: Block, rows, W, code: int, spec: dict):
     """
     W = np.array(W, dtype=np.float64, order="C", copy=True)
     out = {}
-    kw = dict(lam=spec["lam"], alpha0=spec["alpha0"], decay=spec.get("decay", 0.0), t0=spec.get("t0", 0),
-              W_ref=spec.get("W_ref"), mu=spec.get("mu"), gebru_eps=GEBRU_EPS)
+    kw = dict(
+        lam=spec["lam"],
+        alpha0=spec["alpha0"],
+        decay=spec.get("decay", 0.0),
+        t0=spec.get("t0", 0),
+        W_ref=spec.get("W_ref"),
+        mu=spec.get("mu"),
+        gebru_eps=GEBRU_EPS,
+    )
     if spec.get("ref_mask") is not None:
         kw["ref_mask"] = spec["ref_mask"]
     for name in ("W_sum", "G_sum"):
@@ -82,8 +97,9 @@ def block_inner_loop(block: Block, rows, W, code: int, spec: dict):
     if spec.get("A") is not None:
         mem = getattr(block, "solver_memory", None)
         if mem is None or mem.get("token") != spec["token"]:
-            raise RuntimeError("the SAG/SAGA memory table of a block is gone (its worker restarted?); "
-                               "refit from the start")
+            raise RuntimeError(
+                "the SAG/SAGA memory table of a block is gone (its worker restarted?); refit from the start"
+            )
         out["A"] = np.array(spec["A"], dtype=np.float64, copy=True)
         kw.update(U=mem["U"], A=out["A"], mem_scale=spec["mem_scale"], n_total=spec["n_total"])
     out["loss"] = vr_inner_loop(block.X, block.Y, rows, W, code, **kw)
@@ -134,8 +150,11 @@ class LinearMultiLabelProblem:
         if rows is None:
             loss, grad, n = self.chunks.map_reduce(block_value_and_grad, W, self.code, None, want_grad)
         else:
-            results = [self.chunks.apply_block(b, block_value_and_grad, W, self.code, r, want_grad)
-                       for b, r in enumerate(per_block) if len(r)]
+            results = [
+                self.chunks.apply_block(b, block_value_and_grad, W, self.code, r, want_grad)
+                for b, r in enumerate(per_block)
+                if len(r)
+            ]
             loss = sum(r[0] for r in results)
             grad = sum(r[1] for r in results) if want_grad else None
             n = sum(r[2] for r in results)
@@ -184,8 +203,13 @@ class LinearMultiLabelProblem:
         total, W_capture = 0.0, None
         for a, b in zip(starts, stops):
             blk = int(block_of[a])
-            sub = dict(spec, **carry, t0=int(spec.get("t0", 0)) + int(a), token=self._token,
-                       capture_at=(capture - a) if a <= capture < b else -1)
+            sub = dict(
+                spec,
+                **carry,
+                t0=int(spec.get("t0", 0)) + int(a),
+                token=self._token,
+                capture_at=(capture - a) if a <= capture < b else -1,
+            )
             if spec.get("ref_mask") is not None:
                 sub["ref_mask"] = spec["ref_mask"][a:b]
             out = self.chunks.apply_block(blk, block_inner_loop, order[a:b] - self._edges[blk], W, self.code, sub)

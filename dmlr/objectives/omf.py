@@ -23,8 +23,17 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-__all__ = ["chunk_loss", "data_gradients", "embed", "latent_codes", "learning_rate", "objective",
-           "objective_gradients", "prediction_matrix", "sgd_step"]
+__all__ = [
+    "chunk_loss",
+    "data_gradients",
+    "embed",
+    "latent_codes",
+    "learning_rate",
+    "objective",
+    "objective_gradients",
+    "prediction_matrix",
+    "sgd_step",
+]
 
 
 def _dense(A) -> np.ndarray:
@@ -71,7 +80,7 @@ def latent_codes(X, Y, P, Q, alpha: float, lam: float) -> np.ndarray:
     A = (1.0 - alpha) * (P.T @ P) + alpha * (Q.T @ Q)
     A[np.diag_indices(s)] += lam
     Yf = np.asarray(Y, dtype=np.float64)
-    rhs = (1.0 - alpha) * np.asarray(X @ P) + alpha * (Yf @ Q)          # (m, s): rows are the right-hand sides
+    rhs = (1.0 - alpha) * np.asarray(X @ P) + alpha * (Yf @ Q)  # (m, s): rows are the right-hand sides
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), rhs.T).T
 
 

@@ -22,8 +22,9 @@ from dmlr.kernels.blocks import Block, product_tile_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_scores_loss
 
 
-def block_value_and_grad(block: Block, M: np.ndarray, alpha: float = 0.0, want_grad: bool = True,
-                         margin: float = RANKSVM_MARGIN):
+def block_value_and_grad(
+    block: Block, M: np.ndarray, alpha: float = 0.0, want_grad: bool = True, margin: float = RANKSVM_MARGIN
+):
     """Sum of R_i^alpha over the block's rows and its gradient X^T C.
 
     Parameters

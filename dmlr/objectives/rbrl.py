@@ -16,9 +16,15 @@ import numpy as np
 
 from dmlr.kernels.blocks import Block, product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
-from dmlr.kernels.ranking import (RANK_MARGIN, advance_point_pair, dense_extrapolated_losses,
-                                  extrapolated_ridge_share, rank_lipschitz_row_stats, rbrl_score_losses,
-                                  sparse_extrapolated_pass)
+from dmlr.kernels.ranking import (
+    RANK_MARGIN,
+    advance_point_pair,
+    dense_extrapolated_losses,
+    extrapolated_ridge_share,
+    rank_lipschitz_row_stats,
+    rbrl_score_losses,
+    sparse_extrapolated_pass,
+)
 
 
 def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lambda2: float):
@@ -51,8 +57,17 @@ def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lamb
     return fused_pass(block.X, block.Y, W, k, l, grad_point, lambda2)
 
 
-def fused_pass(X, Y: np.ndarray, W: np.ndarray, k: int, l: int, grad_point: int, lambda2: float,
-               ridge_rows: np.ndarray | None = None, lambda1: float = 0.0):
+def fused_pass(
+    X,
+    Y: np.ndarray,
+    W: np.ndarray,
+    k: int,
+    l: int,
+    grad_point: int,
+    lambda2: float,
+    ridge_rows: np.ndarray | None = None,
+    lambda1: float = 0.0,
+):
     """The tiled pass shared by the linear and kernel objectives.
 
     ``X`` (m, p) dense or CSR, ``W`` (p, k*l) the stacked points. With
@@ -81,8 +96,9 @@ def fused_pass(X, Y: np.ndarray, W: np.ndarray, k: int, l: int, grad_point: int,
     return values, grad
 
 
-def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momentum: float, prev_key,
-                                      key, lambda2: float, W_is_scratch: bool = False):
+def block_extrapolated_value_and_grad(
+    block: Block, W: np.ndarray, W_prev, momentum: float, prev_key, key, lambda2: float, W_is_scratch: bool = False
+):
     """Data part of f at W and at G = W + momentum (W - W_prev), and its gradient at G.
 
     The APG's speculative call (:func:`dmlr.solvers.apg.apg`,
@@ -136,13 +152,25 @@ def block_extrapolated_value_and_grad(block: Block, W: np.ndarray, W_prev, momen
         sparse block :data:`SEND_POINT_PAIR`, and the caller sends the pair
         (d, 2l) [W | G] as ``W_prev``.
     """
-    return extrapolated_pass(block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2,
-                             W_is_scratch=W_is_scratch)
+    return extrapolated_pass(
+        block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch=W_is_scratch
+    )
 
 
-def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, momentum: float, prev_key, key,
-                      lambda2: float, ridge_rows: slice | None = None, lambda1: float = 0.0,
-                      W_is_scratch: bool = False):
+def extrapolated_pass(
+    X,
+    Y: np.ndarray,
+    state: dict,
+    W: np.ndarray,
+    W_prev,
+    momentum: float,
+    prev_key,
+    key,
+    lambda2: float,
+    ridge_rows: slice | None = None,
+    lambda1: float = 0.0,
+    W_is_scratch: bool = False,
+):
     """:func:`block_extrapolated_value_and_grad` on explicit arrays, shared with the kernel model.
 
     ``X`` (m, p) dense or CSR; ``state`` is the block's dict where W (and
@@ -166,7 +194,7 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     m, l = Y.shape
     grad = np.zeros((X.shape[1], l))
     keep_scores = m * l <= X.size
-    S_keep = [] if keep_scores else None    # S(W) tile by tile, kept as computed (no copy)
+    S_keep = [] if keep_scores else None  # S(W) tile by tile, kept as computed (no copy)
     values = np.zeros(2)
     step = product_tile_rows(X, l, 2 * l)
     # Every score tile is written into a (step, l) buffer that is no longer needed, and
@@ -185,21 +213,26 @@ def extrapolated_pass(X, Y: np.ndarray, state: dict, W: np.ndarray, W_prev, mome
     for t, a in enumerate(range(0, m, step)):
         b = min(a + step, m)
         Xt = X[a:b]
-        S_W = np.matmul(Xt, W, out=spare[:b - a])
+        S_W = np.matmul(Xt, W, out=spare[: b - a])
         if S_prev is not None:
             S_p = S_prev[t]
-        else:   # kept scores: a fresh tile, which becomes the next tile's spare, then a kept tile
+        else:  # kept scores: a fresh tile, which becomes the next tile's spare, then a kept tile
             buf = np.empty((rows, l)) if keep_scores else prev_buf[0]
-            S_p = np.matmul(Xt, W_prev, out=buf[:b - a])
-        C = C_buf[:b - a]
+            S_p = np.matmul(Xt, W_prev, out=buf[: b - a])
+        C = C_buf[: b - a]
         br, rank = dense_extrapolated_losses(S_W, S_p, momentum, Y[a:b], float(lambda2), RANK_MARGIN, C)
         values += br + lambda2 * rank
         if ridge_rows is not None:
-            values += 0.5 * lambda1 * extrapolated_ridge_share(W[ridge_rows][a:b], W_prev[ridge_rows][a:b], S_W, S_p,
-                                                               float(momentum), float(lambda1), C)
+            values += (
+                0.5
+                * lambda1
+                * extrapolated_ridge_share(
+                    W[ridge_rows][a:b], W_prev[ridge_rows][a:b], S_W, S_p, float(momentum), float(lambda1), C
+                )
+            )
         if keep_scores:
             S_keep.append(S_W)
-            spare = S_p.base         # S_p is dead now: the next tile's S(W) goes there
+            spare = S_p.base  # S_p is dead now: the next tile's S(W) goes there
         grad += Xt.T @ C
     state["extrapolation"] = (key, W, S_keep)
     state["score_scratch"] = (spare, C_buf, *prev_buf)
@@ -291,8 +324,9 @@ def lipschitz_stats_from_rows(Y: np.ndarray, row_sq: np.ndarray):
     return float(row_sq.sum()), A, B
 
 
-def paper_lipschitz(x_fro2: float, A: np.ndarray, B: np.ndarray, lambda1: float, lambda2: float,
-                    ridge_scale2: float = 1.0) -> float:
+def paper_lipschitz(
+    x_fro2: float, A: np.ndarray, B: np.ndarray, lambda1: float, lambda2: float, ridge_scale2: float = 1.0
+) -> float:
     """The paper's Lipschitz constant of grad f (eq. 23, with L_fr from eq. 22).
 
     L_f = sqrt(3 ||X||_F^4 + 3 lambda1^2 s + 3 (lambda2 L_fr)^2),
@@ -301,7 +335,7 @@ def paper_lipschitz(x_fro2: float, A: np.ndarray, B: np.ndarray, lambda1: float,
     ``x_fro2 = s = ||K||_F^2`` and A, B computed from the rows of K.
     """
     l_rank = float(np.sqrt(np.max(A * B))) if lambda2 != 0 and A.size else 0.0
-    return float(np.sqrt(3.0 * x_fro2 ** 2 + 3.0 * lambda1 ** 2 * ridge_scale2 + 3.0 * (lambda2 * l_rank) ** 2))
+    return float(np.sqrt(3.0 * x_fro2**2 + 3.0 * lambda1**2 * ridge_scale2 + 3.0 * (lambda2 * l_rank) ** 2))
 
 
 def curvature_weights(Y: np.ndarray, lambda2: float) -> np.ndarray:
@@ -342,10 +376,8 @@ def spectral_lipschitz(matvec, dim: int, shift: float = 0.0) -> float:
     if dim <= 2:  # ARPACK needs k < dim: form the tiny matrix instead
         M = np.column_stack([matvec(e) for e in np.eye(dim)])
         return float(np.linalg.eigvalsh(0.5 * (M + M.T)).max()) + shift
-    op = LinearOperator((dim, dim), matvec=lambda v: matvec(np.asarray(v, dtype=np.float64).ravel()),
-                        dtype=np.float64)
-    top = eigsh(op, k=1, which="LA", tol=1e-6, v0=np.ones(dim), return_eigenvectors=False,
-                ncv=min(dim, 20))
+    op = LinearOperator((dim, dim), matvec=lambda v: matvec(np.asarray(v, dtype=np.float64).ravel()), dtype=np.float64)
+    top = eigsh(op, k=1, which="LA", tol=1e-6, v0=np.ones(dim), return_eigenvectors=False, ncv=min(dim, 20))
     return float(top[0]) + shift
 
 

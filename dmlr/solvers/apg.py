@@ -181,10 +181,23 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
     return f_new <= bound + 1e-12 * max(abs(bound), abs(f_new))
 
 
-def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000, tol: float = 1e-6,
-        callback=None, backtracking: bool = False, restart: bool = False, eta: float = 2.0,
-        gradient_tol: float | None = None, checkpoint=None, state: APGState | None = None,
-        extrapolated_oracle=None) -> APGResult:
+def apg(
+    oracle,
+    prox,
+    x0: np.ndarray,
+    *,
+    lipschitz: float,
+    max_iter: int = 2000,
+    tol: float = 1e-6,
+    callback=None,
+    backtracking: bool = False,
+    restart: bool = False,
+    eta: float = 2.0,
+    gradient_tol: float | None = None,
+    checkpoint=None,
+    state: APGState | None = None,
+    extrapolated_oracle=None,
+) -> APGResult:
     """Minimize f + g by FISTA.
 
     Parameters
@@ -299,18 +312,33 @@ def apg(oracle, prox, x0: np.ndarray, *, lipschitz: float, max_iter: int = 2000,
         W, G, b = W_new, G_next, b_next
         grad, f_G = grad_next, float(values[1])
         if checkpoint is not None and len(hist) % every == 0:
-            save_state(APGState(n_iter=len(hist), W=W, G=G, grad=grad, f_G=f_G, b=b, lipschitz=L,
-                                objective_history=list(hist), seconds=list(result.seconds),
-                                n_backtracks=result.n_backtracks, n_restarts=result.n_restarts,
-                                n_oracle_calls=result.n_oracle_calls, reference_mapping=reference_mapping))
+            save_state(
+                APGState(
+                    n_iter=len(hist),
+                    W=W,
+                    G=G,
+                    grad=grad,
+                    f_G=f_G,
+                    b=b,
+                    lipschitz=L,
+                    objective_history=list(hist),
+                    seconds=list(result.seconds),
+                    n_backtracks=result.n_backtracks,
+                    n_restarts=result.n_restarts,
+                    n_oracle_calls=result.n_oracle_calls,
+                    reference_mapping=reference_mapping,
+                )
+            )
 
 
 def _restore(state: APGState, x0: np.ndarray, max_iter: int):
     """Check a saved state against this run; the loop variables and the result so far."""
     t = int(state.n_iter)
     if t < 1 or len(state.objective_history) != t or len(state.seconds) != t:
-        raise ValueError(f"inconsistent APG state: n_iter={t} with {len(state.objective_history)} objective "
-                         f"values and {len(state.seconds)} times")
+        raise ValueError(
+            f"inconsistent APG state: n_iter={t} with {len(state.objective_history)} objective "
+            f"values and {len(state.seconds)} times"
+        )
     for name in ("W", "G", "grad"):
         a = getattr(state, name)
         if a is None or np.shape(a) != np.shape(x0):
@@ -320,9 +348,15 @@ def _restore(state: APGState, x0: np.ndarray, max_iter: int):
     if t >= max_iter:
         raise ValueError(f"the saved state is at iteration {t}; max_iter={max_iter} leaves nothing to do")
     L = float(state.lipschitz)
-    result = APGResult(x=state.W, objective_history=[float(v) for v in state.objective_history], n_iter=t,
-                       seconds=[float(v) for v in state.seconds], lipschitz=L,
-                       n_backtracks=int(state.n_backtracks), n_restarts=int(state.n_restarts),
-                       n_oracle_calls=int(state.n_oracle_calls))
+    result = APGResult(
+        x=state.W,
+        objective_history=[float(v) for v in state.objective_history],
+        n_iter=t,
+        seconds=[float(v) for v in state.seconds],
+        lipschitz=L,
+        n_backtracks=int(state.n_backtracks),
+        n_restarts=int(state.n_restarts),
+        n_oracle_calls=int(state.n_oracle_calls),
+    )
     ref = None if state.reference_mapping is None else float(state.reference_mapping)
     return state.W, state.G, float(state.b), L, state.grad, float(state.f_G), ref, result

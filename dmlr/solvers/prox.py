@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 #: The Gram route of :func:`prox_nuclear_norm` is taken when the threshold or the smallest
 #: singular value is at least this fraction of the largest; otherwise an SVD. The Gram matrix's
 #: eigenvalues carry an absolute error of about eps * sigma_max^2, so singular values below about
@@ -53,7 +52,7 @@ def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0):
     wide = W.shape[0] < W.shape[1]
     lam, V = np.linalg.eigh(W @ W.T if wide else W.T @ W)
     sigma = np.sqrt(np.maximum(lam, 0.0))
-    if max(tau, sigma[0]) >= GRAM_MIN_RELATIVE * sigma[-1]:   # eigh: ascending
+    if max(tau, sigma[0]) >= GRAM_MIN_RELATIVE * sigma[-1]:  # eigh: ascending
         kept = sigma > tau
         Vk = V[:, kept]
         f = 1.0 - tau / sigma[kept]
@@ -62,7 +61,7 @@ def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0):
             # instead of two through V_k (one d x l x l product instead of two d x l x k ones)
             M = (Vk * f) @ Vk.T
             Z = M @ W if wide else W @ M
-        else:                             # low rank: only the kept directions
+        else:  # low rank: only the kept directions
             Z = (Vk * f) @ (Vk.T @ W) if wide else ((W @ Vk) * f) @ Vk.T
         return Z, float(reg * (sigma[kept] - tau).sum())
     U, s, Vt = np.linalg.svd(W, full_matrices=False)

@@ -263,13 +263,27 @@ def _row_getter(X):
         def row(i):
             a, b = indptr[i], indptr[i + 1]
             return (indices[a:b], data[a:b])
+
         return row
     X = np.ascontiguousarray(X, dtype=np.float64)
     return lambda i: X[i]
 
 
-def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, oracle=None, average: bool = True,
-               objective=None, record_every: int = 0, lazy: bool = True, **step_kwargs) -> OnlineResult:
+def run_online(
+    solver: str,
+    state: OnlineState,
+    X,
+    Y,
+    order,
+    *,
+    lam: float,
+    oracle=None,
+    average: bool = True,
+    objective=None,
+    record_every: int = 0,
+    lazy: bool = True,
+    **step_kwargs,
+) -> OnlineResult:
     """Stream the rows ``order`` of (X, Y) through ``solver``'s step, updating ``state`` in place.
 
     Parameters
@@ -312,8 +326,20 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
     K = state.M.shape[1]
     default_oracle = MMPOracle if solver == "mmp" else RankSVMOracle
     if (oracle is None or type(oracle) is default_oracle) and (lazy or solver != "mmp"):
-        return _run_fused(solver, state, X, Y, order, lam=lam, oracle=oracle, average=average,
-                          objective=objective, record_every=record_every, lazy=lazy, **step_kwargs)
+        return _run_fused(
+            solver,
+            state,
+            X,
+            Y,
+            order,
+            lam=lam,
+            oracle=oracle,
+            average=average,
+            objective=objective,
+            record_every=record_every,
+            lazy=lazy,
+            **step_kwargs,
+        )
     if oracle is None:
         oracle = MMPOracle(K) if solver == "mmp" else RankSVMOracle(K)
     Y = np.ascontiguousarray(Y, dtype=np.int8)
@@ -327,9 +353,21 @@ def run_online(solver: str, state: OnlineState, X, Y, order, *, lam: float, orac
     return result
 
 
-def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *, lam: float, group_rows: int,
-                      random_state, oracle=None, average: bool = True, group_objective=None, record_every: int = 0,
-                      **step_kwargs) -> OnlineResult:
+def run_online_stream(
+    solver: str,
+    state: OnlineState,
+    blocks,
+    n_updates: int,
+    *,
+    lam: float,
+    group_rows: int,
+    random_state,
+    oracle=None,
+    average: bool = True,
+    group_objective=None,
+    record_every: int = 0,
+    **step_kwargs,
+) -> OnlineResult:
     """``n_updates`` updates over passes of a re-iterable stream of row blocks (``sampling="stream"``).
 
     Rows are visited in storage order by fixed global groups of ``group_rows``
@@ -355,10 +393,21 @@ def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *
         for g, grp in enumerate(regroup_rows(blocks, group_rows)):
             Xg, Yg = grp.X, grp.Y
             rng = np.random.default_rng(np.random.SeedSequence(random_state, spawn_key=(3, epoch, g)))
-            order = rng.permutation(Yg.shape[0])[:n_updates - done]
+            order = rng.permutation(Yg.shape[0])[: n_updates - done]
             hook = group_objective(Xg, Yg) if group_objective is not None and record_every else None
-            part = run_online(solver, state, Xg, Yg, order, lam=lam, oracle=oracle, average=average,
-                              objective=hook, record_every=record_every, **step_kwargs)
+            part = run_online(
+                solver,
+                state,
+                Xg,
+                Yg,
+                order,
+                lam=lam,
+                oracle=oracle,
+                average=average,
+                objective=hook,
+                record_every=record_every,
+                **step_kwargs,
+            )
             result.objective_history += part.objective_history
             result.objective_iterations += part.objective_iterations
             done += order.size
@@ -371,8 +420,7 @@ def run_online_stream(solver: str, state: OnlineState, blocks, n_updates: int, *
     return result
 
 
-def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, record_every, lazy=True,
-               **step_kwargs):
+def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, record_every, lazy=True, **step_kwargs):
     """:func:`run_online` with the default oracles, by the compiled loop
     :func:`dmlr.kernels.ranksvm.online_updates` (the same updates), in segments between
     the recording points."""
@@ -381,8 +429,14 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
     margin = getattr(oracle, "margin", RANKSVM_MARGIN)
     carry = None
     held = state.lazy_carry
-    if lazy and held is not None and held[1] == state.t and held[2] is state.M and held[3] is state.M_avg \
-            and held[4] is state.Psi:
+    if (
+        lazy
+        and held is not None
+        and held[1] == state.t
+        and held[2] is state.M
+        and held[3] is state.M_avg
+        and held[4] is state.Psi
+    ):
         carry = held[0]
     state.lazy_carry = None
     # fresh arrays, updated in place from here on: arrays handed out earlier (iterate_, coef_)
@@ -405,8 +459,20 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
         stop = order.size
         if objective is not None and record_every:
             stop = min(stop, pos + record_every - state.t % record_every)
-        carry = online_updates(solver, X, Y, order[pos:stop], state.M, state.Psi, state.M_avg, state.t, lam=lam,
-                               margin=margin, carry=carry, **kw)
+        carry = online_updates(
+            solver,
+            X,
+            Y,
+            order[pos:stop],
+            state.M,
+            state.Psi,
+            state.M_avg,
+            state.t,
+            lam=lam,
+            margin=margin,
+            carry=carry,
+            **kw,
+        )
         state.t += stop - pos
         pos = stop
         if objective is not None and record_every and state.t % record_every == 0:
@@ -462,7 +528,19 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LB
     # reference asks for 1e-10).
     ftol = 0.0
     with threadpool_limits(limits=1):
-        res = minimize(f, x0.ravel(), jac=True, method="L-BFGS-B", callback=cb,
-                       options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": ftol})
-    return LBFGSResult(x=res.x.reshape(shape), fun=float(res.fun), objective_history=history,
-                       n_iter=int(res.nit), converged=bool(res.success), message=str(res.message))
+        res = minimize(
+            f,
+            x0.ravel(),
+            jac=True,
+            method="L-BFGS-B",
+            callback=cb,
+            options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": ftol},
+        )
+    return LBFGSResult(
+        x=res.x.reshape(shape),
+        fun=float(res.fun),
+        objective_history=history,
+        n_iter=int(res.nit),
+        converged=bool(res.success),
+        message=str(res.message),
+    )

@@ -94,9 +94,21 @@ def _alpha(step: str, step_size: float, step_decay: float, epoch: int, t: int):
     return step_size, step_decay, t
 
 
-def minimize(problem, W0: np.ndarray, solver: str, *, epochs: int = 5, step: str = "1/k", step_size=None,
-             step_decay: float = 0.0, batch_size: int | None = None, s2gd_nu: float | None = None,
-             random_state=0, record: bool = True, callback=None) -> VRResult:
+def minimize(
+    problem,
+    W0: np.ndarray,
+    solver: str,
+    *,
+    epochs: int = 5,
+    step: str = "1/k",
+    step_size=None,
+    step_decay: float = 0.0,
+    batch_size: int | None = None,
+    s2gd_nu: float | None = None,
+    random_state=0,
+    record: bool = True,
+    callback=None,
+) -> VRResult:
     """Run ``epochs`` epochs of ``solver`` from W0.
 
     Parameters
@@ -168,8 +180,15 @@ def minimize(problem, W0: np.ndarray, solver: str, *, epochs: int = 5, step: str
         pause = time.perf_counter()
         record_now(k)
         start += time.perf_counter() - pause
-    return VRResult(W=W, objective_history=history, epochs=epochs, step_size=step_size,
-                    seconds=time.perf_counter() - start, eval_seconds=eval_s, history_epochs=hist_epochs)
+    return VRResult(
+        W=W,
+        objective_history=history,
+        epochs=epochs,
+        step_size=step_size,
+        seconds=time.perf_counter() - start,
+        eval_seconds=eval_s,
+        history_epochs=hist_epochs,
+    )
 
 
 # -- one epoch of each method --------------------------------------------------------
@@ -208,6 +227,7 @@ def _snapshot_epoch(problem, W, order, spec, st, rng, output, rows=None, mixed=F
 def _epoch_svrg(output):
     def epoch(problem, W, order, spec, st, rng, k, opts):
         return _snapshot_epoch(problem, W, order, spec, st, rng, output)
+
     return epoch
 
 
@@ -219,6 +239,7 @@ def _epoch_batching(mixed):
     def epoch(problem, W, order, spec, st, rng, k, opts):
         batch = np.sort(rng.choice(problem.n_rows, size=opts["B"], replace=False))
         return _snapshot_epoch(problem, W, order, spec, st, rng, "uniform", rows=batch, mixed=mixed)
+
     return epoch
 
 
@@ -227,10 +248,10 @@ def _epoch_memory(scale_by_n):
         if st["A"] is None:  # Algorithms 3-4, lines 2-4: the table at w_1
             st["A"] = problem.init_memory(W)
         n = problem.n_rows
-        out = problem.run_inner(W, order, dict(spec, A=st["A"], mem_scale=(1.0 / n) if scale_by_n else 1.0,
-                                               n_total=n))
+        out = problem.run_inner(W, order, dict(spec, A=st["A"], mem_scale=(1.0 / n) if scale_by_n else 1.0, n_total=n))
         st["A"] = out["A"]
         return out["W"]
+
     return epoch
 
 
@@ -241,8 +262,9 @@ def _epoch_vrlite(problem, W, order, spec, st, rng, k, opts):
         out = problem.run_inner(W, order, dict(spec, W_sum=np.zeros_like(W), G_sum=np.zeros_like(W)))
     else:
         # lines 12-19: SVRG steps around w_bar with mu = g_bar, re-estimating both
-        out = problem.run_inner(W, order, dict(spec, W_ref=st["w_bar"], mu=st["g_bar"],
-                                               W_sum=np.zeros_like(W), G_sum=np.zeros_like(W)))
+        out = problem.run_inner(
+            W, order, dict(spec, W_ref=st["w_bar"], mu=st["g_bar"], W_sum=np.zeros_like(W), G_sum=np.zeros_like(W))
+        )
     st["w_bar"], st["g_bar"] = out["W_sum"] / n, out["G_sum"] / n
     return out["W"]
 
