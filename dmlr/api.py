@@ -123,7 +123,8 @@ def fit(
         if checkpoint is None and not resume:
             return est.fit(X, Y)
         # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
-        final, prefix = (est.steps[-1][1], est.steps[-1][0] + "__") if isinstance(est, Pipeline) else (est, "")
+        final = final_estimator(est)
+        prefix = est.steps[-1][0] + "__" if final is not est else ""
         if "checkpoint" not in inspect.signature(final.fit).parameters:
             raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
         kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
@@ -154,13 +155,13 @@ def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:
 
     X, Y = resolve_arrays(data, split, default_split="test")
     S = model.decision_function(X)
-    return multilabel_metrics(Y, S, label_rule(model)(S), metrics=metrics)
+    return multilabel_metrics(Y, S, final_estimator(model).labels_from_scores(S), metrics=metrics)
 
 
-def label_rule(model):
-    """The model's own rule from (n, n_labels) scores to 0/1 labels: ``labels_from_scores`` of
-    the estimator, or of a Pipeline's final estimator."""
-    return (model.steps[-1][1] if isinstance(model, Pipeline) else model).labels_from_scores
+def final_estimator(model):
+    """The estimator that scores: ``model`` itself, or a Pipeline's final step (whose
+    ``labels_from_scores`` is the model's label rule)."""
+    return model.steps[-1][1] if isinstance(model, Pipeline) else model
 
 
 def load(path) -> BaseModel:

@@ -193,13 +193,13 @@ def label_metrics(model, data, split: str | None = "test", *, bins: int = 50) ->
         :func:`report_statistics`' output plus ``split`` and ``label_names``
         (from the store, else None).
     """
-    from dmlr.api import _as_dataset, label_rule, resolve_arrays
+    from dmlr.api import _as_dataset, final_estimator, resolve_arrays
 
     model = _as_model(model)
     X, Y = resolve_arrays(data, split, default_split="test")
     S = model.decision_function(X)
-    out = report_statistics(Y, S, label_rule(model)(S), bins=bins)
-    final = label_rule(model).__self__
+    final = final_estimator(model)
+    out = report_statistics(Y, S, final.labels_from_scores(S), bins=bins)
     rule = getattr(final, "label_rule", "threshold")
     out["threshold"] = float(final.threshold) if hasattr(final, "threshold") and rule == "threshold" else None
     ds = _as_dataset(data)

@@ -113,11 +113,9 @@ def check_fit_data(est, X, y, *, classes=None):
     return X, Y
 
 
-def check_partial_fit_data(est, X, y, *, classes=None):
-    """(X, Y) for a ``partial_fit`` call: the first call is :func:`check_fit_data`; later
-    calls keep ``n_features_in_`` and encode ``y`` with the fitted classes."""
-    if not hasattr(est, "target_type_"):
-        return check_fit_data(est, X, y, classes=classes)
+def check_partial_fit_data(est, X, y):
+    """(X, Y) for a ``partial_fit`` call after the first (which is :func:`check_fit_data`):
+    ``n_features_in_`` is kept and ``y`` is encoded with the fitted classes."""
     X = check_X(est, X, reset=False)
     if est.target_type_ == "multilabel":
         Y = encode_target(y)[0]

@@ -116,7 +116,7 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         """(X, Y) of a ``partial_fit`` call: the first fits the scaling, later ones apply it."""
         if not hasattr(self, "target_type_"):
             return self._fit_data(X, y, classes=classes)
-        X, Y = check_partial_fit_data(self, X, y, classes=classes)
+        X, Y = check_partial_fit_data(self, X, y)
         return self._scaled(X), Y
 
     def _predict_data(self, X):
@@ -173,16 +173,22 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
 
     def _label_scores(self, X):
         """(n, n_labels) scores of validated X, from ``_scores_block`` chunk by chunk."""
-        if is_dask(X):
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            return X.map_blocks(
-                self._scores_block,
-                dtype=np.float64,
-                chunks=(X.chunks[0], (len(self.classes_),)),
-                meta=np.empty((0, 0), dtype=np.float64),
-            )
-        return self._scores_block(X)
+        return self._map_rows(X, self._scores_block)
+
+    def _map_rows(self, X, fn, *args):
+        """``fn(block, *args)`` -> (m, n_labels) float64 scores, on in-memory X or on each row chunk
+        of dask X (dask out; the arguments travel once, with the graph)."""
+        if not is_dask(X):
+            return fn(X, *args)
+        if len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})
+        return X.map_blocks(
+            fn,
+            *args,
+            dtype=np.float64,
+            chunks=(X.chunks[0], (len(self.classes_),)),
+            meta=np.empty((0, 0), dtype=np.float64),
+        )
 
     def _output_scores(self, S):
         if self.target_type_ == "binary":

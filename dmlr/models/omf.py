@@ -388,19 +388,7 @@ class OMF(BaseModel):
 
         W is formed once per call and travels with the graph (dask in, dask out).
         """
-        W = self.prediction_matrix()
-        if is_dask(X):
-            if len(X.chunks[1]) > 1:
-                X = X.rechunk({1: -1})
-            return X.map_blocks(
-                linear_scores,
-                W,
-                bool(self.fit_intercept),
-                dtype=np.float64,
-                chunks=(X.chunks[0], (W.shape[1],)),
-                meta=np.empty((0, 0), dtype=np.float64),
-            )
-        return linear_scores(X, W, bool(self.fit_intercept))
+        return self._map_rows(X, linear_scores, self.prediction_matrix(), bool(self.fit_intercept))
 
     def labels_from_scores(self, S):
         """0/1 labels (int8, (n, n_labels)) by ``label_rule``: the ``top_k`` best scores or the
