@@ -71,6 +71,10 @@ def fit(
     *,
     split: str | None = "train",
     client=None,
+    search: bool | None = None,
+    cv: int = 5,
+    scoring: str = "average_precision",
+    seed: int | None = 0,
     checkpoint=None,
     checkpoint_every: int = 10,
     resume: bool = False,
@@ -93,6 +97,24 @@ def fit(
         Dask client for this fit (as ``dmlr.config_context(client=...)``);
         by default the current one, the configured scheduler, or a local
         cluster (only when the data are large enough to need one).
+    search : bool or None
+        Choose the regularization by ``cv``-fold cross-validation on the
+        training rows (:func:`dmlr.tuning.search`), then refit on all of
+        them. None (default): search the default parameters of the model's
+        search space (:data:`dmlr.tuning.SEARCH_SPACES`) that ``params`` does
+        not give, when ``model`` is a name; explicit values are kept and are not
+        searched. True: also for an estimator instance (its values of the
+        searched parameters are replaced). False: no search.
+        The fitted model carries ``best_params_`` (the chosen values),
+        ``cv_results_`` (the CV table, scikit-learn's layout),
+        ``search_seconds_`` and ``search_`` (:class:`dmlr.tuning.SearchResult`).
+    cv : int
+        Folds of the search.
+    scoring : str
+        Metric the search maximizes (losses are minimized), a name in
+        :data:`dmlr.metrics.METRIC_NAMES`.
+    seed : int or None
+        Seed of the search's folds.
     checkpoint : str or Path, optional
         Directory of a Zarr checkpoint: the solver's full state is written
         there (atomically) every ``checkpoint_every`` iterations, and the
@@ -108,7 +130,9 @@ def fit(
         from scratch. A checkpoint written for another problem (other
         parameters or data) raises a ``ValueError``; without ``resume``, an
         unfinished checkpoint raises :class:`FileExistsError`. See
-        :meth:`dmlr.models.RBRL.fit`.
+        :meth:`dmlr.models.RBRL.fit`. When a search runs, the directory
+        holds the search's finished units (``search/``, resumed too) and
+        the final fit's checkpoint (``fit/``, for models that have one).
     **params
         Estimator parameters, e.g. ``alpha=1.0``.
 
@@ -117,18 +141,49 @@ def fit(
     estimator
         Fitted.
     """
+    from dmlr import tuning
+
     est = make_model(model, **params)
     X, Y = resolve_arrays(data, split, default_split="train")
+    if search is None:
+        search = not isinstance(model, BaseEstimator)
+    searched = [a.name for a in tuning.search_space(est) if a.default and a.name not in params] if search else []
     with config_context(**({"client": client} if client is not None else {})):
+        result = None
+        if searched:
+            result = tuning.search(
+                est,
+                X,
+                Y,
+                params=searched,
+                cv=cv,
+                scoring=scoring,
+                seed=seed,
+                checkpoint=Path(checkpoint) / "search" if checkpoint is not None else None,
+                resume=resume,
+                verbose=int(est.get_params().get("verbose", 0) or 0),
+            )
+            est.set_params(**result.best_params)
+            if checkpoint is not None:
+                checkpoint = Path(checkpoint) / "fit"
+                if "checkpoint" not in inspect.signature(final_estimator(est).fit).parameters:
+                    checkpoint, resume = None, False  # the search's units were checkpointed
         if checkpoint is None and not resume:
-            return est.fit(X, Y)
-        # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
-        final = final_estimator(est)
-        prefix = est.steps[-1][0] + "__" if final is not est else ""
-        if "checkpoint" not in inspect.signature(final.fit).parameters:
-            raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
-        kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
-        return est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})
+            est.fit(X, Y)
+        else:
+            # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
+            final = final_estimator(est)
+            prefix = est.steps[-1][0] + "__" if final is not est else ""
+            if "checkpoint" not in inspect.signature(final.fit).parameters:
+                raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
+            kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
+            est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})
+    if result is not None:
+        est.best_params_ = dict(result.best_params)
+        est.cv_results_ = result.cv_results()
+        est.search_seconds_ = result.seconds
+        est.search_ = result
+    return est
 
 
 def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:

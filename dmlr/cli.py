@@ -100,8 +100,22 @@ def cmd_fit(args) -> int:
     settings = {"backend": args.backend} if args.backend else {}
     with dmlr.config_context(**settings):
         model = dmlr.fit(
-            args.data, _model_name(args), split=args.split, client=_client(args), **ckpt, **_model_params(args)
+            args.data,
+            _model_name(args),
+            split=args.split,
+            client=_client(args),
+            search=False if args.no_search else None,
+            **ckpt,
+            **_model_params(args),
         )
+    if hasattr(model, "best_params_"):
+        result = model.search_
+        chosen = ", ".join(f"{k}={v:.4g}" for k, v in model.best_params_.items())
+        print(
+            f"chose {chosen} by {result.n_splits}-fold cross-validation ({result.scoring}), "
+            f"{result.n_fits} fits in {model.search_seconds_:.1f} s"
+        )
+        print(result.table())
     if getattr(model, "resumed_from_iteration_", 0):
         print(f"resumed from the checkpoint at iteration {model.resumed_from_iteration_} in {args.checkpoint}")
     print(
@@ -159,7 +173,9 @@ def cmd_demo(args) -> int:
         f"on the {len(ds.splits['train'])} training rows ..."
     )
     with dmlr.config_context(backend="dask"):
-        model = dmlr.fit(ds, "rbrl", split="train", client=client, max_iter=args.max_iter, verbose=args.verbose)
+        model = dmlr.fit(
+            ds, "rbrl", split="train", client=client, alpha=1.0, max_iter=args.max_iter, verbose=args.verbose
+        )
     print(
         f"  {model.n_iter_} iterations in {model.fit_seconds_:.2f} s, final objective "
         f"{model.objective_history_[-1]:.6g}"
@@ -195,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
 
-    f = sub.add_parser("fit", help="fit a model on a dmlr Zarr store and save it")
+    f = sub.add_parser(
+        "fit",
+        help="fit a model on a dmlr Zarr store and save it (regularization not given: chosen by 5-fold CV)",
+    )
     f.add_argument("data")
     f.add_argument("--model", default="rbrl")
     f.add_argument("--out", required=True, help="model file to write (.npz)")
@@ -203,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--alpha", type=float, help="Frobenius (ridge) weight")
     f.add_argument("--alpha-rank", dest="alpha_rank", type=float, help="RBRL: pairwise ranking weight")
     f.add_argument("--alpha-nuclear", dest="alpha_nuclear", type=float, help="RBRL: nuclear-norm weight")
+    f.add_argument(
+        "--no-search",
+        dest="no_search",
+        action="store_true",
+        help="use the model's default regularization instead of choosing it by cross-validation",
+    )
     f.add_argument("--max-iter", dest="max_iter", type=int)
     f.add_argument("--tol", type=float)
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")

@@ -424,11 +424,11 @@ def grid_search_cv(
     base_params = estimator.get_params()
     units = [(s, f) for s in range(len(settings)) for f in range(len(splits))]
 
-    runner, backend = _resolve_client(client)
     progress = _progress_printer(len(units), len(path_values), verbose, start) if verbose else None
-    outputs = runner(
-        type(estimator), base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress
-    )
+    unit_args = [(type(estimator), base_params, settings[s], path, path_values, f, metric_names) for s, f in units]
+    with UnitRunner((X, Y, splits), client) as runner:
+        backend = runner.backend
+        outputs = runner.map(_fit_path, unit_args, progress)
 
     # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
     per_point: dict[tuple, list] = {}
@@ -495,7 +495,7 @@ def grid_search_cv(
 # ----------------------------------------------------------------------------
 
 
-def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, metric_names):
+def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, metric_names):
     """Fit one fold along one path (largest value first, warm-started) and evaluate each fit.
 
     Returns a list, in ``path_values`` order, of (metric dict, n_iter, seconds).
@@ -512,7 +512,7 @@ def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, 
     # threads would oversubscribe the cores the other units run on. One BLAS thread: workers
     # run one unit per core, and the same threading in-process keeps sums in the same order,
     # hence identical scores.
-    with config_context(backend="local", n_blocks=1, client=None), threadpool_limits(limits=1, user_api="blas"):
+    with config_context(**UNIT_CONFIG), threadpool_limits(limits=1, user_api="blas"):
         for value in path_values:
             if path is not None:
                 est.set_params(**{path: value})
@@ -524,51 +524,86 @@ def _fit_path(cls, base_params, setting, path, path_values, X, Y, splits, fold, 
     return out
 
 
-def _run_sequential(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress):
-    outputs = []
-    for s, f in units:
-        outputs.append(_fit_path(cls, base_params, settings[s], path, path_values, X, Y, splits, f, metric_names))
-        if progress is not None:
-            progress()
-    return outputs
+#: Configuration of a search's unit running in memory: one block, in this process.
+UNIT_CONFIG = {"backend": "local", "n_blocks": 1, "client": None}
 
 
-def _cluster_runner(client):
-    def run(cls, base_params, settings, path, path_values, units, X, Y, splits, metric_names, progress):
+class UnitRunner:
+    """Runs the units of a search, ``fn(*shared, *unit)``, on the Dask cluster or here.
+
+    The units of a search each read their own rows of the ``shared`` data (X,
+    Y, the folds). On a cluster the shared data are scattered to every worker
+    once, at the first :meth:`map`, and kept there for later calls; the units
+    run as independent tasks. Without one they run in ``n_jobs`` processes
+    (joblib's loky pool, which scikit-learn's own searches use; scikit-learn
+    depends on joblib) or one after the other in this process.
+
+    If every worker holding the scattered data is lost (killed, or removed
+    after missed heartbeats), the units not yet finished are submitted again
+    with the data scattered anew, up to
+    :data:`dmlr.distributed.chunks.MAX_RECOVERIES` times per call (a
+    RuntimeWarning says so); finished units are kept.
+
+    Parameters
+    ----------
+    shared : tuple
+        Arguments common to every unit (numpy / scipy.sparse data, folds).
+    client : distributed.Client, "local" or None
+        As :func:`grid_search_cv`'s ``client``.
+    n_jobs : int
+        Processes without a cluster (1: this process).
+    """
+
+    def __init__(self, shared: tuple, client=None, n_jobs: int = 1):
+        self.shared = tuple(shared)
+        self.client = _resolve_client(client)
+        self.n_jobs = int(n_jobs)
+        self._scattered = None
+
+    @property
+    def backend(self) -> str:
+        return "local" if self.client is None else "dask"
+
+    def map(self, fn, units: list, progress=None) -> list:
+        """``[fn(*shared, *unit) for unit in units]``; ``progress(i, result)`` as each finishes."""
+        if self.client is not None:
+            return self._map_on_cluster(fn, units, progress)
+        if self.n_jobs > 1 and len(units) > 1:
+            from joblib import Parallel, delayed
+
+            jobs = Parallel(n_jobs=min(self.n_jobs, len(units)), return_as="generator")
+            results = jobs(delayed(fn)(*self.shared, *unit) for unit in units)
+        else:
+            results = (fn(*self.shared, *unit) for unit in units)
+        outputs = []
+        for i, out in enumerate(results):
+            outputs.append(out)
+            if progress is not None:
+                progress(i, out)
+        return outputs
+
+    def _map_on_cluster(self, fn, units, progress):
         from distributed import as_completed
         from distributed.client import FutureCancelledError
 
         from dmlr.distributed.chunks import LOST_WORKER_WAIT, MAX_RECOVERIES
 
+        client = self.client
         outputs = [None] * len(units)
         for attempt in range(MAX_RECOVERIES + 1):
             todo = [i for i, out in enumerate(outputs) if out is None]
-            # Scatter to every worker: each of the units reads random rows of the whole set.
-            client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
-            X_f, Y_f, splits_f = client.scatter([X, Y, splits], broadcast=True, hash=False)
-            futures = {
-                client.submit(
-                    _fit_path,
-                    cls,
-                    base_params,
-                    settings[units[i][0]],
-                    path,
-                    path_values,
-                    X_f,
-                    Y_f,
-                    splits_f,
-                    units[i][1],
-                    metric_names,
-                    pure=False,
-                ): i
-                for i in todo
-            }
+            if self._scattered is None:
+                # Scatter to every worker: each of the units reads random rows of the whole set.
+                client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
+                self._scattered = client.scatter(list(self.shared), broadcast=True, hash=False)
+            futures = {client.submit(fn, *self._scattered, *units[i], pure=False): i for i in todo}
             try:
                 for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
-                    outputs[futures[fut]] = fut.result()  # raises the unit's exception, if any
+                    i = futures[fut]
+                    outputs[i] = fut.result()  # raises the unit's exception, if any
                     fut.release()
                     if progress is not None:
-                        progress()
+                        progress(i, outputs[i])
                 return outputs
             except FutureCancelledError:
                 # Scattered data cannot be recomputed: when every worker holding it is gone
@@ -576,27 +611,37 @@ def _cluster_runner(client):
                 # still to run are cancelled. Keep the finished units, scatter again from
                 # this process's copy and submit the rest (units are independent and
                 # deterministic, so the result is the uninterrupted run's).
+                self.close()
                 if attempt == MAX_RECOVERIES:
                     raise
                 warnings.warn(
-                    f"grid search: the workers holding the data were lost; resubmitting "
+                    f"search: the workers holding the data were lost; resubmitting "
                     f"{sum(out is None for out in outputs)} of {len(units)} units",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
             finally:
                 client.cancel([f for f in futures if f.status == "pending"])
-                for f in (X_f, Y_f, splits_f):
-                    f.release()
         return outputs  # pragma: no cover - the loop returns or raises
 
-    return run
+    def close(self) -> None:
+        """Release the scattered data (the runner scatters again if used later)."""
+        if self._scattered is not None:
+            for f in self._scattered:
+                f.release()
+            self._scattered = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _progress_printer(n_units: int, fits_per_unit: int, every: int, start: float):
     done = [0]
 
-    def progress():
+    def progress(_index=None, _result=None):
         done[0] += 1
         if done[0] % every == 0 or done[0] == n_units:
             elapsed = time.perf_counter() - start
@@ -611,19 +656,19 @@ def _progress_printer(n_units: int, fits_per_unit: int, every: int, start: float
 
 
 def _resolve_client(client):
-    """(runner, "local" | "dask") for the ``client`` argument."""
+    """The Dask client the units run on, or None to run them in this process."""
     if isinstance(client, str):
         if client != "local":
             raise ValueError(f"client must be a distributed.Client, 'local' or None, got {client!r}")
-        return _run_sequential, "local"
+        return None
     if client is None:
         try:
             from distributed import default_client
 
-            client = default_client()
+            return default_client()
         except (ImportError, ValueError):  # no current client: never start a cluster here
-            return _run_sequential, "local"
-    return _cluster_runner(client), "dask"
+            return None
+    return client
 
 
 # ----------------------------------------------------------------------------

@@ -27,6 +27,19 @@ def test_info_fit_evaluate(store, tmp_path, capsys):
     assert 0.0 <= metrics["hamming_loss"] <= 1.0 and "ndcg_at_5" in metrics
 
 
+def test_fit_without_values_searches_and_prints_the_choice(store, tmp_path, capsys):
+    from dmlr.models.base import load_model
+
+    model = tmp_path / "auto.npz"
+    assert main(["fit", str(store), "--out", str(model), "--step-rule", "spectral", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    chosen = load_model(model).alpha
+    assert f"chose alpha={chosen:.4g} by 5-fold cross-validation (average_precision)" in out
+    assert "model saved to" in out
+    assert main(["fit", str(store), "--out", str(model), "--no-search", "--quiet"]) == 0
+    assert "chose" not in capsys.readouterr().out and load_model(model).alpha == 1.0
+
+
 def test_errors_are_reported_not_raised(store, tmp_path, capsys):
     assert main(["fit", str(store), "--out", str(tmp_path / "m.npz"), "--split", "nope"]) == 2
     assert "unknown split 'nope'" in capsys.readouterr().err

@@ -160,7 +160,7 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
         done = []
 
         def kill_after_two(*args):
-            def progress():
+            def progress(*_):
                 done.append(1)
                 if len(done) == 2:
                     os.kill(first_pid, signal.SIGKILL)

@@ -1,0 +1,531 @@
+"""Automatic hyper-parameters: K-fold cross-validation along warm-started paths.
+
+:func:`search` chooses a model's regularization by K-fold cross-validation
+on the training rows, one parameter after the other (:data:`SEARCH_SPACES`
+gives each model's parameters and their starting grids):
+
+* **Paths.** A unit of work is one fold and one parameter's grid, fitted
+  from the most regularized value to the least with ``warm_start`` (where
+  the model has it): each fit starts from the previous solution, and the
+  most regularized fits, the cheapest, come first.
+* **Early abandonment.** A fold's path stops once its validation score has
+  failed to beat its best for ``patience`` consecutive values: the least
+  regularized fits, the slowest, are skipped when they are clearly worse.
+  A value counts only where every fold reached it.
+* **Grids that widen.** Grids are log-spaced in half decades, scaled by the
+  number of training rows where the model's loss is a sum over rows (its
+  regularization then keeps its meaning as the data grow). When the best
+  value lies on the grid's edge, the grid grows by ``widen_by`` values
+  beyond that edge and the new values are fitted (up to ``max_widen``
+  times).
+* **Where it runs.** Data small enough for one process (the rule of
+  ``config_context(backend="auto")``) are held in memory and the units run
+  as parallel tasks on the Dask cluster, or one after the other in this
+  process without one (:func:`dmlr.model_selection.run_units`). Larger dask
+  data are never gathered: a fold is a lazy row selection of the dask
+  arrays, computed by the workers from the chunks, and each fit is the
+  model's own distributed fit.
+* **Resume.** With ``checkpoint=DIR`` every finished unit is written there
+  (JSON, atomically); ``resume=True`` reuses them, so a search interrupted
+  by a killed client ends at the choice of an uninterrupted one.
+
+Units are deterministic (seeded folds, fixed summation order), so the choice
+does not depend on the number of workers or the order units finish in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dmlr.config import config_context, get_config
+from dmlr.distributed.chunks import choose_backend
+from dmlr.kernels.blocks import is_dask
+from dmlr.metrics import METRIC_NAMES, multilabel_metrics
+from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materialize, kfold_indices
+
+__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space"]
+
+#: Without a cluster, in-memory units run in this process until a round of them (one
+#: path value on every fold) takes longer than this; then in ``n_jobs`` processes. The
+#: first rounds are the most regularized, cheapest fits, so a search whose first round
+#: is this slow has many times this left, against a few seconds to start the processes
+#: (each imports dmlr); a small search never pays for them.
+POOL_MIN_ROUND_SECONDS = 0.3
+
+#: Default scoring of :func:`search`: a ranking metric (every model of dmlr ranks labels).
+DEFAULT_SCORING = "average_precision"
+SEARCH_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One searched parameter: a log-spaced grid of ``scale * 10**e`` for ``e`` in ``exponents``.
+
+    Attributes
+    ----------
+    name : str
+        The estimator parameter.
+    exponents : tuple of float
+        The starting grid's base-10 exponents (any order; fitted largest first).
+    per_row : bool
+        ``scale`` is the number of training rows (a loss summed over rows,
+        as RBRL's eq. 8), else 1 (a loss averaged over rows, as SGD's).
+    step : float
+        Exponent step of the values added when the grid widens.
+    default : bool
+        Searched by :func:`dmlr.fit` when the caller does not give it; the
+        other axes only when asked for (``search(params=...)``).
+    """
+
+    name: str
+    exponents: tuple
+    per_row: bool = False
+    step: float = 0.5
+    default: bool = True
+
+    def values(self, exponents, n_rows: int) -> list[float]:
+        scale = float(n_rows) if self.per_row else 1.0
+        return [scale * 10.0**e for e in sorted(exponents, reverse=True)]
+
+
+def _half_decades(hi: float, lo: float) -> tuple:
+    return tuple(np.round(np.arange(hi, lo - 1e-9, -0.5), 6))
+
+
+#: Estimator class name -> the parameters :func:`search` can tune, in search order.
+#: RBRL's objective (eq. 8) sums its losses over rows, so its weights are searched per
+#: row; the SGD models average theirs. RBRL's ranking and nuclear-norm weights are
+#: searched only on request: on the staged sets their validation scores vary within the
+#: folds' spread once ``alpha`` is chosen, at the cost of a second and third path. The
+#: online models' weights are searched on request only: their fits do not warm-start and
+#: their defaults follow their papers.
+SEARCH_SPACES = {
+    "RBRL": (
+        Axis("alpha", _half_decades(0.0, -4.0), per_row=True),
+        Axis("alpha_rank", _half_decades(1.0, -2.0), default=False),
+        Axis("alpha_nuclear", _half_decades(-1.0, -4.0), per_row=True, default=False),
+    ),
+    "KernelRBRL": (Axis("alpha", _half_decades(0.0, -4.0), per_row=True),),
+    "LinearMultiLabel": (Axis("alpha", _half_decades(-1.0, -6.0), default=False),),
+    "RankSVM": (Axis("alpha", _half_decades(-1.0, -6.0), default=False),),
+    "OMF": (Axis("alpha", _half_decades(-1.0, -5.0), default=False),),
+}
+
+
+def search_space(estimator) -> tuple:
+    """The :class:`Axis` list :func:`search` tunes for ``estimator`` (empty: none)."""
+    return SEARCH_SPACES.get(type(estimator).__name__, ())
+
+
+@dataclass
+class SearchResult:
+    """Outcome of :func:`search`.
+
+    Attributes
+    ----------
+    best_params : dict
+        The chosen value of every searched parameter.
+    results : list of dict
+        One record per (parameter, value) fitted on every fold, in search
+        order: ``param``, ``value``, ``params`` (the full searched setting),
+        ``mean_score``, ``std_score``, ``fold_scores``, ``mean_n_iter``.
+    scoring : str
+    n_splits : int
+    n_fits : int
+        Cross-validation fits run (abandoned path ends not counted).
+    n_abandoned : int
+        Fold x value fits skipped by early abandonment.
+    n_widened : int
+        Times a grid grew beyond an edge.
+    n_resumed_units : int
+        Units read from the checkpoint instead of being fitted.
+    seconds : float
+        Wall time of the search (the final refit not included).
+    backend : {"local", "dask", "chunks"}
+        Units in this process, units as Dask tasks, or each fit distributed
+        over the chunks (dask data too large for one process).
+    """
+
+    best_params: dict
+    results: list
+    scoring: str
+    n_splits: int
+    n_fits: int = 0
+    n_abandoned: int = 0
+    n_widened: int = 0
+    n_resumed_units: int = 0
+    seconds: float = 0.0
+    backend: str = "local"
+
+    def cv_results(self) -> dict:
+        """The records as scikit-learn's ``cv_results_`` layout (dict of lists)."""
+        out = {
+            "param": [r["param"] for r in self.results],
+            "value": [r["value"] for r in self.results],
+            "params": [r["params"] for r in self.results],
+            "mean_test_score": [r["mean_score"] for r in self.results],
+            "std_test_score": [r["std_score"] for r in self.results],
+            "mean_n_iter": [r["mean_n_iter"] for r in self.results],
+        }
+        for k in range(self.n_splits):
+            out[f"split{k}_test_score"] = [r["fold_scores"][k] for r in self.results]
+        return out
+
+    def table(self) -> str:
+        """The records as a fixed-width text table, one line per (parameter, value)."""
+        lines = [f"{'param':>14} {'value':>11} {self.scoring:>18} {'std':>8} {'iters':>8}"]
+        for r in self.results:
+            mark = " *" if self.best_params.get(r["param"]) == r["value"] else ""
+            lines.append(
+                f"{r['param']:>14} {r['value']:>11.4g} {r['mean_score']:>18.5f} "
+                f"{r['std_score']:>8.5f} {r['mean_n_iter']:>8.1f}{mark}"
+            )
+        return "\n".join(lines)
+
+
+def search(
+    estimator,
+    X,
+    Y,
+    *,
+    params=None,
+    cv: int = 5,
+    scoring: str = DEFAULT_SCORING,
+    seed: int | None = 0,
+    client=None,
+    patience: int | None = 2,
+    widen_by: int = 2,
+    max_widen: int = 3,
+    n_jobs: int | None = None,
+    checkpoint=None,
+    resume: bool = False,
+    verbose: int = 0,
+) -> SearchResult:
+    """Choose ``estimator``'s regularization by K-fold cross-validation (see the module).
+
+    Parameters
+    ----------
+    estimator : dmlr estimator
+        Not modified; its other parameters are used for every fit.
+    X : ndarray, scipy.sparse matrix or dask array, shape (n, d)
+    Y : ndarray or dask array, shape (n, n_labels), 0/1
+    params : list of str, optional
+        The parameters of :func:`search_space` to tune, searched in the
+        space's order (default: its ``default`` axes); the others keep the
+        estimator's values.
+    cv : int
+        Number of shuffled folds (:func:`dmlr.model_selection.kfold_indices`).
+    scoring : str
+        A name in :data:`dmlr.metrics.METRIC_NAMES`; losses are minimized.
+    seed : int or None
+        Seed of the folds.
+    client : distributed.Client, "local" or None
+        Where in-memory units run (None: the current client if there is
+        one, else this process).
+    patience : int or None
+        Early abandonment: a path stops once its mean validation score (over
+        the folds) has failed to beat its best for ``patience`` consecutive
+        values (None: every path runs to its end).
+    widen_by, max_widen : int
+        Values added beyond an edge that holds the best, and how often.
+    n_jobs : int or None
+        Without a cluster, processes running in-memory units in parallel
+        (:class:`dmlr.model_selection.UnitRunner`); None: one per core.
+    checkpoint : str or Path, optional
+        Directory recording finished units (scores as JSON, fitted models as
+        dmlr model files: no pickle).
+    resume : bool
+        Reuse the units recorded in ``checkpoint``. Without it, an existing
+        checkpoint raises ``FileExistsError``.
+    verbose : int
+        Print one line per finished grid (1) and per path value (2).
+
+    Returns
+    -------
+    SearchResult
+
+    Raises
+    ------
+    ValueError
+        On a parameter the estimator's search space lacks, an unknown
+        scoring, or a checkpoint written for another search.
+    """
+    start = time.perf_counter()
+    known = [a.name for a in search_space(estimator)]
+    unknown = sorted(set(params or ()) - set(known))
+    if unknown:
+        raise ValueError(f"{type(estimator).__name__} cannot search {unknown}; its search space is {known}")
+    if scoring not in METRIC_NAMES:
+        raise ValueError(f"unknown scoring {scoring!r}; use one of {list(METRIC_NAMES)}")
+    space = [a for a in search_space(estimator) if (a.default if params is None else a.name in params)]
+
+    chunked = is_dask(X) and choose_backend(X, get_config()["backend"]) == "dask"
+    if not chunked:
+        X, Y = _materialize(X, Y)
+    splits = kfold_indices(int(X.shape[0]), int(cv), seed)
+    n_train = min(len(tr) for tr, _ in splits)
+    store = _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring)) if checkpoint else None
+    n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
+    # Processes start at the first round that is slow enough to pay for them (see _run_units).
+    runner = UnitRunner((X, Y, splits), client, n_jobs=1)
+    runner.pool_jobs = n_jobs
+    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits))
+    result.backend = "chunks" if chunked else runner.backend
+    ctx = _Context(estimator, X, Y, splits, scoring, not chunked, runner, store, result, verbose)
+    try:
+        for axis in space:
+            _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
+            if verbose:
+                best = result.best_params[axis.name]
+                mean = next(r["mean_score"] for r in result.results if r["param"] == axis.name and r["value"] == best)
+                n_values = sum(r["param"] == axis.name for r in result.results)
+                print(
+                    f"search {axis.name}: {n_values} values x {len(splits)} folds, best {best:.4g} "
+                    f"({scoring} {mean:.5f}), {time.perf_counter() - start:.1f} s",
+                    flush=True,
+                )
+    finally:
+        runner.close()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@dataclass
+class _Context:
+    estimator: object
+    X: object
+    Y: object
+    splits: list
+    scoring: str
+    in_process: bool
+    runner: UnitRunner
+    store: object
+    result: SearchResult
+    verbose: int
+
+
+def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
+    """Search one parameter: a warm-started path in lock-step over the folds, widened at an edge."""
+    greater = ctx.scoring not in LOSS_METRICS
+    setting = dict(ctx.result.best_params)
+    scores: dict[float, list] = {}  # value -> fold scores
+    iters: dict[float, list] = {}
+    exponents = sorted(set(axis.exponents), reverse=True)
+    value_of = dict(zip(axis.values(exponents, n_train), exponents))
+    # The fold models at the smallest value fitted so far: where a downward widening resumes.
+    low = _run_path(ctx, axis.name, setting, list(value_of), [None] * len(ctx.splits), None, scores, iters, patience)
+    abandoned = low is None
+    for _ in range(max_widen):
+        best = _best(scores, greater)
+        if best == max(scores):
+            direction, edge, states, from_value = 1.0, max(value_of.values()), [None] * len(ctx.splits), None
+        elif best == min(scores) and not abandoned:
+            direction, edge, (states, from_value) = -1.0, min(value_of.values()), low
+        else:
+            break
+        new = [round(edge + direction * axis.step * (k + 1), 6) for k in range(widen_by)]
+        new_values = axis.values(new, n_train)
+        value_of.update(zip(new_values, new))
+        ctx.result.n_widened += 1
+        end = _run_path(ctx, axis.name, setting, new_values, states, from_value, scores, iters, patience)
+        if direction < 0:
+            low, abandoned = end, end is None
+    best = _best(scores, greater)
+    for value in sorted(scores, reverse=True):
+        ctx.result.results.append(
+            {
+                "param": axis.name,
+                "value": value,
+                "params": {**setting, axis.name: value},
+                "mean_score": float(np.mean(scores[value])),
+                "std_score": float(np.std(scores[value])),
+                "fold_scores": [float(x) for x in scores[value]],
+                "mean_n_iter": float(np.mean(iters[value])),
+            }
+        )
+    ctx.result.best_params[axis.name] = best
+
+
+def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, iters, patience):
+    """Fit ``values`` (largest first) on every fold in lock-step, each fit warm-started from the
+    fold's previous one (``states``: the fold models at ``from_value``, or None: cold).
+
+    Returns (fold models, value) at the path's last value, or None when it was abandoned.
+    """
+    greater = ctx.scoring not in LOSS_METRICS
+    before = [_oriented(s, greater) for s in scores.values()]
+    run: list[float] = []
+    base = ctx.estimator.get_params()
+    warm = {"warm_start": True} if "warm_start" in base else {}
+    if "verbose" in base:
+        warm["verbose"] = 0  # the search reports progress, not each fit
+    for k, value in enumerate(values):
+        units = []
+        for fold, state in enumerate(states):
+            est = state if state is not None else type(ctx.estimator)(**{**base, **setting, **warm})
+            units.append((est, fold, name, value, ctx.scoring, ctx.in_process))
+        keys = [_unit_key(setting, name, value, fold, from_value) for fold in range(len(states))]
+        outs = _run_units(ctx, units, keys)
+        scores[value] = [o[0] for o in outs]
+        iters[value] = [o[1] for o in outs]
+        states, from_value = [o[2] for o in outs], value
+        run.append(_oriented(scores[value], greater))
+        if ctx.verbose > 1:
+            print(f"  {name}={value:.4g}: {ctx.scoring} {np.mean(scores[value]):.5f}", flush=True)
+        if patience is not None and len(run) > patience:
+            best_before = max(before + run[:-patience])
+            if max(run[-patience:]) <= best_before:
+                ctx.result.n_abandoned += (len(values) - k - 1) * len(states)
+                return None
+    return states, from_value
+
+
+def _run_units(ctx: _Context, units: list, keys: list) -> list:
+    """(score, n_iter, fitted estimator) per unit, read from the checkpoint where recorded."""
+    outs = [ctx.store.get(key) if ctx.store is not None else None for key in keys]
+    todo = [i for i, o in enumerate(outs) if o is None]
+    ctx.result.n_resumed_units += len(units) - len(todo)
+    ctx.result.n_fits += len(todo)
+
+    def done(j, out):
+        if ctx.store is not None:
+            ctx.store.put(keys[todo[j]], out)
+
+    if todo:
+        if ctx.in_process:  # tasks on the cluster, processes, or here
+            t = time.perf_counter()
+            new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
+            if ctx.runner.n_jobs < ctx.runner.pool_jobs and time.perf_counter() - t > POOL_MIN_ROUND_SECONDS:
+                ctx.runner.n_jobs = ctx.runner.pool_jobs
+        else:  # each fit distributed over the chunks: one at a time
+            new = []
+            for j, i in enumerate(todo):
+                new.append(_fit_step(ctx.X, ctx.Y, ctx.splits, *units[i]))
+                done(j, new[-1])
+        for i, out in zip(todo, new):
+            outs[i] = out
+    return outs
+
+
+def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
+    """Fit ``est`` with ``name=value`` on the fold's training rows (warm-started from its
+    previous fit when it has ``warm_start``) and score it on the fold's validation rows.
+
+    In memory (``in_process``): one block, one BLAS thread, in this process (a unit is
+    the parallel grain; see :data:`dmlr.model_selection.UNIT_CONFIG`). Dask X and Y too
+    large for one process: the rows are selected lazily, by the workers that hold them,
+    and the fit is the model's own distributed fit.
+
+    Returns (score, n_iter, est).
+    """
+    from threadpoolctl import threadpool_limits
+
+    train_idx, val_idx = splits[fold]
+    with contextlib.ExitStack() as stack:
+        if in_process:
+            stack.enter_context(config_context(**UNIT_CONFIG))
+            stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
+        est.set_params(**{name: value})
+        est.fit(X[train_idx], Y[train_idx])
+        S = est.decision_function(X[val_idx])
+        values = multilabel_metrics(Y[val_idx], S, est.labels_from_scores(S), metrics=[scoring])
+    return float(values[scoring]), int(getattr(est, "n_iter_", 0)), est
+
+
+def _oriented(fold_scores, greater: bool) -> float:
+    """The mean of a value's fold scores, larger is better, nan as the worst."""
+    m = float(np.mean(fold_scores))
+    return -math.inf if math.isnan(m) else (m if greater else -m)
+
+
+def _best(scores: dict, greater: bool) -> float:
+    """The value with the best mean score; ties go to the larger (more regularized) value."""
+    return max(scores, key=lambda value: (_oriented(scores[value], greater), value))
+
+
+# ----------------------------------------------------------------------------
+# Checkpoint of finished units
+# ----------------------------------------------------------------------------
+
+
+def _fingerprint(estimator, X, Y, cv, seed, scoring) -> dict:
+    from dask.base import tokenize
+
+    params = {k: v for k, v in estimator.get_params().items() if k not in ("verbose",)}
+    return {
+        "format": SEARCH_FORMAT_VERSION,
+        "estimator": type(estimator).__name__,
+        "params": json.loads(json.dumps(params, default=repr)),
+        "shape": [int(s) for s in X.shape] + [int(Y.shape[1])],
+        "data": tokenize(X, Y),
+        "cv": int(cv),
+        "seed": seed,
+        "scoring": scoring,
+    }
+
+
+def _unit_key(setting: dict, name: str, value: float, fold: int, from_value) -> str:
+    """A unit's name in the checkpoint: the parameter setting, the fold, and the value its
+    warm start came from (the same fit reached by another path is another unit)."""
+    text = json.dumps([sorted(setting.items()), name, repr(value), fold, repr(from_value)], default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class _UnitStore:
+    """A directory of finished units: ``search.json`` (the problem) and ``units/<key>.json``."""
+
+    def __init__(self, path, resume: bool, fingerprint: dict):
+        self.path = Path(path)
+        self.units = self.path / "units"
+        meta = self.path / "search.json"
+        if meta.exists():
+            saved = json.loads(meta.read_text())
+            if not resume:
+                raise FileExistsError(f"{self.path} holds a search checkpoint: pass resume=True or remove it")
+            if saved != fingerprint:
+                diff = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
+                raise ValueError(f"the checkpoint at {self.path} is of another search (differs in {diff})")
+        else:
+            self.units.mkdir(parents=True, exist_ok=True)
+            _write_atomic(meta, json.dumps(fingerprint, sort_keys=True))
+        self.units.mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: str):
+        """(score, n_iter, fitted estimator) of a recorded unit, or None."""
+        meta, model = self.units / f"{key}.json", self.units / f"{key}.npz"
+        if not meta.exists():
+            return None
+        score, n_iter = json.loads(meta.read_text())
+        if not model.exists():
+            return None
+        from dmlr.models.base import load_model
+
+        return float(score), int(n_iter), load_model(model)
+
+    def put(self, key: str, out) -> None:
+        """Record a finished unit: its fitted model (a dmlr model file), then its scores (the
+        unit counts as recorded once both exist)."""
+        score, n_iter, est = out
+        if hasattr(est, "save"):
+            model = self.units / f"{key}.npz"
+            est.save(model.with_name(f".partial-{key}.npz"))
+            os.replace(model.with_name(f".partial-{key}.npz"), model)
+        _write_atomic(self.units / f"{key}.json", json.dumps([score, n_iter]))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".partial-{path.name}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

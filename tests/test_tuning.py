@@ -1,0 +1,230 @@
+"""Automatic hyper-parameters (dmlr.tuning, dmlr.fit's search): choice, widening, resume."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+import dmlr
+from dmlr import tuning
+from dmlr.data.store import write_dataset
+from dmlr.model_selection import grid_search_cv
+from dmlr.models import RBRL
+from dmlr.tuning import Axis, search
+
+# Tight tolerance: warm-started path fits and cold fits reach the same optimum far below
+# the metrics' resolution.
+SOLVER = dict(step_rule="spectral", tol=1e-10, max_iter=5000)
+
+
+class KnownBest(ClassifierMixin, BaseEstimator):
+    """Scores = the true labels (first columns of X) + |log10(alpha / best)| x noise (next columns).
+
+    Every validation metric is best at ``alpha == best`` exactly, and worse the
+    further alpha is from it (in log scale): a problem whose answer is known.
+    """
+
+    def __init__(self, alpha=1.0, best=1.0, warm_start=False):
+        self.alpha = alpha
+        self.best = best
+        self.warm_start = warm_start
+
+    def fit(self, X, Y):
+        self.n_labels_ = Y.shape[1]
+        self.n_iter_ = 1
+        return self
+
+    def decision_function(self, X):
+        n_labels = self.n_labels_
+        weight = abs(math.log10(self.alpha) - math.log10(self.best))
+        return X[:, :n_labels] + weight * X[:, n_labels : 2 * n_labels]
+
+    def labels_from_scores(self, S):
+        return (S > 0).astype(np.int8)
+
+
+GRID = tuple(np.round(np.arange(2.0, -2.01, -0.5), 6))  # 10**2 ... 10**-2, half decades
+
+
+@pytest.fixture
+def known_best_space(monkeypatch):
+    monkeypatch.setitem(tuning.SEARCH_SPACES, "KnownBest", (Axis("alpha", GRID),))
+
+
+def _known_data(n=200, n_labels=4, seed=0):
+    rng = np.random.default_rng(seed)
+    Y = (rng.random((n, n_labels)) < 0.4).astype(np.int8)
+    Y[0], Y[1] = 1, 0  # no label column constant
+    X = np.hstack([2.0 * Y - 1.0, 5.0 * rng.normal(size=(n, n_labels))])
+    return X, Y
+
+
+def _synthetic(n=150, d=10, n_labels=4, seed=0):
+    """Rows with a linear signal: Y = [X W + noise > 0.3]."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    W = rng.normal(size=(d, n_labels))
+    Y = (X @ W + 1.5 * rng.normal(size=(n, n_labels)) > 0.3).astype(np.int8)
+    return X, Y
+
+
+def test_search_picks_the_known_interior_best(known_best_space):
+    X, Y = _known_data()
+    result = search(KnownBest(best=10**0.5), X, Y, n_jobs=1)
+    assert result.best_params["alpha"] == pytest.approx(10**0.5, rel=1e-12)
+    assert result.n_widened == 0
+    # The path runs from 10**2 down: past the best (the 4th value), the 5th and 6th do
+    # not beat it and the last three are abandoned on every fold.
+    assert result.n_abandoned == 5 * (len(GRID) - 6)
+    assert [r["value"] for r in result.results] == pytest.approx([10.0**e for e in GRID[:6]])
+
+
+@pytest.mark.parametrize("best_exp, added", [(3.5, [2.5, 3.0, 3.5, 4.0]), (-3.0, [-2.5, -3.0, -3.5, -4.0])])
+def test_grid_widens_when_the_best_is_on_its_edge(known_best_space, best_exp, added):
+    X, Y = _known_data()
+    result = search(KnownBest(best=10**best_exp), X, Y, n_jobs=1, patience=None)
+    assert result.best_params["alpha"] == pytest.approx(10**best_exp, rel=1e-12)
+    assert result.n_widened == 2
+    values = sorted(r["value"] for r in result.results)
+    assert values == pytest.approx(sorted(10.0**e for e in (*GRID, *added)))
+
+
+def test_widening_stops_at_max_widen(known_best_space):
+    X, Y = _known_data()
+    result = search(KnownBest(best=10**5), X, Y, n_jobs=1, max_widen=1)
+    assert result.n_widened == 1
+    assert result.best_params["alpha"] == pytest.approx(10**3, rel=1e-12)  # the widened grid's edge
+
+
+def test_search_agrees_with_exhaustive_cross_validation():
+    # The warm-started, abandoning search chooses what an exhaustive cold grid search of
+    # the same values, on the same folds and metric, chooses; the choice is interior.
+    X, Y = _synthetic()
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0)
+    n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
+    values = [n_train * 10.0**e for e in tuning.SEARCH_SPACES["RBRL"][0].exponents]
+    exhaustive = grid_search_cv(
+        RBRL(**SOLVER), X, Y, {"alpha": values}, cv=5, seed=0, scoring="average_precision", client="local"
+    )
+    assert result.best_params["alpha"] == pytest.approx(exhaustive.best_params["alpha"], rel=1e-12)
+    assert min(values) < result.best_params["alpha"] < max(values)
+    by_value = {r["params"]["alpha"]: r["mean_score"] for r in exhaustive.results}
+    for r in result.results:
+        assert r["mean_score"] == pytest.approx(by_value[r["value"]], abs=1e-9)
+
+
+def test_unknown_parameter_and_scoring_are_errors():
+    X, Y = _synthetic(n=40)
+    with pytest.raises(ValueError, match="cannot search"):
+        search(RBRL(), X, Y, params=["gamma"])
+    with pytest.raises(ValueError, match="unknown scoring"):
+        search(RBRL(), X, Y, scoring="accuracy_of_nothing")
+
+
+# -- dmlr.fit ------------------------------------------------------------------------
+
+
+def test_fit_searches_by_default_and_explicit_values_skip_it():
+    X, Y = _synthetic()
+    auto = dmlr.fit((X, Y), "rbrl", **SOLVER)
+    assert set(auto.best_params_) == {"alpha"}
+    assert auto.alpha == auto.best_params_["alpha"]
+    assert auto.cv_results_["mean_test_score"] and auto.search_seconds_ > 0
+    assert len(auto.cv_results_["split4_test_score"]) == len(auto.cv_results_["value"])
+    # the model is the refit on all rows with the chosen value
+    plain = RBRL(**SOLVER, alpha=auto.alpha).fit(X, Y)
+    np.testing.assert_array_equal(auto.coef_, plain.coef_)
+
+    explicit = dmlr.fit((X, Y), "rbrl", alpha=2.0, **SOLVER)
+    assert not hasattr(explicit, "best_params_") and explicit.alpha == 2.0
+    instance = dmlr.fit((X, Y), RBRL(alpha=2.0, **SOLVER))
+    assert not hasattr(instance, "best_params_") and instance.alpha == 2.0
+    asked = dmlr.fit((X, Y), RBRL(alpha=2.0, **SOLVER), search=True)
+    assert asked.alpha == auto.alpha
+
+
+def test_searched_model_saves_and_reloads(tmp_path):
+    X, Y = _synthetic()
+    model = dmlr.fit((X, Y), "rbrl", **SOLVER)
+    loaded = dmlr.load(model.save(tmp_path / "m.npz"))
+    assert loaded.alpha == model.alpha
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+
+
+def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypatch):
+    import dask.array as da
+
+    X, Y = _synthetic(n=120)
+    est = RBRL(**SOLVER)
+    here = search(est, X, Y, n_jobs=1, client="local")
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.0)  # processes from the second round on
+    pool = search(est, X, Y, n_jobs=2, client="local")
+    tasks = search(est, X, Y, client=client2)  # units as tasks on the 2 workers
+    Xd, Yd = da.from_array(X, chunks=(25, -1)), da.from_array(Y, chunks=(25, -1))
+    with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
+        chunked = search(est, Xd, Yd)  # each fit distributed over the workers' chunks
+    assert (here.backend, pool.backend, tasks.backend, chunked.backend) == ("local", "local", "dask", "chunks")
+    for other in (pool, tasks):
+        assert other.best_params == here.best_params
+        assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
+    assert chunked.best_params == here.best_params
+    np.testing.assert_allclose(
+        [r["fold_scores"] for r in chunked.results], [r["fold_scores"] for r in here.results], atol=1e-9
+    )
+
+
+# -- checkpoints -----------------------------------------------------------------------
+
+_KILLED_SCRIPT = """
+import sys
+import dmlr
+dmlr.fit(sys.argv[1], "rbrl", checkpoint=sys.argv[2], step_rule="spectral", tol=1e-10, max_iter=5000)
+"""
+
+
+def test_killed_search_resumes_to_the_same_choice(tmp_path):
+    X, Y = _synthetic(n=400, d=30, n_labels=6)
+    store = write_dataset(tmp_path / "d.zarr", X, Y, splits={"train": np.arange(400)})
+    ckpt = tmp_path / "ckpt"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_SCRIPT, str(store), str(ckpt)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        start_new_session=True,
+    )
+    units = ckpt / "search" / "units"
+    deadline = time.monotonic() + 300
+    while not (units.exists() and any(not p.name.startswith(".partial-") for p in units.glob("*.json"))):
+        assert proc.poll() is None, "the search ended before a unit was recorded"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # a killed client (and its unit processes): no cleanup runs
+    assert proc.wait() == -signal.SIGKILL
+
+    resumed = dmlr.fit(store, "rbrl", checkpoint=ckpt, resume=True, **SOLVER)
+    fresh = dmlr.fit(store, "rbrl", **SOLVER)
+    assert resumed.search_.n_resumed_units >= 1
+    assert resumed.best_params_ == fresh.best_params_
+    assert resumed.cv_results_ == fresh.cv_results_
+    np.testing.assert_array_equal(resumed.coef_, fresh.coef_)
+
+
+def test_checkpoint_of_another_search_is_refused(tmp_path):
+    X, Y = _synthetic(n=80)
+    first = search(RBRL(**SOLVER), X, Y, n_jobs=1, checkpoint=tmp_path / "c")
+    with pytest.raises(FileExistsError, match="resume=True"):
+        first = search(RBRL(**SOLVER), X, Y, n_jobs=1, checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="another search"):
+        search(RBRL(**SOLVER), X, Y, n_jobs=1, cv=3, checkpoint=tmp_path / "c", resume=True)
+    again = search(RBRL(**SOLVER), X, Y, n_jobs=1, checkpoint=tmp_path / "c", resume=True)
+    assert again.n_resumed_units == first.n_fits > 0 and again.n_fits == 0
+    assert again.best_params == first.best_params and again.results == first.results
