@@ -158,6 +158,7 @@ __all__ = [
     "finalize",
     "label_propensities",
     "multilabel_metrics",
+    "micro_f1_threshold",
     "predict_from_scores",
     "propensities_from_counts",
 ]
@@ -290,6 +291,62 @@ def predict_from_scores(S, threshold: float = 0.0):
     S = np.asarray(S)
     _check_2d(S, "S")
     return _predict_block(S, threshold)
+
+
+#: Histogram bins of :func:`micro_f1_threshold` on dask scores.
+THRESHOLD_BINS = 4096
+
+
+def micro_f1_threshold(Y, S) -> float:
+    """The score threshold ``t`` whose labels ``S > t`` have the highest micro-F1 against ``Y``.
+
+    Micro-F1 pools every (row, label) entry, so the best ``t`` is found on the
+    flattened scores: in memory exactly, by scikit-learn's
+    ``precision_recall_curve`` (every distinct score is a candidate); for dask
+    arrays by map-reduced histograms of all scores and of the relevant ones
+    (:data:`THRESHOLD_BINS` bins between the smallest and largest score, the
+    candidates being the bin edges), so the scores are never gathered.
+    :func:`predict_from_scores`'s at-least-one-label rule is not taken into
+    account.
+
+    Parameters
+    ----------
+    Y : array-like or dask array (n, l) of 0/1
+    S : array-like or dask array (n, l) of float
+        Scores of the same rows (e.g. a model's scores on its training rows).
+
+    Returns
+    -------
+    float
+        The threshold (0.0 when ``Y`` has no relevant or no irrelevant entry:
+        every threshold is then as good on these rows).
+    """
+    if isinstance(S, da.Array) or isinstance(Y, da.Array):
+        S, Y = da.asarray(S), da.asarray(Y)
+        Y = Y.rechunk(S.chunks)
+        lo, hi, n_pos, n_all = dask.compute(S.min(), S.max(), Y.sum(), Y.size)
+        if n_pos == 0 or n_pos == n_all or not hi > lo:
+            return 0.0
+        edges = np.linspace(float(lo), float(hi), THRESHOLD_BINS + 1)
+        (all_counts, _), (pos_counts, _) = dask.compute(
+            da.histogram(S, bins=edges), da.histogram(S, bins=edges, weights=Y.astype(np.float64))
+        )
+        # predicted positive above edge k: the bins from k up (bin k holds [edge k, edge k+1))
+        predicted = np.cumsum(all_counts[::-1])[::-1]
+        true_pos = np.cumsum(pos_counts[::-1])[::-1]
+        f1 = 2.0 * true_pos / (predicted + float(n_pos))
+        return float(edges[int(np.argmax(f1))])
+    from sklearn.metrics import precision_recall_curve
+
+    y, s = np.asarray(Y).ravel(), np.asarray(S, dtype=np.float64).ravel()
+    if not y.any() or y.all():
+        return 0.0
+    precision, recall, thresholds = precision_recall_curve(y, s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.nan_to_num(2.0 * precision * recall / (precision + recall))
+    best = int(np.argmax(f1[:-1]))  # the last point (recall 0) has no threshold
+    # precision_recall_curve predicts s >= t; the label rule is s > threshold
+    return float(np.nextafter(thresholds[best], -np.inf))
 
 
 def propensities_from_counts(

@@ -152,12 +152,14 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
     def labels_from_scores(self, S):
         """0/1 labels from this model's (n, n_labels) scores: the model's own label rule.
 
-        Default: score > ``threshold`` (0 when the model has none), at least
-        one label per row (:func:`dmlr.metrics.predict_from_scores`).
+        Default: score > the fitted ``threshold_`` where the model learns one,
+        else ``threshold`` (0 when the model has none), at least one label per
+        row (:func:`dmlr.metrics.predict_from_scores`).
         """
         from dmlr.metrics import predict_from_scores
 
-        return predict_from_scores(S, float(getattr(self, "threshold", 0.0)))
+        threshold = getattr(self, "threshold_", None)
+        return predict_from_scores(S, float(getattr(self, "threshold", 0.0) if threshold is None else threshold))
 
     def score(self, X, y, sample_weight=None):
         """Accuracy (scikit-learn's classifier score; subset accuracy for a label matrix).

@@ -13,12 +13,13 @@ smoothed objective, fixed smoothing ``smoothing``, by scipy's L-BFGS-B).
 loss, uniform update), the paper's other online baseline.
 
 The models rank labels: ``decision_function`` gives the scores
-``[X, 1] @ coef_``. ``predict`` thresholds them at ``threshold`` (default 0)
-with at least one label per row (:func:`dmlr.metrics.predict_from_scores`,
-the rule ``dmlr.evaluate`` applies to every model). The pairwise loss only
-constrains score differences, so 0 is not a calibrated threshold: use the
-ranking metrics (ranking loss, AUC -- what the paper reports) to judge these
-models, or tune ``threshold``.
+``[X, 1] @ coef_``. The pairwise loss only constrains score differences, so 0
+is not a calibrated threshold: by default (``threshold="auto"``) ``fit``
+learns the one whose labels have the best micro-F1 on the training rows
+(:func:`dmlr.metrics.micro_f1_threshold`), kept as ``threshold_``; ``predict``
+labels the scores above it, at least one per row
+(:func:`dmlr.metrics.predict_from_scores`, the rule ``dmlr.evaluate`` applies
+to every model).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.blocks import Block, is_dask, make_block
-from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import SCALING, SEED, LinearModel, register_model
+from dmlr.metrics import micro_f1_threshold, multilabel_metrics, predict_from_scores
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, LinearModel, register_model
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
@@ -81,7 +82,13 @@ class _OnlineRanker(LinearModel):
         "fit_seconds_",
         "converged_",
         "backend_",
+        "threshold_",
     )
+    _expected_failed_checks = {
+        "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
+            rule="score > threshold_, learned on the training rows (threshold='auto')"
+        )
+    }
     _parameter_constraints = {
         "n_updates": [Interval(Integral, 1, None, closed="left")],
         "fit_intercept": ["boolean"],
@@ -89,7 +96,7 @@ class _OnlineRanker(LinearModel):
         "average": ["boolean"],
         "sampling": [StrOptions({"auto", *solvers.SAMPLING})],
         "record_every": [Interval(Integral, 0, None, closed="left")],
-        "threshold": [Real],
+        "threshold": [Real, StrOptions({"auto"})],
         "scaling": SCALING,
     }
 
@@ -143,11 +150,20 @@ class _OnlineRanker(LinearModel):
         X, Y = self._fit_data(X, y)
         T = int(self.n_updates)
         if self._sampling(X) == "stream":
-            return self._fit_stream(X, Y, T)
+            return self._fit_stream(X, Y, T)._learn_threshold(X, Y)
         block = self._block(X, Y)
         order = solvers.instance_order(block.n_rows, T, self.random_state, self._sampling(X))
         self.backend_ = "local"
-        return self._run(block, order, int(X.shape[1]), reset=True)
+        return self._run(block, order, int(X.shape[1]), reset=True)._learn_threshold(X, Y)
+
+    def _learn_threshold(self, X, Y):
+        """Set ``threshold_``: ``threshold``, or with "auto" the best micro-F1 threshold of
+        the scores of (X, Y), the (scaled) training rows. Returns self."""
+        if self.threshold != "auto":
+            self.threshold_ = float(self.threshold)
+        else:
+            self.threshold_ = micro_f1_threshold(Y, self._label_scores(X))
+        return self
 
     def _sampling(self, X) -> str:
         if self.sampling == "auto":
@@ -199,7 +215,7 @@ class _OnlineRanker(LinearModel):
         self._validate_params()
         X, Y = self._partial_fit_data(X, y, classes=classes)
         block = self._block(X, Y)
-        return self._run(block, np.arange(block.n_rows), int(X.shape[1]), reset=False)
+        return self._run(block, np.arange(block.n_rows), int(X.shape[1]), reset=False)._learn_threshold(X, Y)
 
     def _current_state(self, d: int, K: int, n_features: int, reset: bool):
         state = None if reset else getattr(self, "_state", None)
@@ -298,8 +314,10 @@ class RankSVM(_OnlineRanker):
         on the rows of the current fit / partial_fit call) every this many
         updates (0: never; each record costs a pass over those rows).
         "lbfgs" records the smoothed objective after every iteration regardless.
-    threshold : float
-        Score threshold of ``predict``.
+    threshold : float or "auto"
+        Score threshold of ``predict``. "auto": learned by ``fit`` (and each
+        ``partial_fit``, on its rows), the one with the best micro-F1 on the
+        training rows (:func:`dmlr.metrics.micro_f1_threshold`).
     scaling : {"auto", "standard", "maxabs"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
@@ -353,7 +371,7 @@ class RankSVM(_OnlineRanker):
         smoothing=1e-4,
         tol=1e-8,
         record_every=0,
-        threshold=0.0,
+        threshold="auto",
         scaling="auto",
     ):
         self.alpha = alpha
@@ -423,7 +441,7 @@ class RankSVM(_OnlineRanker):
         self.converged_ = res.converged
         self.n_labels_ = K
         self.fit_seconds_ = time.perf_counter() - start
-        return self
+        return self._learn_threshold(X, Y)
 
     def partial_fit(self, X, y, classes=None):
         if self.solver == "lbfgs":
@@ -462,7 +480,7 @@ class MMP(_OnlineRanker):
         average=True,
         sampling="auto",
         record_every=0,
-        threshold=0.0,
+        threshold="auto",
         scaling="auto",
     ):
         self.n_updates = n_updates
