@@ -334,7 +334,7 @@ def grid_search_cv(
     scoring : str
         ``"paper_mean"`` (default, see above) or a name in
         :data:`dmlr.metrics.METRIC_NAMES`. The losses
-        (:data:`LOSS_METRICS`: hamming_loss, ranking_loss, one_error,
+        (:data:`~dmlr.metrics.LOSS_METRICS`: hamming_loss, ranking_loss, one_error,
         coverage) are minimized, every other metric maximized.
     seed : int or None
         Seed of the fold permutation.

@@ -286,7 +286,7 @@ def _take_rows(X, rows):
 
 
 def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
-    """Algorithm 1 over a :class:`ChunkStream`: run where the data are read (``run_streaming``).
+    """Algorithm 1 over a :class:`~dmlr.distributed.stream.ChunkStream`, where the data are read (``run_streaming``).
 
     Parameters
     ----------
@@ -580,7 +580,9 @@ class KNN(_NeighbourModel):
     memory_X_ : (n, p) ndarray, scipy.sparse or dask array
         The training features (a dask input is kept lazy, not gathered).
     memory_Y_ : int8 (n, L) ndarray or dask array
-    mlknn_prior_ : float64 (L,); mlknn_cond_pos_, mlknn_cond_neg_ : float64 (k + 1, L)
+    mlknn_prior_ : float64 (L,)
+        ``aggregation="mlknn"`` only.
+    mlknn_cond_pos_, mlknn_cond_neg_ : float64 (k + 1, L)
         ``aggregation="mlknn"`` only.
     n_features_in_, n_labels_, n_memory_ : int
     """
@@ -622,7 +624,7 @@ class OML(_NeighbourModel):
         Neighbours used for prediction (10, the paper's).
     n_components : int, optional
         d, the code dimension (the paper requires d < q and gives no value);
-        default :func:`default_code_dim`.
+        default :func:`~dmlr.models.oml.default_code_dim`.
     init_fraction : float
         Fraction of the training rows (a seeded random choice) that
         initialises D (0.2, the paper's); the rest are streamed.
@@ -639,7 +641,7 @@ class OML(_NeighbourModel):
         ``predict``: label where score > threshold (0.5).
     alpha : float
         Relative ridge on P, added to X^T X when it is singular (see
-        :func:`solve_projection`); ``ridge_used_`` records the absolute value.
+        :func:`~dmlr.models.oml.solve_projection`); ``ridge_used_`` records the absolute value.
     projection_rows : {"memory", "all"}
         Rows of the least-squares problem for P: every training row (the
         default) or the initial memory only (the paper's X, Table I).
@@ -836,7 +838,7 @@ class OML(_NeighbourModel):
     def partial_fit(self, X, y, classes=None):
         """Continue Algorithm 1 on the rows of (X, Y), in order, with the current D, P and V.
 
-        On an unfitted estimator this is :meth:`fit`. Otherwise every row is
+        On an unfitted estimator this is :meth:`~dmlr.models.OML.fit`. Otherwise every row is
         one round (nearest neighbour in D, update of V, appended to D); P is
         kept. This runs in this process and holds D in memory here (a dask
         memory is computed). ``classes``: every class of a 1-D target (needed

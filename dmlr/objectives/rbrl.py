@@ -1,6 +1,6 @@
 """Linear RBRL objective (Wu et al. 2020, eq. 8) on one row block.
 
-F(W) = f(W) + g(W) with the smooth part (eq. 17)
+F(W) = f(W) + g(W) with the smooth part (eq. 17)::
 
     f(W) = 1/2 ||(|E - Y o XW|_+)^2||_1 + lambda1/2 ||W||_F^2 + lambda2 f_r(W)
 
@@ -240,7 +240,7 @@ def extrapolated_pass(
 
 
 #: What a sparse block answers, instead of None, when it does not hold the point its call
-#: names: "send me the pair [W | G]" (see :func:`_sparse_extrapolated_pass`).
+#: names: "send me the pair [W | G]" (see ``_sparse_extrapolated_pass``).
 SEND_POINT_PAIR = "send [W | G]"
 
 
@@ -342,9 +342,9 @@ def curvature_weights(Y: np.ndarray, lambda2: float) -> np.ndarray:
     """Per-row bound c_i on the Hessian of the loss in the scores s_i.
 
     The squared hinge BR term contributes at most I; the pairwise term of a
-    row with |P| relevant and |N| irrelevant labels at most
-    Lap(K_{|P|,|N|}) / (|P||N|), whose largest eigenvalue is l / (|P||N|).
-    So c_i = 1 + lambda2 l / (|P_i||N_i|) (1 for rows without pairs), and
+    row with ``|P|`` relevant and ``|N|`` irrelevant labels at most
+    ``Lap(K_{|P|,|N|}) / (|P| |N|)``, whose largest eigenvalue is ``l / (|P| |N|)``.
+    So ``c_i = 1 + lambda2 l / (|P_i| |N_i|)`` (1 for rows without pairs), and
     grad f is Lipschitz with constant lambda_max(X^T diag(c) X) + lambda1:
     typically far below eq. 23, which uses ||X||_F^2 >= ||X||_2^2.
 
