@@ -43,7 +43,11 @@ plot) and meets the stopping rule late (yahoo_arts 4,410 iterations against
 cap against 960 and 3,930).
 
 Usage: python benchmarks/step_rules.py [--sets a,b] [--png benchmarks/out/convergence.png]
-       [--max-iter 5000] [--histories benchmarks/out/step_rules]
+       [--max-iter 5000] [--histories benchmarks/out/step_rules] [--docs]
+
+``--docs`` also writes the table to ``docs/benchmarks/step_rules.txt`` and the plot to
+``docs/benchmarks/step_rules.png`` (the docs include both); the docs' run is
+``--sets emotions_ref,emotions_ref_kernel --docs``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from docs_output import DOCS_DIR, tee
 from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yahoo
 
 import dmlr
@@ -158,7 +163,15 @@ def main(argv=None):
         default=str(Path(__file__).parent / "out" / "step_rules"),
         help="folder of the saved fits (reused by a rerun with the same --max-iter)",
     )
+    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks/step_rules.txt and .png")
     args = ap.parse_args(argv)
+    if args.docs:
+        args.png = str(DOCS_DIR / "step_rules.png")
+    with tee("step_rules", args.docs):
+        table(args)
+
+
+def table(args):
     saved = Path(args.histories)
     work = Path(tempfile.mkdtemp(prefix="dmlr-steps-"))
     RBRL(max_iter=3).fit(np.eye(4), np.eye(4, 2, dtype=np.int8))  # compile the kernels before timing
