@@ -4,7 +4,7 @@ All kernels are pure functions of numpy arrays, compiled with
 ``cache=True, nogil=True`` so that dask worker threads run them in parallel
 and a worker compiles them once per machine, not once per process start.
 
-Notation (Wu et al. 2020, seed 002): for instance i with scores ``s`` (one row
+Notation (Wu et al. 2020): for instance i with scores ``s`` (one row
 of ``X @ W``), relevant labels P and irrelevant labels N::
 
     BR term (eq. 5, first term):  1/2 sum_j max(0, 1 - y_j s_j)^2, y in {-1, +1}
@@ -20,7 +20,7 @@ the product with x_i) is, per row::
 :func:`pairwise_squared_hinge_row` has two evaluations:
 
 * direct, ``O(|P| l)``, for rows with at most :data:`DIRECT_MAX_POS` relevant
-  labels (every row of the staged sets but a few): for each relevant p, one
+  labels (nearly every row of typical sets): for each relevant p, one
   branch-free pass over all l labels, h = max(0, margin - s_p + s_j) masked to
   the irrelevant j. The pass vectorizes (SIMD), which the sorted path's
   data-dependent loop does not, so for the few relevant labels per row of
@@ -365,7 +365,7 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
 
     Why W and G side by side in one (d, 2l) array (see
     :func:`advance_point_pair`): a stored value reads one contiguous row of
-    2l floats instead of a row of W and a row of W_prev, 11 MB apart.
+    2l floats instead of a row of W and a row of W_prev, d l floats apart.
     Workers on one machine contend for the shared cache and memory, and
     that contention is where this pass loses to the product floor
     (``X @ W`` + ``X.T @ C``); one contiguous row per stored value keeps

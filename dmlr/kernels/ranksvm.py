@@ -1,4 +1,4 @@
-"""Numba kernels for the Rank-SVM primal (Park & Choi 2013, seed 000) on label scores.
+"""Numba kernels for the Rank-SVM primal (Park & Choi 2013) on label scores.
 
 All kernels are pure functions of numpy arrays, compiled with
 ``cache=True, nogil=True`` (as :mod:`dmlr.kernels.ranking`).

@@ -1,6 +1,6 @@
 """A linear multi-label model trained by SGD or one of its variance-reduced variants.
 
-Pillai et al. (seed 003): the losses of :mod:`dmlr.kernels.multilabel_losses`
+Hiranandani & Pareek: the losses of :mod:`dmlr.kernels.multilabel_losses`
 (Hamming / per-label logistic, Subset 0/1 surrogate / softmax cross-entropy,
 Gebru / symmetric KL, and the Rank-SVM and RBRL pairwise ranking losses) on
 scores ``[X, 1] @ coef_``, minimized with the solvers of

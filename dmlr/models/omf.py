@@ -1,4 +1,4 @@
-"""Online Matrix Factorization for multi-label annotation (Otálora-Montenegro et al.; seed 004).
+"""Online Matrix Factorization for multi-label annotation (Otálora-Montenegro et al.).
 
 Learning (Algorithm 1): find P (k, s), Q (l, s) and latent codes H (n, s)
 minimising eq. 1,

@@ -1,4 +1,4 @@
-r"""Online Metric Learning kNN (Gong, Yang, Yuan & Bao, AAAI 2020; seed 001) and a Euclidean kNN baseline.
+r"""Online Metric Learning kNN (Gong, Yang, Yuan & Bao, AAAI 2020) and a Euclidean kNN baseline.
 
 Model (paper Sec. III). P (p x q) maps features to the label space, V (q x d)
 maps both into a d-dimensional code space; the learned distance of two
@@ -12,11 +12,9 @@ Zhou 2007, the paper's ref. [33]).
 * P solves ``min_P ||P^T X^T - Y^T||_F^2`` (Sec. III-B) from X^T X and X^T Y,
   map-reduced over row chunks, over every training row by default
   (``projection_rows="all"``). The paper's Table I reads X as the
-  *initialised* memory D; ``"memory"`` is that literal reading. It is not
-  the default because P from 20% of the rows predicts worse on 5 of the 6
-  sets of ``benchmarks/oml_figures.py``: micro F1 0.106 against 0.403 on
-  scene, 0.434 against 0.610 on emotions, 0.553 against 0.646 on medical
-  (enron is the exception: 0.396 against 0.361). When X^T X is singular
+  *initialised* memory D; ``"memory"`` is that literal reading, not the
+  default because P from 20% of the rows predicts worse on most sets
+  (``benchmarks/oml_figures.py`` compares the two). When X^T X is singular
   (more features than rows, constant columns) a ridge
   ``ridge * mean(diag(X^T X))`` is added (``ridge_used_``).
 * D starts as a seeded random ``init_fraction`` (20%, Sec. V-B) of the

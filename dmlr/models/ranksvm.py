@@ -1,6 +1,6 @@
 """Linear Rank-SVM trained online (ANSGD, SGD) or in batch (smoothing + L-BFGS), and MMP.
 
-Park & Choi, ICASSP 2013 (seed 000). Rank-SVM minimizes (eqs. 5-6)
+Park & Choi, ICASSP 2013. Rank-SVM minimizes (eqs. 5-6)
 
     lambda/2 ||M||_F^2 + 1/n sum_i 1/N_i sum_{k in Y_i, l not in Y_i} [1 - m_k.x_i + m_l.x_i]_+
 

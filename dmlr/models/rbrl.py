@@ -1,6 +1,6 @@
 """RBRL: joint Rank-SVM and Binary Relevance with robust low-rank learning.
 
-Wu, Zheng, Tian, Liu, Neural Networks 122 (2020) (seed 002). The linear model
+Wu, Zheng, Tian, Liu, Neural Networks 122 (2020). The linear model
 (:class:`RBRL`) minimizes eq. 8,
 
     1/2 sum_ij max(0, 1 - y_ij x_i w_j)^2 + alpha/2 ||W||_F^2

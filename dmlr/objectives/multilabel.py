@@ -2,8 +2,8 @@
 
     F(W) = 1/n sum_i l(x_i W; y_i) + lam/2 ||W||_F^2
 
-with l one of :data:`dmlr.kernels.multilabel_losses.LOSSES` (Pillai et al.,
-seed 003, eqs. 16, 19, 20-22, and the ranking losses of seeds 000 and 002),
+with l one of :data:`dmlr.kernels.multilabel_losses.LOSSES` (Hiranandani &
+Pareek, eqs. 16, 19, 20-22, and the ranking losses of Park & Choi and Wu et al.),
 W (d, K) including the bias row when the blocks carry a constant column
 (regularized like the rest, as in :mod:`dmlr.objectives.ranksvm`).
 

@@ -106,7 +106,7 @@ def block_extrapolated_value_and_grad(
 
     * the client sends W only: the block keeps the last W it was sent (under
       ``key``) and finds W_prev there when ``prev_key`` names it, which halves
-      what each iteration ships (3.6 MB a block on the Bookmarks shape);
+      what each iteration ships;
     * a dense block never forms G: the scores at G come from those at W and
       W_prev by linearity, S(G) = S(W) + momentum (S(W) - S(W_prev)); and
       when its scores take no more room than its X it also keeps
@@ -264,8 +264,7 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     would have two threads contend for twice the cache, which makes the
     pass slower than reading one shared pair. Sent a (d, l) W_prev instead, the block forms
     the pair and keeps it, which costs a d x 2l matrix beside the two it was
-    sent: 3.6 MB more at the peak on the Bookmarks shape, where the budget
-    leaves about as much.
+    sent, more than the memory budget leaves on the largest sets.
     """
     saved = state.get("extrapolation")
     d, l = W.shape

@@ -1,4 +1,4 @@
-"""Stochastic solvers for the Rank-SVM primal (Park & Choi 2013, seed 000); no Dask.
+"""Stochastic solvers for the Rank-SVM primal (Park & Choi 2013); no Dask.
 
 Problem (eqs. 5-6): min_M  lambda/2 ||M||_F^2 + 1/n sum_i R_i(M), R_i the
 pairwise hinge of instance i. The online solvers see one instance at a time

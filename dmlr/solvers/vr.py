@@ -1,4 +1,4 @@
-"""SGD and its variance-reduced variants (Pillai et al., seed 003, Algorithms 1-8); no Dask.
+"""SGD and its variance-reduced variants (Hiranandani & Pareek, Algorithms 1-8); no Dask.
 
 Every method is a small epoch rule over one problem object with four
 operations (:class:`dmlr.objectives.multilabel.LinearMultiLabelProblem`):
