@@ -36,6 +36,15 @@ def machine() -> str:
     )
 
 
+def _script() -> str:
+    """The running script's path relative to the repository root (as its docstring's command gives it)."""
+    path = Path(sys.argv[0]).resolve()
+    try:
+        return path.relative_to(DOCS_DIR.parents[1]).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -72,7 +81,7 @@ def tee(name: str, enabled: bool = True):
     path = DOCS_DIR / f"{name}.txt"
     with open(path, "w") as f:
         header = (
-            f"# python {' '.join(Path(a).as_posix() if i == 0 else a for i, a in enumerate(sys.argv))}\n"
+            f"# python {' '.join([_script(), *sys.argv[1:]])}\n"
             f"# run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC at commit {_commit()}\n"
             f"# machine: {machine()}\n"
             f"# load average at the start: {os.getloadavg()[0]:.2f}\n"
@@ -81,4 +90,4 @@ def tee(name: str, enabled: bool = True):
         f.write(header)
         with redirect_stdout(_Tee(sys.stdout, f)):
             yield path
-    print(f"written to {path}")
+    print(f"written to {os.path.relpath(path)}")

@@ -53,6 +53,7 @@ Usage: python benchmarks/step_rules.py [--sets a,b] [--png benchmarks/out/conver
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -252,7 +253,7 @@ def plot(curves, png: Path):
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)
-    print(f"convergence plot: {png}")
+    print(f"convergence plot: {os.path.relpath(png)}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "remove_config_comments": True,
     "abort_on_example_error": True,
+    # Execute every example at every build (no reuse of an earlier build's output in docs/auto_examples).
+    "run_stale_examples": True,
     "show_memory": False,
     "write_computation_times": False,
     "matplotlib_animations": False,

@@ -5,7 +5,8 @@ The nuclear norm makes RBRL low rank
 RBRL's nuclear-norm weight ``alpha_nuclear`` (lambda3 of eq. 8, Wu et al. 2020) shrinks
 the singular values of the weight matrix W. This example fits RBRL along a path of
 ``alpha_nuclear`` values, warm-starting each fit from the previous one, and plots the
-singular values of W and the held-out ranking loss.
+singular values of W and the held-out ranking loss: the rank falls as the weight grows, and
+the ranking loss is lowest in between.
 """
 
 import matplotlib.pyplot as plt
@@ -20,8 +21,9 @@ from dmlr.models import RBRL
 X, Y = make_multilabel_classification(n_samples=500, n_features=30, n_classes=12, n_labels=3, random_state=1)
 X_train, X_test, Y_train, Y_test = train_test_split(X, Y, test_size=0.3, random_state=0)
 
-path = [10.0, 3.0, 1.0, 0.3, 0.1, 0.01]
-model = RBRL(alpha=1.0, alpha_rank=0.01, warm_start=True)
+path = [300.0, 100.0, 30.0, 10.0, 3.0, 1.0, 0.1]
+# step_rule="spectral" also stops on the gradient mapping, so warm-started fits do not stop short.
+model = RBRL(alpha=1.0, alpha_rank=0.01, warm_start=True, step_rule="spectral")
 singular_values, ranking_loss = [], []
 with dmlr.config_context(backend="local"):
     for value in path:  # from the most regularized to the least: each fit starts near its solution
@@ -31,7 +33,7 @@ with dmlr.config_context(backend="local"):
         ranking_loss.append(multilabel_metrics(Y_test, scores, model.predict(X_test))["ranking_loss"])
 
 for value, s, rl in zip(path, singular_values, ranking_loss):
-    print(f"alpha_nuclear={value:<5g} rank(W)={int((s > 1e-8 * s[0]).sum()):2d}  ranking loss={rl:.4f}")
+    print(f"alpha_nuclear={value:<5g} rank(W)={int((s > 1e-6 * s[0]).sum()):2d}  ranking loss={rl:.4f}")
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
