@@ -5,13 +5,16 @@ metrics other than ``auc_macro`` and with those plus the six
 propensity-scored ones, alternating the two calls, and prints the median
 times and their ratio per label density (one row each).
 
-Usage: python benchmarks/ps_metrics_cost.py [--rows 20000] [--labels 500] [--repeats 5]
+Usage: python benchmarks/ps_metrics_cost.py [--rows 20000] [--labels 500] [--repeats 5] [--docs]
+
+``--docs`` also writes the table to ``docs/benchmarks/ps_metrics_cost.txt`` (the docs include it).
 """
 
 import argparse
 import time
 
 import numpy as np
+from docs_output import tee
 
 from dmlr.metrics import METRIC_NAMES, PS_METRIC_NAMES, label_propensities, multilabel_metrics, predict_from_scores
 
@@ -21,7 +24,13 @@ def main():
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--labels", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks/ps_metrics_cost.txt")
     args = parser.parse_args()
+    with tee("ps_metrics_cost", args.docs):
+        table(args)
+
+
+def table(args):
     base = [name for name in METRIC_NAMES if name != "auc_macro"]
     print("| density | 17 metrics (s) | + 6 PS metrics (s) | ratio |")
     print("|---|---|---|---|")

@@ -43,17 +43,23 @@ plot) and meets the stopping rule late (yahoo_arts 4,410 iterations against
 cap against 960 and 3,930).
 
 Usage: python benchmarks/step_rules.py [--sets a,b] [--png benchmarks/out/convergence.png]
-       [--max-iter 5000] [--histories benchmarks/out/step_rules]
+       [--max-iter 5000] [--histories benchmarks/out/step_rules] [--docs]
+
+``--docs`` also writes the table to ``docs/benchmarks/step_rules.txt`` and the plot to
+``docs/benchmarks/step_rules.png`` (the docs include both); the docs' run is
+``--sets emotions_ref,emotions_ref_kernel --docs``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from docs_output import DOCS_DIR, tee
 from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yahoo
 
 import dmlr
@@ -158,7 +164,15 @@ def main(argv=None):
         default=str(Path(__file__).parent / "out" / "step_rules"),
         help="folder of the saved fits (reused by a rerun with the same --max-iter)",
     )
+    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks/step_rules.txt and .png")
     args = ap.parse_args(argv)
+    if args.docs:
+        args.png = str(DOCS_DIR / "step_rules.png")
+    with tee("step_rules", args.docs):
+        table(args)
+
+
+def table(args):
     saved = Path(args.histories)
     work = Path(tempfile.mkdtemp(prefix="dmlr-steps-"))
     RBRL(max_iter=3).fit(np.eye(4), np.eye(4, 2, dtype=np.int8))  # compile the kernels before timing
@@ -239,7 +253,7 @@ def plot(curves, png: Path):
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)
-    print(f"convergence plot: {png}")
+    print(f"convergence plot: {os.path.relpath(png)}")
 
 
 if __name__ == "__main__":

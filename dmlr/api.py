@@ -14,7 +14,7 @@ from dmlr.data.store import Dataset, open_dataset
 from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
 
-#: ``model=`` names accepted by :func:`fit`.
+#: ``model=`` names accepted by :func:`dmlr.fit`.
 MODELS = {
     "rbrl": RBRL,
     "kernel_rbrl": KernelRBRL,
@@ -36,7 +36,7 @@ def _as_dataset(data):
 
 
 def resolve_arrays(data, split: str | None, *, default_split: str):
-    """(X, Y) for ``data``: a store path, a :class:`Dataset`, or an ``(X, Y)`` pair.
+    """(X, Y) for ``data``: a store path, a :class:`~dmlr.Dataset`, or an ``(X, Y)`` pair.
 
     A store without any split, asked for the default split, gives all its
     rows (with a warning); asking for a split that a store lacks is an error.
@@ -55,7 +55,7 @@ def resolve_arrays(data, split: str | None, *, default_split: str):
 
 
 def make_model(model, **params) -> BaseModel:
-    """An estimator from a name in :data:`MODELS` or an estimator instance (a Pipeline too)."""
+    """An estimator from a name in :data:`~dmlr.api.MODELS` or an estimator instance (a Pipeline too)."""
     if isinstance(model, BaseEstimator):
         return model.set_params(**params) if params else model
     try:
@@ -87,7 +87,7 @@ def fit(
     data : str, Path, Dataset or (X, Y)
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
-        A name in :data:`MODELS` (``"rbrl"``, ``"kernel_rbrl"``,
+        A name in :data:`~dmlr.api.MODELS` (``"rbrl"``, ``"kernel_rbrl"``,
         ``"ranksvm"``, ``"mmp"``, ``"linear"``, ``"oml"``, ``"knn"``,
         ``"omf"``) or an estimator instance (a scikit-learn Pipeline ending
         in one, too).

@@ -95,7 +95,7 @@ def synthetic_store(preset: str, workdir, seed: int = 0) -> Path:
     Parameters
     ----------
     preset : {"mediamill", "bookmarks"}
-        A key of :data:`PRESETS`.
+        A key of :data:`dmlr.data.synthetic.PRESETS`.
     workdir : path-like
     seed : int
 

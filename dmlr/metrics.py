@@ -30,35 +30,35 @@ labels, ``rank(j) = #{k : S_k >= S_j}`` (ties rank pessimistically), and a
 ``(0, 1)``, ``(1, 0)``. The top-k of a row are its k highest scores, ties
 broken by the lower label index (a stable sort of ``-S``), and
 ``k' = min(k, l)``. Every metric is ``nan`` when the set of rows (or labels)
-it averages over is empty.
+it averages over is empty. The metrics::
 
-==================  =============================================  =====================  ===========================
-metric              definition                                     averaged over          0/0 rule
-==================  =============================================  =====================  ===========================
-hamming_loss        #{(i, j) : P_ij != Y_ij} / (n l)               all entries            --
-subset_accuracy     #{i : P_i == Y_i} / n                          all rows               --
-accuracy            mean |P ∩ Y| / |P ∪ Y| (Jaccard)               all rows               row with P ∪ Y empty: 0
-f1_example          mean 2|P ∩ Y| / (|P| + |Y|)                    all rows               row with P, Y empty: 0
-f1_micro            2 TP / (2 TP + FP + FN), summed over labels    all entries            0 when 2TP + FP + FN = 0
-f1_macro            (1/l) sum_j 2 TP_j / (2 TP_j + FP_j + FN_j)    all l labels           such a label counts 0
-ranking_loss        mean #{(p, q) in Y+ x Y- : S_p <= S_q}         ranked rows            other rows excluded
-                    / (|Y+| |Y-|)
-one_error           fraction of rows whose top-scored labels       ranked rows            other rows excluded
-                    (all those tied at the maximum) are all
-                    irrelevant
-coverage            mean (max_{p in Y+} rank(p) - 1) / l           rows with |Y+| >= 1    other rows excluded
-average_precision   mean (1/|Y+|) sum_{p in Y+}                    ranked rows            other rows excluded
-                    #{k in Y+ : S_k >= S_p} / rank(p)
-auc_macro           mean_j of the ROC AUC of label j:              labels with >= 1       other labels excluded
-                    (#{(a, b) : Y_aj = 1, Y_bj = 0, S_aj > S_bj}   positive and >= 1
-                    + #ties / 2) / (n+_j n-_j)                     negative row
-auc_instance        mean (#{(p, q) in Y+ x Y- : S_p > S_q}         ranked rows            other rows excluded
-                    + #ties / 2) / (|Y+| |Y-|)
-precision_at_k      mean |top-k ∩ Y+| / k'                         all rows               --
-ndcg_at_k           mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}     rows with |Y+| >= 1    other rows excluded
-                    rel_r / log2(r + 1), IDCG@k = sum_{r <=
-                    min(k', |Y+|)} 1 / log2(r + 1)
-==================  =============================================  =====================  ===========================
+    ==================  =============================================  =====================  ==========================
+    metric              definition                                     averaged over          0/0 rule
+    ==================  =============================================  =====================  ==========================
+    hamming_loss        #{(i, j) : P_ij != Y_ij} / (n l)               all entries            --
+    subset_accuracy     #{i : P_i == Y_i} / n                          all rows               --
+    accuracy            mean |P ∩ Y| / |P ∪ Y| (Jaccard)               all rows               row with P ∪ Y empty: 0
+    f1_example          mean 2|P ∩ Y| / (|P| + |Y|)                    all rows               row with P, Y empty: 0
+    f1_micro            2 TP / (2 TP + FP + FN), summed over labels    all entries            0 when 2TP + FP + FN = 0
+    f1_macro            (1/l) sum_j 2 TP_j / (2 TP_j + FP_j + FN_j)    all l labels           such a label counts 0
+    ranking_loss        mean #{(p, q) in Y+ x Y- : S_p <= S_q}         ranked rows            other rows excluded
+                        / (|Y+| |Y-|)
+    one_error           fraction of rows whose top-scored labels       ranked rows            other rows excluded
+                        (all those tied at the maximum) are all
+                        irrelevant
+    coverage            mean (max_{p in Y+} rank(p) - 1) / l           rows with |Y+| >= 1    other rows excluded
+    average_precision   mean (1/|Y+|) sum_{p in Y+}                    ranked rows            other rows excluded
+                        #{k in Y+ : S_k >= S_p} / rank(p)
+    auc_macro           mean_j of the ROC AUC of label j:              labels with >= 1       other labels excluded
+                        (#{(a, b) : Y_aj = 1, Y_bj = 0, S_aj > S_bj}   positive and >= 1
+                        + #ties / 2) / (n+_j n-_j)                     negative row
+    auc_instance        mean (#{(p, q) in Y+ x Y- : S_p > S_q}         ranked rows            other rows excluded
+                        + #ties / 2) / (|Y+| |Y-|)
+    precision_at_k      mean |top-k ∩ Y+| / k'                         all rows               --
+    ndcg_at_k           mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}     rows with |Y+| >= 1    other rows excluded
+                        rel_r / log2(r + 1), IDCG@k = sum_{r <=
+                        min(k', |Y+|)} 1 / log2(r + 1)
+    ==================  =============================================  =====================  ==========================
 
 ``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
 1 when the label at position r of the top-k is relevant.

@@ -334,7 +334,7 @@ def grid_search_cv(
     scoring : str
         ``"paper_mean"`` (default, see above) or a name in
         :data:`dmlr.metrics.METRIC_NAMES`. The losses
-        (:data:`LOSS_METRICS`: hamming_loss, ranking_loss, one_error,
+        (:data:`~dmlr.metrics.LOSS_METRICS`: hamming_loss, ranking_loss, one_error,
         coverage) are minimized, every other metric maximized.
     seed : int or None
         Seed of the fold permutation.
@@ -373,10 +373,8 @@ def grid_search_cv(
     scores agree to the accuracy of that rule. The reference's rule alone
     (the objective changes by at most ``tol``, relative, in one iteration)
     can pass at its first test after a warm start, because the first steps
-    from a good start are short: measured on yahoo_arts (2400 training rows,
-    step="spectral", tol=1e-4, before RBRL had ``gradient_tol``), most
-    warm-started fits at lambda3 <= 1 stopped after 2 iterations with an
-    objective 0.2-40% above the cold fit's. RBRL's ``gradient_tol="auto"``
+    from a good start are short, so a warm-started fit may stop after 2
+    iterations, above the cold fit's objective. RBRL's ``gradient_tol="auto"``
     (the default under every step rule but ``"paper"``) also requires the
     gradient mapping to have shrunk, which stops that. Check
     ``n_warm_first_test_stops`` of the result (a RuntimeWarning is issued

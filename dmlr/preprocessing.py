@@ -17,7 +17,7 @@ The statistics of a dask array are dask reductions over its row chunks
 scaled array is the same graph with one more ``map_blocks`` step, so each
 chunk is scaled where it is read. In-memory input is scaled with numpy and
 scipy. The fitted ``feature_offset_`` (zeros without centring) and
-``feature_scale_`` are rounded to float32 precision (see :func:`_round`) and
+``feature_scale_`` are rounded to float32 precision (see ``_round``) and
 saved in the model file.
 """
 

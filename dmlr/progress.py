@@ -95,12 +95,12 @@ class ProgressReporter:
     -----
     **How the time left is estimated** (:meth:`estimate_seconds_left`): it is
     (estimated iterations left) x (mean seconds per iteration over the last
-    :data:`ESTIMATE_WINDOW` iterations). The iterations left are the smaller of
+    ``ESTIMATE_WINDOW`` iterations). The iterations left are the smaller of
 
     * ``max_iter - t`` (a hard cap: the run cannot go further), and
     * a linear extrapolation of ``log(relative change)`` against the
       iteration number, fitted by least squares over the last
-      :data:`ESTIMATE_WINDOW` iterations, to the iteration where it reaches
+      ``ESTIMATE_WINDOW`` iterations, to the iteration where it reaches
       ``log(tol)``; used only when that fit is decreasing.
 
     It assumes that the recent geometric (linear-rate) convergence

@@ -7,20 +7,20 @@
 
 writes a PNG with four panels (top row: 1 and 4; bottom row: 2 and 3):
 
-1. **convergence**: ``F_t - min_t F_t`` against the iteration t on a log
-   scale (F = the training objective recorded in ``objective_history_``;
-   the minimum is over the run itself, so the last points approach 0 and
-   the iteration at the minimum is not drawn);
-2. **per-label F1** and 3. **per-label ROC AUC** on the chosen split, one
-   bar per label, labels sorted by their number of relevant rows in that
-   split (most frequent first), the macro average dashed. F1 uses the
-   model's own labels (``model.labels_from_scores``, as :func:`dmlr.evaluate`); a label with no
-   relevant and no predicted row has F1 0 (``zero_division=0``); a label
-   without both relevant and irrelevant rows has no AUC (no bar). Their
-   means are exactly ``f1_macro`` and ``auc_macro`` of :func:`dmlr.evaluate`;
-4. **score distributions**: histograms (as densities) of the decision
-   scores of the relevant and of the irrelevant (instance, label) pairs,
-   with the model's score threshold where its label rule has one.
+- panel 1, **convergence**: ``F_t - min_t F_t`` against the iteration t on a log
+  scale (F = the training objective recorded in ``objective_history_``;
+  the minimum is over the run itself, so the last points approach 0 and
+  the iteration at the minimum is not drawn);
+- panels 2 and 3, **per-label F1** and **per-label ROC AUC** on the chosen split, one
+  bar per label, labels sorted by their number of relevant rows in that
+  split (most frequent first), the macro average dashed. F1 uses the
+  model's own labels (``model.labels_from_scores``, as :func:`dmlr.evaluate`); a label with no
+  relevant and no predicted row has F1 0 (``zero_division=0``); a label
+  without both relevant and irrelevant rows has no AUC (no bar). Their
+  means are exactly ``f1_macro`` and ``auc_macro`` of :func:`dmlr.evaluate`;
+- panel 4, **score distributions**: histograms (as densities) of the decision
+  scores of the relevant and of the irrelevant (instance, label) pairs,
+  with the model's score threshold where its label rule has one.
 
 The numbers come from :func:`report_statistics`, which reuses the
 map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact two-pass AUC):

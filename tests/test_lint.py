@@ -28,6 +28,8 @@ def test_ruff_check_is_clean():
             "dmlr",
             "tests",
             "benchmarks",
+            "examples",
+            "docs",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -41,7 +43,19 @@ def test_ruff_format_is_clean():
     if importlib.util.find_spec("ruff") is None:
         pytest.skip("ruff is not installed in this environment (pip install -e '.[test]' installs it)")
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "dmlr", "tests", "benchmarks"],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "format",
+            "--check",
+            "--no-cache",
+            "dmlr",
+            "tests",
+            "benchmarks",
+            "examples",
+            "docs",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -803,7 +803,7 @@ class ArffReader:
         Yields
         ------
         X : ndarray (r, n_features) or scipy.sparse.csr_matrix
-            CSR when :attr:`store_sparse`.
+            CSR when ``store_sparse``.
         Y : ndarray (r, n_labels) int8
         """
         records = ((no, t, term) for no, t, term in iter_lines(self.path) if no > self.header.data_line and _is_data(t))

@@ -1,6 +1,6 @@
 """Convert multi-label data sets from common file formats to dmlr stores.
 
-:func:`convert` reads MULAN/MEKA ARFF, MATLAB ``.mat``, scipy.sparse
+:func:`dmlr.convert` reads MULAN/MEKA ARFF, MATLAB ``.mat``, scipy.sparse
 ``.npz`` pairs, LIBSVM multi-label and Extreme Classification text files and
 streams them into a :class:`~dmlr.data.store.StoreWriter`. Text formats are
 parsed line by line in row blocks (gzip-transparent); nothing is written at
@@ -26,7 +26,7 @@ from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
 from dmlr.data.store import StoreWriter
 from dmlr.errors import DmlrInputError
 
-#: Formats accepted by :func:`convert`.
+#: Formats accepted by :func:`dmlr.convert`.
 FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc")
 _TEXT_FORMATS = ("arff", "meka", "libsvm", "xc")
 _SVM_SUFFIXES = (".svm", ".libsvm", ".svmlight", ".txt")

@@ -542,7 +542,7 @@ class Dataset:
 
 
 def read_attrs(path) -> dict:
-    """Return a store's ``dmlr`` attributes, or raise :class:`NotADmlrStoreError`."""
+    """Return a store's ``dmlr`` attributes, or raise :class:`~dmlr.NotADmlrStoreError`."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such data set")

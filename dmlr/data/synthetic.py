@@ -1,6 +1,6 @@
 """Synthetic multi-label sets with low-rank label correlations, written to Zarr.
 
-Generative model (per row i, latent dimension r):
+Generative model (per row i, latent dimension r)::
 
     z_i ~ N(0, I_r)
     dense X:   x_i = z_i A + noise * e_i,            A (r, d), e_i ~ N(0, I_d)
@@ -13,7 +13,7 @@ low-rank correlations and the labels are learnable from X (through z). The
 thresholds t_j give label frequencies that decay like a power law (as in the
 real sets) and sum to the requested cardinality in expectation.
 
-Rows are generated in fixed blocks of :data:`GENERATION_BLOCK` rows, each from
+Rows are generated in fixed blocks of ``GENERATION_BLOCK`` rows, each from
 its own child of ``numpy.random.SeedSequence(seed)``, so the data depend on
 the seed only, not on the storage chunk size, and the writer streams: memory
 stays at one block whatever the number of rows.

@@ -2,7 +2,7 @@
 
 Losses of one row with scores ``s = x W`` (K,) and 0/1 labels ``y`` (K,), each
 with its derivative ``dl/ds`` (so the row's gradient is ``x (dl/ds)^T``);
-names and equations of Pillai et al. (seed 003) unless stated:
+names and equations of Hiranandani & Pareek unless stated:
 
 * ``hamming`` (eq. 16): 1/K sum_k log(1 + exp(-z_k s_k)), z = 2y - 1 (per-label
   logistic regression; the paper's ``- lambda_i ||w_i||^2`` is a sign typo
@@ -19,11 +19,11 @@ names and equations of Pillai et al. (seed 003) unless stated:
   both divergences finite and the loss smooth. With log q = s - LSE(s):
   d/ds [1/2 KL(p||q)] = 1/2 (q - p) and d/ds [1/2 KL(q||p)] = 1/2 q (r - KL(q||p)),
   r = log q - log p (derivation: d log q_i / d s_j = delta_ij - q_j).
-* ``rank_hinge``: Rank-SVM's pairwise hinge (seed 000, eq. 5), averaged over
-  the row's |P||N| pairs, margin 1 (:func:`dmlr.kernels.ranksvm.ranksvm_row`,
+* ``rank_hinge``: Rank-SVM's pairwise hinge (Park & Choi 2013, eq. 5), averaged over
+  the row's ``|P| |N|`` pairs, margin 1 (:func:`dmlr.kernels.ranksvm.ranksvm_row`,
   O(K log K)); a subgradient, so variance reduction has no smooth target here.
-* ``rank_squared_hinge``: RBRL's pairwise squared hinge (seed 002, eq. 16),
-  1/2 1/(|P||N|) sum max(0, 2 - s_p + s_q)^2
+* ``rank_squared_hinge``: RBRL's pairwise squared hinge (Wu et al. 2020, eq. 16),
+  ``1/2 1/(|P| |N|) sum max(0, 2 - s_p + s_q)^2``
   (:func:`dmlr.kernels.ranking.pairwise_squared_hinge_row`).
 
 :func:`vr_inner_loop` runs the inner loop shared by SGD and the
@@ -78,7 +78,7 @@ def row_loss(code, s, y, g, scratch, iscratch, gebru_eps):
     Parameters
     ----------
     code : int
-        Index into :data:`LOSSES`.
+        Index into :data:`dmlr.kernels.multilabel_losses.LOSSES`.
     s : float64 (K,)
     y : int8 (K,)
     g : float64 (K,)

@@ -4,29 +4,29 @@ All kernels are pure functions of numpy arrays, compiled with
 ``cache=True, nogil=True`` so that dask worker threads run them in parallel
 and a worker compiles them once per machine, not once per process start.
 
-Notation (Wu et al. 2020, seed 002): for instance i with scores ``s`` (one row
-of ``X @ W``), relevant labels P and irrelevant labels N,
+Notation (Wu et al. 2020): for instance i with scores ``s`` (one row
+of ``X @ W``), relevant labels P and irrelevant labels N::
 
-* BR term (eq. 5, first term):  1/2 sum_j max(0, 1 - y_j s_j)^2, y in {-1, +1}
-* pairwise term f_r (eq. 16):   1/2 * 1/(|P||N|) sum_{p in P, q in N}
-                                max(0, margin - s_p + s_q)^2, margin = 2
+    BR term (eq. 5, first term):  1/2 sum_j max(0, 1 - y_j s_j)^2, y in {-1, +1}
+    pairwise term f_r (eq. 16):   1/2 * 1/(|P||N|) sum_{p in P, q in N}
+                                  max(0, margin - s_p + s_q)^2, margin = 2
 
 The derivative of the pairwise term with respect to the scores (eq. 19, before
-the product with x_i) is, per row,
+the product with x_i) is, per row::
 
     d/ds_p = -1/(|P||N|) sum_{q in N} h_pq,   d/ds_q = +1/(|P||N|) sum_{p in P} h_pq,
     h_pq = max(0, margin - s_p + s_q).
 
 :func:`pairwise_squared_hinge_row` has two evaluations:
 
-* direct, O(|P| l), for rows with at most :data:`DIRECT_MAX_POS` relevant
-  labels (every row of the staged sets but a few): for each relevant p, one
+* direct, ``O(|P| l)``, for rows with at most :data:`DIRECT_MAX_POS` relevant
+  labels (nearly every row of typical sets): for each relevant p, one
   branch-free pass over all l labels, h = max(0, margin - s_p + s_j) masked to
   the irrelevant j. The pass vectorizes (SIMD), which the sorted path's
   data-dependent loop does not, so for the few relevant labels per row of
   typical sets it is the faster of the two (``benchmarks/rbrl_speed.py``
   times the fused pass).
-* sorted, O((|P| + |N|) log |P|), for rows with many relevant labels: sort the
+* sorted, ``O((|P| + |N|) log |P|)``, for rows with many relevant labels: sort the
   relevant scores once, find for each irrelevant label q the prefix of
   relevant labels it is active against (s_p < s_q + margin), read that
   prefix's count, sum and sum of squares from prefix sums, and scatter the
@@ -54,12 +54,12 @@ _FASTMATH = {"reassoc", "nsz", "contract"}
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef):
-    """The direct O(|P| l) pairwise evaluation of one row, unweighted (see the module docstring).
+    """The direct ``O(|P| l)`` pairwise evaluation of one row, unweighted (see the module docstring).
 
     The row's scores are first copied with the relevant labels' set to
     -inf, so each relevant label's pass over all l labels is
     h = max(margin - s_p + masked_j, 0) with no mask to multiply by; the
-    caller applies the weight 1 / (|P| |N|) to the returned sum and to
+    caller applies the weight ``1 / (|P| |N|)`` to the returned sum and to
     ``coef_out``. Masking through -inf keeps the inner loop to one max,
     one multiply-add and two adds, which vectorizes; multiplying by a 0/1
     mask and the weight inside the pass, or zeroing ``coef_out`` and
@@ -88,7 +88,7 @@ def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef)
     -------
     float
         1/2 sum over relevant p and irrelevant q of max(0, margin - s_p + s_q)^2,
-        the row's f_r (eq. 16) times |P| |N|.
+        the row's f_r (eq. 16) times ``|P| |N|``.
     """
     l = s.shape[0]
     for j in range(l):
@@ -135,7 +135,7 @@ def pairwise_squared_hinge_row(
     Returns
     -------
     float
-        1/2 * 1/(|P||N|) * sum of squared pair hinges (0 for rows without pairs).
+        ``1/2 * 1/(|P| |N|)`` times the sum of squared pair hinges (0 for rows without pairs).
     """
     l = s.shape[0]
     n_pos = 0
@@ -299,9 +299,11 @@ def rank_lipschitz_row_stats(Y, row_sq_norms, A, B):
     row_sq_norms : float64 (m,)
         ||x_i||^2 (with the bias feature when one is appended).
     A, B : float64 (l,)
-        Updated in place:
-        A_j += [j in P]|N| + [j in N]|P|;
-        B_j += ([j in P]|N| + [j in N]|P|) ||x_i||^4 / (|P|^2 |N|^2).
+        Updated in place::
+
+            A_j += [j in P]|N| + [j in N]|P|
+            B_j += ([j in P]|N| + [j in N]|P|) ||x_i||^4 / (|P|^2 |N|^2)
+
         Rows without pairs are skipped (the reference divides 0 by 0 there).
     """
     m, l = Y.shape
@@ -363,7 +365,7 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
 
     Why W and G side by side in one (d, 2l) array (see
     :func:`advance_point_pair`): a stored value reads one contiguous row of
-    2l floats instead of a row of W and a row of W_prev, 11 MB apart.
+    2l floats instead of a row of W and a row of W_prev, d l floats apart.
     Workers on one machine contend for the shared cache and memory, and
     that contention is where this pass loses to the product floor
     (``X @ W`` + ``X.T @ C``); one contiguous row per stored value keeps

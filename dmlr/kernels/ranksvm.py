@@ -1,10 +1,10 @@
-"""Numba kernels for the Rank-SVM primal (Park & Choi 2013, seed 000) on label scores.
+"""Numba kernels for the Rank-SVM primal (Park & Choi 2013) on label scores.
 
 All kernels are pure functions of numpy arrays, compiled with
 ``cache=True, nogil=True`` (as :mod:`dmlr.kernels.ranking`).
 
 Notation. For one instance with scores ``s = M^T x`` (one entry per label),
-relevant labels P (y = 1), irrelevant labels Nb (y = 0) and N_i = |P| |Nb|,
+relevant labels P (y = 1), irrelevant labels Nb (y = 0) and ``N_i = |P| |Nb|``,
 the pair argument of the hinge is
 
     a_kl = 1 - s_k + s_l,   k in P, l in Nb,
@@ -48,7 +48,7 @@ only the relevant list sorted) and, with its prefix sums of values and of
 squares, finds by binary search for each irrelevant label the run of the
 sorted list in the linear region (beta = 1) and in the quadratic region
 (0 < beta < 1); the relevant labels' coefficients follow from the same runs:
-O(|P| log |P| + |Nb| log |P|) <= O(K log K) per row. :func:`ranksvm_row_naive` is the O(|P| |Nb|) double loop
+``O(|P| log |P| + |Nb| log |P|) <= O(K log K)`` per row. :func:`ranksvm_row_naive` is the ``O(|P| |Nb|)`` double loop
 (the reference the tests compare against).
 """
 
@@ -128,7 +128,7 @@ def ranksvm_row_naive(s, y, alpha, margin, coef_out):
 
 @njit(cache=True, nogil=True)
 def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
-    """As :func:`ranksvm_row_naive`, in O(K log |P|) by sorting the relevant labels (the fast path).
+    """As :func:`ranksvm_row_naive`, in ``O(K log |P|)`` by sorting the relevant labels (the fast path).
 
     Parameters
     ----------
@@ -278,7 +278,7 @@ def ranksvm_scores_loss(S, Y, alpha, margin, C):
 
 @njit(cache=True, nogil=True)
 def ranksvm_scores_loss_naive(S, Y, alpha, margin, C):
-    """:func:`ranksvm_scores_loss` by the O(|P||Nb|) double loop per row (reference)."""
+    """:func:`ranksvm_scores_loss` by the ``O(|P| |Nb|)`` double loop per row (reference)."""
     m, K = Y.shape
     total = 0.0
     for i in range(m):
@@ -305,8 +305,8 @@ def mmp_row(s, y, coef_out):
 
     The error set is E = {(k, l) in P x Nb : s_k <= s_l} (ties are errors, as
     in the MMP paper). isErr = 1 if E is not empty, else 0. The uniform update
-    gives every pair of E weight 1/|E|, so the perceptron step is
-    m_j <- m_j - coef_j x with
+    gives every pair of E weight ``1/|E|``, so the perceptron step is
+    m_j <- m_j - coef_j x with::
 
         coef_k = -#{l : (k, l) in E} / |E|   (k in P),
         coef_l = +#{k : (k, l) in E} / |E|   (l in Nb),
@@ -314,8 +314,8 @@ def mmp_row(s, y, coef_out):
     computed by sorting the relevant scores only: for each irrelevant l a
     binary search gives the run of relevant labels with s_k <= s_l (the first
     c_l of the sorted list), and a difference array over the sorted list
-    turns those runs into the relevant labels' counts. O(|P| log |P| + |Nb|
-    log |P|). Rows without pairs (or without errors) give 0 and zero
+    turns those runs into the relevant labels' counts: ``O(|P| log |P| + |Nb|
+    log |P|)``. Rows without pairs (or without errors) give 0 and zero
     coefficients.
 
     Returns

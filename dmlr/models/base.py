@@ -4,8 +4,8 @@ Every dmlr estimator is a scikit-learn classifier (``ClassifierMixin``,
 ``MultiOutputMixin``, ``BaseEstimator``) that declares multi-label and
 sparse-input tags, validates its inputs through :mod:`dmlr.validation` and
 its parameters through scikit-learn's ``_parameter_constraints``. Its
-scores come from one place, :meth:`BaseModel.decision_function`; its labels
-from one rule, :meth:`BaseModel.labels_from_scores`, which ``predict``,
+scores come from one place, :meth:`~dmlr.models.BaseModel.decision_function`; its labels
+from one rule, :meth:`~dmlr.models.BaseModel.labels_from_scores`, which ``predict``,
 :func:`dmlr.evaluate`, grid search, the report and the command line all use.
 
 Model file format (``.npz``, format version 2): a zip of ``.npy`` arrays written
@@ -62,7 +62,7 @@ __all__ = ["BaseModel", "LinearModel", "MODEL_REGISTRY", "NotFittedError", "SEED
 
 
 def register_model(cls):
-    """Class decorator: make a model loadable by :func:`load_model`."""
+    """Class decorator: make a model loadable by :func:`~dmlr.models.load_model`."""
     MODEL_REGISTRY[cls.__name__] = cls
     return cls
 
@@ -280,7 +280,7 @@ class LinearModel(BaseModel):
                 )
 
     def _scores_block(self, X):
-        """``[X, 1] @ coef_`` (see :meth:`BaseModel.decision_function`)."""
+        """``[X, 1] @ coef_`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 

@@ -320,7 +320,7 @@ class Checkpoint:
         return dict(zarr.open_group(str(self.path / _state_name(t)), mode="r").attrs)["dmlr"]
 
     def load(self):
-        """The current state: None, an :class:`APGState`, or (complete) ``(APGResult, attrs)``."""
+        """The current state: None, an :class:`~dmlr.solvers.apg.APGState`, or (complete) ``(APGResult, attrs)``."""
         t = self.latest()
         if t is None:
             return None
@@ -509,8 +509,8 @@ def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
         Created (empty) unless resumed.
     saved : None, APGState or APGResult
         None: start from scratch (no checkpoint, or no state in it yet, or
-        ``resume=False``); an :class:`APGState` to continue from; the final
-        :class:`APGResult` of a complete checkpoint (nothing left to do).
+        ``resume=False``); an :class:`~dmlr.solvers.apg.APGState` to continue from; the final
+        :class:`~dmlr.solvers.apg.APGResult` of a complete checkpoint (nothing left to do).
 
     Raises
     ------

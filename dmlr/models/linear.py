@@ -1,6 +1,6 @@
 """A linear multi-label model trained by SGD or one of its variance-reduced variants.
 
-Pillai et al. (seed 003): the losses of :mod:`dmlr.kernels.multilabel_losses`
+Hiranandani & Pareek: the losses of :mod:`dmlr.kernels.multilabel_losses`
 (Hamming / per-label logistic, Subset 0/1 surrogate / softmax cross-entropy,
 Gebru / symmetric KL, and the Rank-SVM and RBRL pairwise ranking losses) on
 scores ``[X, 1] @ coef_``, minimized with the solvers of
@@ -53,12 +53,12 @@ class LinearMultiLabel(LinearModel):
         constant eta0, or eta0 / (1 + decay t) with t the global step.
     eta0 : float, optional
         Base step; default 1/L from the loss's curvature bound and the largest
-        row norm (:meth:`LinearMultiLabelProblem.default_step_size`). The
+        row norm (:meth:`~dmlr.objectives.multilabel.LinearMultiLabelProblem.default_step_size`). The
         paper's schedule is ``learning_rate="1/k", eta0=1``.
     decay : float
         For ``learning_rate="decay"``.
     batch_size : int, optional
-        Batching/Mixed SVRG's |B| (default ceil(n/10)).
+        Batching/Mixed SVRG's ``|B|`` (default ceil(n/10)).
     s2gd_nu : float, optional
         S2GD's nu (default ``alpha``).
     group_rows : int

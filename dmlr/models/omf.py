@@ -1,4 +1,4 @@
-"""Online Matrix Factorization for multi-label annotation (Otálora-Montenegro et al.; seed 004).
+"""Online Matrix Factorization for multi-label annotation (Otálora-Montenegro et al.).
 
 Learning (Algorithm 1): find P (k, s), Q (l, s) and latent codes H (n, s)
 minimising eq. 1,
@@ -7,8 +7,8 @@ minimising eq. 1,
 
 by minibatch SGD on P and Q with the codes of each minibatch in closed form
 (:mod:`dmlr.objectives.omf`). Prediction (Algorithm 2): h = (xi I + P^T P)^{-1} P^T x (xi: ``alpha_code``),
-scores y = Q h (:meth:`OMF.decision_function`), then the top-m labels or the
-labels scoring above a threshold (:meth:`OMF.predict`).
+scores y = Q h (:meth:`~dmlr.models.OMF.decision_function`), then the top-m labels or the
+labels scoring above a threshold (:meth:`~dmlr.models.OMF.predict`).
 
 Streaming. Training reads the rows chunk by chunk from a
 :class:`dmlr.distributed.stream.ChunkStream` (one epoch = one pass) inside
@@ -48,7 +48,7 @@ from dmlr.kernels.blocks import is_dask, regroup_rows
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
 
-#: Label rules of :meth:`OMF.labels_from_scores` (Algorithm 2: SELECT-TOP or THRESHOLD).
+#: Label rules of :meth:`~dmlr.models.OMF.labels_from_scores` (Algorithm 2: SELECT-TOP or THRESHOLD).
 RULES = ("top_k", "threshold")
 
 
@@ -498,7 +498,7 @@ def cross_validate_omf(
     point, while alpha_code, the label rule and k or the threshold only
     change Algorithm 2. Here each fold fits once per
     point of ``fit_grid`` and then scores every (alpha_code, rule) on the validation
-    part from the same P, Q: fits = |fit_grid| x folds. The splits are
+    part from the same P, Q: fits = ``len(fit_grid)`` x folds. The splits are
     :func:`dmlr.model_selection.kfold_indices` (seeded), the grid
     enumeration :func:`dmlr.model_selection.param_grid`.
 

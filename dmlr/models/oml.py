@@ -1,4 +1,4 @@
-r"""Online Metric Learning kNN (Gong, Yang, Yuan & Bao, AAAI 2020; seed 001) and a Euclidean kNN baseline.
+r"""Online Metric Learning kNN (Gong, Yang, Yuan & Bao, AAAI 2020) and a Euclidean kNN baseline.
 
 Model (paper Sec. III). P (p x q) maps features to the label space, V (q x d)
 maps both into a d-dimensional code space; the learned distance of two
@@ -12,11 +12,9 @@ Zhou 2007, the paper's ref. [33]).
 * P solves ``min_P ||P^T X^T - Y^T||_F^2`` (Sec. III-B) from X^T X and X^T Y,
   map-reduced over row chunks, over every training row by default
   (``projection_rows="all"``). The paper's Table I reads X as the
-  *initialised* memory D; ``"memory"`` is that literal reading. It is not
-  the default because P from 20% of the rows predicts worse on 5 of the 6
-  sets of ``benchmarks/oml_figures.py``: micro F1 0.106 against 0.403 on
-  scene, 0.434 against 0.610 on emotions, 0.553 against 0.646 on medical
-  (enron is the exception: 0.396 against 0.361). When X^T X is singular
+  *initialised* memory D; ``"memory"`` is that literal reading, not the
+  default because P from 20% of the rows predicts worse on most sets
+  (``benchmarks/oml_figures.py`` compares the two). When X^T X is singular
   (more features than rows, constant columns) a ridge
   ``ridge * mean(diag(X^T X))`` is added (``ridge_used_``).
 * D starts as a seeded random ``init_fraction`` (20%, Sec. V-B) of the
@@ -286,7 +284,7 @@ def _take_rows(X, rows):
 
 
 def oml_train_stream(stream, P, V, memory, init_mask, offset, params):
-    """Algorithm 1 over a :class:`ChunkStream`: run where the data are read (``run_streaming``).
+    """Algorithm 1 over a :class:`~dmlr.distributed.stream.ChunkStream`, where the data are read (``run_streaming``).
 
     Parameters
     ----------
@@ -580,7 +578,9 @@ class KNN(_NeighbourModel):
     memory_X_ : (n, p) ndarray, scipy.sparse or dask array
         The training features (a dask input is kept lazy, not gathered).
     memory_Y_ : int8 (n, L) ndarray or dask array
-    mlknn_prior_ : float64 (L,); mlknn_cond_pos_, mlknn_cond_neg_ : float64 (k + 1, L)
+    mlknn_prior_ : float64 (L,)
+        ``aggregation="mlknn"`` only.
+    mlknn_cond_pos_, mlknn_cond_neg_ : float64 (k + 1, L)
         ``aggregation="mlknn"`` only.
     n_features_in_, n_labels_, n_memory_ : int
     """
@@ -622,7 +622,7 @@ class OML(_NeighbourModel):
         Neighbours used for prediction (10, the paper's).
     n_components : int, optional
         d, the code dimension (the paper requires d < q and gives no value);
-        default :func:`default_code_dim`.
+        default :func:`~dmlr.models.oml.default_code_dim`.
     init_fraction : float
         Fraction of the training rows (a seeded random choice) that
         initialises D (0.2, the paper's); the rest are streamed.
@@ -639,7 +639,7 @@ class OML(_NeighbourModel):
         ``predict``: label where score > threshold (0.5).
     alpha : float
         Relative ridge on P, added to X^T X when it is singular (see
-        :func:`solve_projection`); ``ridge_used_`` records the absolute value.
+        :func:`~dmlr.models.oml.solve_projection`); ``ridge_used_`` records the absolute value.
     projection_rows : {"memory", "all"}
         Rows of the least-squares problem for P: every training row (the
         default) or the initial memory only (the paper's X, Table I).
@@ -836,7 +836,7 @@ class OML(_NeighbourModel):
     def partial_fit(self, X, y, classes=None):
         """Continue Algorithm 1 on the rows of (X, Y), in order, with the current D, P and V.
 
-        On an unfitted estimator this is :meth:`fit`. Otherwise every row is
+        On an unfitted estimator this is :meth:`~dmlr.models.OML.fit`. Otherwise every row is
         one round (nearest neighbour in D, update of V, appended to D); P is
         kept. This runs in this process and holds D in memory here (a dask
         memory is computed). ``classes``: every class of a 1-D target (needed

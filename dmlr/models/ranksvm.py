@@ -1,6 +1,6 @@
 """Linear Rank-SVM trained online (ANSGD, SGD) or in batch (smoothing + L-BFGS), and MMP.
 
-Park & Choi, ICASSP 2013 (seed 000). Rank-SVM minimizes (eqs. 5-6)
+Park & Choi, ICASSP 2013. Rank-SVM minimizes (eqs. 5-6)
 
     lambda/2 ||M||_F^2 + 1/n sum_i 1/N_i sum_{k in Y_i, l not in Y_i} [1 - m_k.x_i + m_l.x_i]_+
 
@@ -139,7 +139,7 @@ class _OnlineRanker(LinearModel):
         the row chunks are read in order, one at a time with the next one
         prefetched, on a Dask worker when a client is current
         (:func:`dmlr.config_context`), and never gathered; rows are visited by groups of
-        :data:`STREAM_GROUP_ROWS` in a seeded order within each group
+        :data:`~dmlr.models.ranksvm.STREAM_GROUP_ROWS` in a seeded order within each group
         (:func:`dmlr.solvers.sgd.run_online_stream`), and ``objective_history_``
         holds the objective on the current group's rows.
         """
@@ -298,7 +298,7 @@ class RankSVM(_OnlineRanker):
         Instance stream of ``fit``: uniform draws with replacement (the paper)
         or epochs of random permutations, both on in-memory data; or
         "stream": row chunks read in order, rows shuffled within groups of
-        :data:`STREAM_GROUP_ROWS` (see :meth:`fit`). "auto": "stream" for dask
+        :data:`~dmlr.models.ranksvm.STREAM_GROUP_ROWS` (see :meth:`~dmlr.models.RankSVM.fit`). "auto": "stream" for dask
         input (a Zarr store), else "uniform".
     omega : float
         SGD's Omega (1e3, the paper's).
@@ -332,12 +332,12 @@ class RankSVM(_OnlineRanker):
     ----------
     coef_ : float64 (n_features + fit_intercept, n_labels)
         M (last row: bias).
-    iterate_, average_ : float64, like coef_
+    iterate_, average_ : float64, like ``coef_``
         Online solvers: M_t and M_hat (the state ``partial_fit`` continues).
-    psi_ : float64, like coef_
+    psi_ : float64, like ``coef_``
         ANSGD's Psi_t.
     n_updates_, n_iter_ : int
-        Online: updates so far (t). "lbfgs": n_iter_ = L-BFGS iterations.
+        Online: updates so far (t). "lbfgs": ``n_iter_`` = L-BFGS iterations.
     objective_history_, objective_iterations_ : list
         Recorded objective values and the update count (or L-BFGS iteration) of each.
     converged_ : bool
@@ -455,7 +455,7 @@ class MMP(_OnlineRanker):
 
     The paper's online baseline (Park & Choi 2013, Section 5): on each instance
     with a mis-ordered (relevant, irrelevant) pair (ties count), every such pair
-    gets weight 1/|E| and M <- M - x coef^T (:func:`dmlr.kernels.ranksvm.mmp_row`);
+    gets weight ``1/|E|`` and ``M <- M - x coef^T`` (:func:`dmlr.kernels.ranksvm.mmp_row`);
     no regularizer. Same initialization, instance stream, averaging,
     ``partial_fit`` and persistence as :class:`RankSVM`'s online solvers;
     ``objective_history_`` records the ranking loss (eq. 2, ties mis-ordered,

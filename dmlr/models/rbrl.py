@@ -1,6 +1,6 @@
 """RBRL: joint Rank-SVM and Binary Relevance with robust low-rank learning.
 
-Wu, Zheng, Tian, Liu, Neural Networks 122 (2020) (seed 002). The linear model
+Wu, Zheng, Tian, Liu, Neural Networks 122 (2020). The linear model
 (:class:`RBRL`) minimizes eq. 8,
 
     1/2 sum_ij max(0, 1 - y_ij x_i w_j)^2 + alpha/2 ||W||_F^2
@@ -140,7 +140,7 @@ class _RBRLBase(BaseModel):
         return np.zeros(shape)
 
     def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None, extrapolated_oracle=None):
-        """APG with this estimator's step rule; returns the :class:`APGResult`.
+        """APG with this estimator's step rule; returns the :class:`~dmlr.solvers.apg.APGResult`.
 
         With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
         one (``data_fp``: :func:`dmlr.models.checkpoint.data_fingerprint` of
@@ -387,7 +387,7 @@ class RBRL(_RBRLBase):
         self._check_loaded_arrays({"coef_": (self.coef_, expected)}, path)
 
     def _scores_block(self, X):
-        """``[X, 1] @ W`` (see :meth:`BaseModel.decision_function`)."""
+        """``[X, 1] @ W`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
@@ -531,7 +531,7 @@ class KernelRBRL(_RBRLBase):
         )
 
     def _scores_block(self, X):
-        """``k(X, support) @ A`` (see :meth:`BaseModel.decision_function`)."""
+        """``k(X, support) @ A`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
         X = as_matrix(X)
         spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
         support, A = self.support_, self.dual_coef_

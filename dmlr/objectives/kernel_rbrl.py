@@ -1,13 +1,13 @@
 """Kernel RBRL objective (Wu et al. 2020, eq. 12) on one row block of K.
 
-With A (n, l) the dual coefficients and scores F = K A, the smooth part is
+With A (n, l) the dual coefficients and scores F = K A, the smooth part is::
 
     f(A) = 1/2 ||(|E - Y o KA|_+)^2||_1 + lambda1/2 tr(A^T K A) + lambda2 f_r(KA)
 
 and g(A) = lambda3 ||A||_* (the reference thresholds the singular values of A).
 Its gradient (eqs. 30-31) is K^T C + lambda1 K A, with C the score gradient
 of the loss terms (the same kernel as the linear model). Both are sums over
-row blocks B (rows start:stop of K, K symmetric):
+row blocks B (rows start:stop of K, K symmetric)::
 
     value_B = loss(K_B A) + lambda1/2 sum(A_B o (K_B A))
     grad_B  = K_B^T (C_B + lambda1 A_B)

@@ -2,8 +2,8 @@
 
     F(W) = 1/n sum_i l(x_i W; y_i) + lam/2 ||W||_F^2
 
-with l one of :data:`dmlr.kernels.multilabel_losses.LOSSES` (Pillai et al.,
-seed 003, eqs. 16, 19, 20-22, and the ranking losses of seeds 000 and 002),
+with l one of :data:`dmlr.kernels.multilabel_losses.LOSSES` (Hiranandani &
+Pareek, eqs. 16, 19, 20-22, and the ranking losses of Park & Choi and Wu et al.),
 W (d, K) including the bias row when the blocks carry a constant column
 (regularized like the rest, as in :mod:`dmlr.objectives.ranksvm`).
 
@@ -30,7 +30,7 @@ from dmlr.kernels.multilabel_losses import GEBRU_EPS, block_loss_grad, loss_code
 #: the default step size 1/L (L = curvature * max ||x_i||^2 + lam). Hamming: the logistic's
 #: 1/4 over K labels; subset: c * 1/2 (softmax Hessian diag(q) - qq^T has norm <= 1/2) with c
 #: the row's number of relevant labels; gebru: 1 (a measured bound, no proof); rank_hinge is
-#: not smooth (1 by convention); rank_squared_hinge: 2 (2 max(|P|,|N|)/(|P||N|) <= 2).
+#: not smooth (1 by convention); rank_squared_hinge: 2 (``2 max(|P|, |N|) / (|P| |N|) <= 2``).
 CURVATURE = {
     "hamming": lambda K, c: 0.25 / K,
     "subset": lambda K, c: 0.5 * max(c, 1),
@@ -69,7 +69,7 @@ def block_init_memory(block: Block, W, code: int, token: str):
 
 
 def block_inner_loop(block: Block, rows, W, code: int, spec: dict):
-    """Run :func:`vr_inner_loop` on local ``rows`` of the block from a copy of W.
+    """Run :func:`~dmlr.kernels.multilabel_losses.vr_inner_loop` on local ``rows`` of the block from a copy of W.
 
     Returns the new W, the loss sum and whichever accumulators ``spec`` asked
     for (``"W_sum"``, ``"G_sum"``, ``"capture_at"``, the memory mean ``"A"``).
@@ -116,7 +116,7 @@ class LinearMultiLabelProblem:
         Row blocks (bias column included if wanted), built with ``align_rows``
         equal to ``group_rows`` so that no row group straddles two blocks.
     loss : str
-        One of :data:`LOSSES`.
+        One of :data:`~dmlr.kernels.multilabel_losses.LOSSES`.
     lam : float
         Ridge weight.
     group_rows : int

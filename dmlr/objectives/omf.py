@@ -1,4 +1,4 @@
-"""Online Matrix Factorization (Otálora-Montenegro, Pérez-Rubiano & González; seed 004): per-chunk math.
+"""Online Matrix Factorization (Otálora-Montenegro, Pérez-Rubiano & González): per-chunk math.
 
 Notation (rows are instances, as everywhere in dmlr; the paper's matrices are
 the transposes): X (m, k) features, Y (m, l) 0/1 labels, P (k, s), Q (l, s)

@@ -1,6 +1,6 @@
 """Linear RBRL objective (Wu et al. 2020, eq. 8) on one row block.
 
-F(W) = f(W) + g(W) with the smooth part (eq. 17)
+F(W) = f(W) + g(W) with the smooth part (eq. 17)::
 
     f(W) = 1/2 ||(|E - Y o XW|_+)^2||_1 + lambda1/2 ||W||_F^2 + lambda2 f_r(W)
 
@@ -106,7 +106,7 @@ def block_extrapolated_value_and_grad(
 
     * the client sends W only: the block keeps the last W it was sent (under
       ``key``) and finds W_prev there when ``prev_key`` names it, which halves
-      what each iteration ships (3.6 MB a block on the Bookmarks shape);
+      what each iteration ships;
     * a dense block never forms G: the scores at G come from those at W and
       W_prev by linearity, S(G) = S(W) + momentum (S(W) - S(W_prev)); and
       when its scores take no more room than its X it also keeps
@@ -240,7 +240,7 @@ def extrapolated_pass(
 
 
 #: What a sparse block answers, instead of None, when it does not hold the point its call
-#: names: "send me the pair [W | G]" (see :func:`_sparse_extrapolated_pass`).
+#: names: "send me the pair [W | G]" (see ``_sparse_extrapolated_pass``).
 SEND_POINT_PAIR = "send [W | G]"
 
 
@@ -264,8 +264,7 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     would have two threads contend for twice the cache, which makes the
     pass slower than reading one shared pair. Sent a (d, l) W_prev instead, the block forms
     the pair and keeps it, which costs a d x 2l matrix beside the two it was
-    sent: 3.6 MB more at the peak on the Bookmarks shape, where the budget
-    leaves about as much.
+    sent, more than the memory budget leaves on the largest sets.
     """
     saved = state.get("extrapolation")
     d, l = W.shape
@@ -342,9 +341,9 @@ def curvature_weights(Y: np.ndarray, lambda2: float) -> np.ndarray:
     """Per-row bound c_i on the Hessian of the loss in the scores s_i.
 
     The squared hinge BR term contributes at most I; the pairwise term of a
-    row with |P| relevant and |N| irrelevant labels at most
-    Lap(K_{|P|,|N|}) / (|P||N|), whose largest eigenvalue is l / (|P||N|).
-    So c_i = 1 + lambda2 l / (|P_i||N_i|) (1 for rows without pairs), and
+    row with ``|P|`` relevant and ``|N|`` irrelevant labels at most
+    ``Lap(K_{|P|,|N|}) / (|P| |N|)``, whose largest eigenvalue is ``l / (|P| |N|)``.
+    So ``c_i = 1 + lambda2 l / (|P_i| |N_i|)`` (1 for rows without pairs), and
     grad f is Lipschitz with constant lambda_max(X^T diag(c) X) + lambda1:
     typically far below eq. 23, which uses ||X||_F^2 >= ||X||_2^2.
 

@@ -16,7 +16,7 @@ Iteration (eqs. 25-27), with W_0 = G_1 = x0 and b_1 = 1:
     G_{t+1} = W_t + (b_t - 1)/b_{t+1} (W_t - W_{t-1})
     obj(t)  = f(W_t) + g(W_t)          -- at the proximal point, as the reference
 
-and stop when |obj(t) - obj(t-1)| / |obj(t-1)| <= tol (t >= 2), returning
+and stop when ``|obj(t) - obj(t-1)| / |obj(t-1)| <= tol`` (t >= 2), returning
 W_t, the point of the last objective value (the reference's stopping rule).
 
 Latency: f(W_t) is needed only for the stopping test, and G_{t+1} does not
@@ -166,7 +166,7 @@ class APGState:
 
 
 def relative_change(new: float, old: float) -> float:
-    """|new - old| / |old| (inf when old is 0 and new differs)."""
+    """``|new - old| / |old|`` (inf when old is 0 and new differs)."""
     if old == 0.0:
         return 0.0 if new == 0.0 else math.inf
     return abs(new - old) / abs(old)

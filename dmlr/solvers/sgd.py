@@ -1,4 +1,4 @@
-"""Stochastic solvers for the Rank-SVM primal (Park & Choi 2013, seed 000); no Dask.
+"""Stochastic solvers for the Rank-SVM primal (Park & Choi 2013); no Dask.
 
 Problem (eqs. 5-6): min_M  lambda/2 ||M||_F^2 + 1/n sum_i R_i(M), R_i the
 pairwise hinge of instance i. The online solvers see one instance at a time
@@ -118,7 +118,7 @@ class OnlineState:
         ANSGD's second sequence (None for SGD and MMP).
     lazy_carry : tuple or None
         The lazy representation the compiled loop ended with and the arrays it
-        wrote (:func:`_run_fused`), so that the next call continues it bit for
+        wrote (``_run_fused``), so that the next call continues it bit for
         bit; ignored unless M, M_avg, Psi and t are still those arrays. Not
         pickled (three more d x K arrays on the wire): a state sent to another
         process continues from M, Psi and M_avg, the same iterates up to

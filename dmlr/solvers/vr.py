@@ -1,4 +1,4 @@
-"""SGD and its variance-reduced variants (Pillai et al., seed 003, Algorithms 1-8); no Dask.
+"""SGD and its variance-reduced variants (Hiranandani & Pareek, Algorithms 1-8); no Dask.
 
 Every method is a small epoch rule over one problem object with four
 operations (:class:`dmlr.objectives.multilabel.LinearMultiLabelProblem`):
@@ -18,19 +18,19 @@ operations (:class:`dmlr.objectives.multilabel.LinearMultiLabelProblem`):
 so the ten optimizers differ only in what they pass, like optax's update
 rules over one gradient oracle:
 
-=============== ====================================================================
-``sgd``          Algorithm 1: c = g.
-``svrg1/2/3``    Algorithm 2, m = n inner steps per snapshot; output option (1) last
-                 iterate, (2) average of the inner iterates, (3) one drawn uniformly.
-``saga``         Algorithm 3: c = g - u_i, plus A = 1/n sum u.
-``sag``          Algorithm 4: c = (g - u_i)/n, plus A.
-``s2gd``         Algorithm 5: SVRG with output j drawn with probability ~ (1 - nu alpha)^(m-j).
-``vrlite``       Algorithm 6: one SGD pass builds w_bar, g_bar; then SVRG steps with
-                 reference w_bar and mu = g_bar, both re-estimated along the pass
-                 (no full-gradient snapshot).
-``batching_svrg`` Algorithm 7: snapshot gradient on a random batch B (|B| = ``batch_size``).
-``mixed_svrg``   Algorithm 8: as 7, but rows outside B take a plain SGD step.
-=============== ====================================================================
+================= ====================================================================
+``sgd``           Algorithm 1: c = g.
+``svrg1/2/3``     Algorithm 2, m = n inner steps per snapshot; output option (1) last
+                  iterate, (2) average of the inner iterates, (3) one drawn uniformly.
+``saga``          Algorithm 3: c = g - u_i, plus A = 1/n sum u.
+``sag``           Algorithm 4: c = (g - u_i)/n, plus A.
+``s2gd``          Algorithm 5: SVRG with output j drawn with probability ~ (1 - nu alpha)^(m-j).
+``vrlite``        Algorithm 6: one SGD pass builds w_bar, g_bar; then SVRG steps with
+                  reference w_bar and mu = g_bar, both re-estimated along the pass
+                  (no full-gradient snapshot).
+``batching_svrg`` Algorithm 7: snapshot gradient on a random batch B (``|B| = batch_size``).
+``mixed_svrg``    Algorithm 8: as 7, but rows outside B take a plain SGD step.
+================= ====================================================================
 
 One epoch is n stochastic steps (for the SVRG family: one snapshot and m = n
 inner steps, the paper's "5 epochs" being 5 outer iterations).
@@ -116,7 +116,7 @@ def minimize(
     problem : LinearMultiLabelProblem (or any object with its four operations)
     W0 : float64 (d, K)
     solver : str
-        One of :data:`SOLVERS`.
+        One of ``SOLVERS``.
     epochs : int
     step : {"1/k", "constant", "decay"}
     step_size : float, optional
@@ -124,7 +124,7 @@ def minimize(
     step_decay : float
         For ``step="decay"``.
     batch_size : int, optional
-        |B| of Batching/Mixed SVRG (default: ceil(n/10)).
+        ``|B|`` of Batching/Mixed SVRG (default: ceil(n/10)).
     s2gd_nu : float, optional
         nu of S2GD (default: the ridge weight, a lower bound on the strong
         convexity; with nu = 0 S2GD's output draw is SVRG option 3's).
