@@ -161,9 +161,13 @@ def main(argv=None) -> int:
     head = f"{'set':<22} {'who':<6} {'rank loss':>9} {'avg prec':>9} {'P@1':>7} {'micro-F1':>8} {'seconds':>8}  choice"
     lines.append(head)
 
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
     def emit(line):
         lines.append(line)
         print(line, flush=True)
+        out.write_text("\n".join(lines) + "\n")  # after every line: a partial run leaves its table
 
     print("\n".join(lines), flush=True)
     wins = []
@@ -196,9 +200,6 @@ def main(argv=None) -> int:
         f"never worse by more than 1%: {all(w[2] <= 0.01 for w in wins)}; "
         f"faster than GridSearchCV: {sum(w[3] for w in wins)} of {len(wins)}"
     )
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
     print(f"written to {out}", file=sys.stderr)
     return 0
 

@@ -21,7 +21,7 @@ gives each model's parameters and their starting grids):
 * **Where it runs.** Data small enough for one process (the rule of
   ``config_context(backend="auto")``) are held in memory and the units run
   as parallel tasks on the Dask cluster, or one after the other in this
-  process without one (:func:`dmlr.model_selection.run_units`). Larger dask
+  process without one (:class:`dmlr.model_selection.UnitRunner`). Larger dask
   data are never gathered: a fold is a lazy row selection of the dask
   arrays, computed by the workers from the chunks, and each fit is the
   model's own distributed fit.
