@@ -18,23 +18,26 @@ least squares on the relative error (scipy.optimize.nnls) over every measured
 configuration:
 
     t = a  * nnz l / p          fused pass over the stored values (p = min(w, cores))
-      + a2 * n l / p            row losses (BR + pairwise hinge, |P| ~ 2 here)
+      + a2 * n l (1 + card) / p row losses (BR hinge, pairwise hinge O(|P| l) per row,
+                                card = mean |P|)
       + b0 * d l                model-sized work once per iteration (client APG
                                 bookkeeping, a worker's pair update and (de)serialization)
       + b  * d l w              the client ships W to w workers and receives w gradients
       + c  * d l min(d, l)      the client's prox (Gram matrix + eigh + apply)
       + e0 + e1 * w             round-trip latency, one actor call per worker
 
-p is min(w, cores): on this machine at most ``os.cpu_count()`` workers compute at
+p is min(w, p_eff): on this machine at most ``os.cpu_count()`` workers compute at
 once, so 4 and 8 single-thread workers add communication and latency but no
-compute. The alternative reduction term b d l log2(w) (a tree among workers) is
-fitted too and its relative errors reported beside the linear one, as a check of
-which the data support: dmlr's client gathers every gradient itself.
+compute; p_eff, the cores the workers actually got beside the other jobs of a
+shared machine, is fitted too (a grid between 1 and the usable cores). The
+alternative reduction term b d l log2(w) (a tree among workers) is fitted too and
+its relative errors reported beside the linear one, as a check of which the data
+support: dmlr's client gathers every gradient itself.
 
 The measurements: synthetic sparse sets (seeded numpy/scipy; binary bag of words,
 labels from low-rank scores), varied one factor at a time around a base shape:
-n, stored values per row (nnz), d, l and alpha_nuclear (which sets rank(W); the
-rank reached is printed), on local clusters of 1, 2, 4 and 8 single-thread
+n, stored values per row (nnz), d, l, the label cardinality and alpha_nuclear
+(which sets rank(W); the rank reached is printed), on local clusters of 1, 2, 4 and 8 single-thread
 worker processes, all started at the start and kept alive. Each measurement is
 the median of the per-iteration wall times (``objective_seconds_`` differences)
 of one fit with the fixed paper step (``step_rule="paper"``, ``tol=0``, a fixed
@@ -56,7 +59,7 @@ page includes it). The machine (CPU model, cores) is in the header. On a
 machine shared with other jobs the timings are inflated and noisy: that is why
 medians are taken, the configurations interleaved, and the load average printed.
 
-Usage: python benchmarks/cost_model.py [--quick] [--iters 25] [--rounds 2] [--out PATH]
+Usage: python benchmarks/cost_model.py [--quick] [--iters 25] [--rounds 3] [--out PATH]
 """
 
 from __future__ import annotations
@@ -95,38 +98,42 @@ class Shape(NamedTuple):
     l: int
     nnz_row: int
     alpha_nuclear: float = 0.1
+    #: expected relevant labels per row
+    card: float = 2.0
 
     @property
     def label(self) -> str:
-        return f"n={self.n} d={self.d} l={self.l} nnz/row={self.nnz_row} a_nuc={self.alpha_nuclear:g}"
+        extra = f" card={self.card:g}" if self.card != 2.0 else ""
+        return f"n={self.n} d={self.d} l={self.l} nnz/row={self.nnz_row} a_nuc={self.alpha_nuclear:g}{extra}"
 
 
 def configurations(quick: bool):
     """([(Shape, worker counts)] for the fit, [(Shape, worker counts)] held out, all worker counts).
 
-    One factor at a time around a base shape; the held-out shape (the Bookmarks shape,
-    full mode only) is measured in the same rounds but not used by the fit, as a check of
-    the model's prediction at a shape ten times the base's size.
+    One factor at a time around a base shape, plus one Bookmarks-like shape (its d, l and
+    nnz per row, 32,000 rows); the held-out shape (the Bookmarks shape itself, full mode
+    only) is measured in the same rounds but not used by the fit, as a check of the
+    model's prediction at 2.7 times the largest fitted shape's rows.
     """
     if quick:
         base = Shape(4000, 500, 50, 10)
         return (
             [
-                (base, (1, 2, 4)),
+                (base, (1, 2)),
                 (base._replace(nnz_row=20), (1, 2)),
                 (base._replace(l=150), (1, 2)),
-                (base._replace(d=1500), (1, 2, 4)),
+                (base._replace(d=1500), (1, 2)),
                 (base._replace(alpha_nuclear=1000.0), (1, 2)),
+                (base._replace(card=6.0), (1, 2)),
             ],
             [],
-            (1, 2, 4),
+            (1, 2),
         )
     base = Shape(16000, 1000, 100, 10)
     many = (1, 2, 4, 8)
     return (
         [
             (base, many),
-            (base._replace(n=8000), (1, 2)),
             (base._replace(n=32000), many),
             (base._replace(nnz_row=5), (1, 2)),
             (base._replace(nnz_row=20), (1, 2)),
@@ -136,8 +143,9 @@ def configurations(quick: bool):
             (base._replace(l=250), many),
             (base._replace(l=400), (1, 2)),
             (base._replace(d=200, l=400), (1, 2)),
-            (base._replace(alpha_nuclear=100.0), (1, 2)),
             (base._replace(alpha_nuclear=1000.0), (1, 2)),
+            (base._replace(card=8.0), (1, 2)),
+            (Shape(32000, 2150, 208, 22), (1, 2)),
         ],
         [(BOOKMARKS, (1, 2))],
         many,
@@ -146,13 +154,15 @@ def configurations(quick: bool):
 
 #: The Bookmarks set's shape (87,856 x 2,150, 1% of the features per row, 208 labels).
 BOOKMARKS = Shape(87856, 2150, 208, 22)
+#: Bookmarks' label cardinality (the synthetic preset's).
+BOOKMARKS_CARD = 2.028
 
 
-def make_set(shape: Shape, seed: int = 0, latent_rank: int = 10, cardinality: float = 2.0):
+def make_set(shape: Shape, seed: int = 0, latent_rank: int = 10):
     """Seeded synthetic sparse set: X binary CSR (n, d), Y int8 (n, l).
 
     Each row stores ``nnz_row`` uniformly drawn columns (duplicates merged, so
-    slightly fewer); the labels are the top ``cardinality / l`` fraction of
+    slightly fewer); the labels are the top ``card / l`` fraction of
     low-rank scores X A B + noise, so the labels are correlated and W's rank
     responds to alpha_nuclear.
     """
@@ -165,7 +175,7 @@ def make_set(shape: Shape, seed: int = 0, latent_rank: int = 10, cardinality: fl
     A = rng.normal(size=(d, latent_rank))
     B = rng.normal(size=(latent_rank, l))
     S = X @ A @ B + rng.normal(scale=np.sqrt(k * latent_rank), size=(n, l))
-    Y = (S > np.quantile(S, 1.0 - cardinality / l)).astype(np.int8)
+    Y = (S > np.quantile(S, 1.0 - shape.card / l)).astype(np.int8)
     return X, Y
 
 
@@ -256,37 +266,68 @@ def measure_all(configs, worker_counts, iters, rounds, log):
 # -- the model ----------------------------------------------------------------------------------
 TERMS = (
     ("a", "nnz l / p", "fused pass"),
-    ("a2", "n l / p", "row losses"),
+    ("a2", "n l (1 + card) / p", "row losses"),
     ("b0", "d l", "model-sized work"),
     ("b", "d l w", "client ships W, gathers grads"),
     ("c", "d l min(d,l)", "client prox"),
     ("e0", "1", "round trip"),
     ("e1", "w", "per-worker call"),
 )
+#: Candidate effective core counts of the workers (see :func:`fit_model`).
+P_EFF_GRID = np.round(np.arange(1.0, CORES + 1e-9, 0.05), 2)
 
 
-def features(n, d, l, nnz, w, p, reduction="linear"):
-    """The model's terms (columns in the order of :data:`TERMS`) for one shape."""
+def features(n, d, l, nnz, w, p, card=2.0, reduction="linear"):
+    """The model's terms (columns in the order of :data:`TERMS`) for one shape; p: cores computing."""
     comm = w if reduction == "linear" else math.log2(w) if w > 1 else 0.0
-    return np.array([nnz * l / p, n * l / p, d * l, d * l * comm, d * l * min(d, l), 1.0, w], dtype=float)
+    return np.array([nnz * l / p, n * l * (1 + card) / p, d * l, d * l * comm, d * l * min(d, l), 1.0, w], dtype=float)
 
 
-def design_matrix(ms: list[Measurement], reduction="linear"):
-    # the intercept-bearing columns, b0 d l, b d l w, ... (the intercept column makes the model
-    # identifiable only with more than one worker count)
+class Model(NamedTuple):
+    """Fitted coefficients (ms per unit of each term) and the workers' effective cores here."""
+
+    coef: np.ndarray
+    p_eff: float
+    reduction: str
+
+    def terms(self, ms: list[Measurement]) -> np.ndarray:
+        """(len(ms), len(TERMS)) ms of each term for each measurement (d counts the intercept)."""
+        return self.coef * design_matrix(ms, self.p_eff, self.reduction)
+
+    def predict(self, ms: list[Measurement]) -> np.ndarray:
+        return self.terms(ms).sum(axis=1)
+
+
+def design_matrix(ms: list[Measurement], p_eff: float, reduction="linear"):
     return np.array(
-        [features(m.shape.n, m.shape.d + 1, m.shape.l, m.nnz, m.workers, min(m.workers, CORES), reduction) for m in ms]
+        [
+            features(
+                m.shape.n, m.shape.d + 1, m.shape.l, m.nnz, m.workers, min(m.workers, p_eff), m.shape.card, reduction
+            )
+            for m in ms
+        ]
     )
 
 
-def fit_model(ms: list[Measurement], reduction="linear"):
-    """Non-negative least squares on relative errors: coefficients (ms per unit of each term)."""
-    A = design_matrix(ms, reduction)
+def fit_model(ms: list[Measurement], reduction="linear") -> Model:
+    """Non-negative least squares on relative errors, over a grid of the workers' effective cores.
+
+    p = min(w, p_eff): the workers compute side by side on at most p_eff cores. On a
+    dedicated machine p_eff would be its core count; on a shared one the other jobs
+    take part of the cores, so p_eff (between 1 and the usable cores) is fitted too,
+    by the smallest sum of squared relative errors over :data:`P_EFF_GRID`. The
+    extrapolation assumes dedicated cores (p = w).
+    """
     t = np.array([m.ms for m in ms])
-    scale = A.max(axis=0)
-    scale[scale == 0] = 1.0
-    coef, _ = nnls((A / scale) / t[:, None], np.ones(len(t)))
-    return coef / scale
+    best = None
+    for p_eff in P_EFF_GRID:
+        A = design_matrix(ms, float(p_eff), reduction)
+        scale = A.max(axis=0)
+        scale[scale == 0] = 1.0
+        coef, resid = nnls((A / scale) / t[:, None], np.ones(len(t)))
+        if best is None or resid < best[0]:
+            best = (resid, Model(coef / scale, float(p_eff), reduction))
+    return best[1]
 
 
 # -- printing -----------------------------------------------------------------------------------
@@ -314,9 +355,8 @@ def measurement_row(m: Measurement, pred: float, pred_log: float) -> str:
     )
 
 
-def fit_table(ms, coef, coef_log, log):
-    A, A_log = design_matrix(ms), design_matrix(ms, "log2")
-    pred, pred_log = A @ coef, A_log @ coef_log
+def fit_table(ms, model: Model, model_log: Model, log):
+    pred, pred_log = model.predict(ms), model_log.predict(ms)
     log(
         "\n## Measurements and the model (ms per iteration; median over rounds, [min, max] of the rounds)\n"
         "\n| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) reduction |"
@@ -338,30 +378,29 @@ def fit_table(ms, coef, coef_log, log):
     log("\n## Fitted coefficients (non-negative least squares on relative error)\n")
     log("| coefficient | term | what | value | per unit |")
     log("|---|---|---|---|---|")
-    for (name, term, what), v in zip(TERMS, coef):
+    for (name, term, what), v in zip(TERMS, model.coef):
         log(f"| {name} | {term} | {what} | {v:.4g} ms | {v * 1e6:.4g} ns |")
     log(
-        "\n(p = min(workers, usable cores) = min(w, "
-        f"{CORES}); d counts the intercept column; a coefficient at 0 means the data did not need that term)"
+        f"\np = min(workers, p_eff), p_eff = {model.p_eff:g} fitted (log2 alternative: {model_log.p_eff:g}): the cores"
+        f" the workers got side by side\nout of {CORES} usable; d counts the intercept column; a coefficient at 0"
+        " means the fit did not need that term."
     )
 
 
-def held_out_table(ms, coef, coef_log, log):
+def held_out_table(ms, model: Model, model_log: Model, log):
     """The held-out shapes (not in the fit) against the model's prediction."""
     if not ms:
         return
     log("\n## Held out of the fit: the Bookmarks shape (ms per iteration)\n")
     log("| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) | error |")
     log("|---|---|---|---|---|---|---|---|---|---|")
-    A, A_log = design_matrix(ms), design_matrix(ms, "log2")
-    for m, p, q in zip(ms, A @ coef, A_log @ coef_log):
+    for m, p, q in zip(ms, model.predict(ms), model_log.predict(ms)):
         log(measurement_row(m, p, q))
-    terms = A * coef
     log(
         "\nthe model's terms there (ms): "
         + "; ".join(
             f"{m.workers} worker(s): " + ", ".join(f"{what} {v:.1f}" for (_, _, what), v in zip(TERMS, row))
-            for m, row in zip(ms, terms)
+            for m, row in zip(ms, model.terms(ms))
         )
     )
 
@@ -404,7 +443,7 @@ def extrapolation_table(coef, log):
     log("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n, d0, l, nnz_row, w in extrapolation_shapes():
         d, nnz = d0 + 1, int(n * nnz_row)
-        f = features(n, d, l, nnz, w, w) * coef
+        f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD) * coef
         volume = 2 * w * d * l * F8
         link = 1000 * volume / LINK_BYTES_PER_S
         terms = {
@@ -469,7 +508,7 @@ def sharded_table(coef, log, rank=100, oversample=10, power_iters=2, worker_mode
         while g < w and per_worker_memory(d, l / g) > worker_model_bytes:
             g *= 2
         r = w // g
-        pass_rows = a * nnz * (l / g) / r + a2 * n * (l / g) / r
+        pass_rows = a * nnz * (l / g) / r + a2 * n * (l / g) * (1 + BOOKMARKS_CARD) / r
         hop = 1000 * d * (l / g) * F8 / LINK_BYTES_PER_S
         tree = math.ceil(math.log2(r)) * (hop + b0 * d * l / g) if r > 1 else 0.0
         coupling = 1000 * n * 2 * F8 / LINK_BYTES_PER_S if g > 1 else 0.0
@@ -490,13 +529,13 @@ def sharded_table(coef, log, rank=100, oversample=10, power_iters=2, worker_mode
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: small shapes, 1-4 workers, one round")
+    ap.add_argument("--quick", action="store_true", help="smoke run: small shapes, 1-2 workers, one round")
     ap.add_argument("--iters", type=int, default=None, help="APG iterations per fit (default 25; quick 6)")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds over the configurations (default 2; quick 1)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds over the configurations (default 3; quick 1)")
     ap.add_argument("--out", default=None, help=f"output file (default {OUT}; quick: none)")
     args = ap.parse_args(argv)
     args.iters = args.iters or (6 if args.quick else 25)
-    args.rounds = args.rounds or (1 if args.quick else 2)
+    args.rounds = args.rounds or (1 if args.quick else 3)
     out_path = Path(args.out) if args.out else (None if args.quick else OUT)
     buf = io.StringIO()
 
@@ -510,11 +549,11 @@ def main(argv=None):
     ms = measure_all(configs + held_out, worker_counts, args.iters, args.rounds, log)
     held = {shape for shape, _ in held_out}
     fitted = [m for m in ms if m.shape not in held]
-    coef = fit_model(fitted)
-    fit_table(fitted, coef, fit_model(fitted, "log2"), log)
-    held_out_table([m for m in ms if m.shape in held], coef, fit_model(fitted, "log2"), log)
-    extrapolation_table(coef, log)
-    sharded_table(coef, log)
+    model, model_log = fit_model(fitted), fit_model(fitted, "log2")
+    fit_table(fitted, model, model_log, log)
+    held_out_table([m for m in ms if m.shape in held], model, model_log, log)
+    extrapolation_table(model.coef, log)
+    sharded_table(model.coef, log)
     log(f"\n(whole run {time.perf_counter() - start:.0f} s)")
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
