@@ -25,6 +25,10 @@ configuration:
       + b  * d l w              the client ships W to w workers and receives w gradients
       + c  * d l min(d, l)      the client's prox (Gram matrix + eigh + apply)
       + e0 + e1 * w             round-trip latency, one actor call per worker
+      + a_mem * nnz l / p * min(1, s 3 d l 8 B / LLC)
+                                the pass's cache misses: each stored value reads a row of
+                                [W | G] and adds to a row of the gradient, 3 d l floats per
+                                worker; s workers share the last-level cache (LLC bytes)
 
 p is min(w, p_eff): on this machine at most ``os.cpu_count()`` workers compute at
 once, so 4 and 8 single-thread workers add communication and latency but no
@@ -88,6 +92,21 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (o
 LINK_BYTES_PER_S = 10e9 / 8
 #: Bytes of a float64.
 F8 = 8
+
+
+def _last_level_cache_bytes(default: int = 32 * 2**20) -> int:
+    """This machine's largest CPU cache (sysfs), else ``default``."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            text = f.read_text().strip()
+            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20}[text[-1]] if text[-1] in "KM" else int(text))
+    return max(sizes, default=default)
+
+
+LLC_BYTES = _last_level_cache_bytes()
+#: Workers per host (sharing one last-level cache of LLC_BYTES) in the extrapolation.
+WORKERS_PER_HOST = 8
 
 
 class Shape(NamedTuple):
@@ -272,15 +291,45 @@ TERMS = (
     ("c", "d l min(d,l)", "client prox"),
     ("e0", "1", "round trip"),
     ("e1", "w", "per-worker call"),
+    ("a_mem", "nnz l / p * min(1, s 3 d l 8 B / LLC)", "pass's cache misses"),
 )
 #: Candidate effective core counts of the workers (see :func:`fit_model`).
 P_EFF_GRID = np.round(np.arange(1.0, CORES + 1e-9, 0.05), 2)
 
 
-def features(n, d, l, nnz, w, p, card=2.0, reduction="linear"):
-    """The model's terms (columns in the order of :data:`TERMS`) for one shape; p: cores computing."""
+def features(n, d, l, nnz, w, p, card=2.0, reduction="linear", sharing=None):
+    """The model's terms (columns in the order of :data:`TERMS`) for one shape.
+
+    p: the workers computing side by side; sharing: the workers whose model arrays share
+    one last-level cache (default min(w, usable cores), this machine's).
+    """
     comm = w if reduction == "linear" else math.log2(w) if w > 1 else 0.0
-    return np.array([nnz * l / p, n * l * (1 + card) / p, d * l, d * l * comm, d * l * min(d, l), 1.0, w], dtype=float)
+    sharing = min(w, CORES) if sharing is None else sharing
+    return np.array(
+        [
+            nnz * l / p,
+            n * l * (1 + card) / p,
+            d * l,
+            d * l * comm,
+            d * l * min(d, l),
+            1.0,
+            w,
+            nnz * l / p * cache_miss_fraction(d, l, sharing),
+        ],
+        dtype=float,
+    )
+
+
+def cache_miss_fraction(d, l, sharing):
+    """min(1, working set / last-level cache): the share of the pass's model rows read from memory.
+
+    Each stored value (row i, column j) reads row j of [W | G] (2l floats) and adds to row
+    j of the gradient (l floats), so the pass's working set is 3 d l floats per worker, and
+    the workers on one machine share its last-level cache. Once the sets of the workers
+    that share it exceed it, the rows come from memory: the term saturates at 1, where the
+    pass is memory-bound (an assumption beyond the measured range, which stays below it).
+    """
+    return min(1.0, sharing * 3 * d * l * F8 / LLC_BYTES)
 
 
 class Model(NamedTuple):
@@ -432,9 +481,10 @@ def extrapolation_shapes():
 def extrapolation_table(coef, log):
     log(
         "\n## Extrapolation of this design (W whole on every worker, client gathers w gradients, client prox)\n"
-        "\nTimes per iteration by term from the fitted coefficients, with one core per worker (p = w) and the\n"
-        "client's link at 10 Gb/s: 'ship + gather' is the larger of the fitted loopback term and the\n"
-        "client's bytes (W out to w workers, w gradients in) over that link. Memory is float64.\n"
+        "\nTimes per iteration by term from the fitted coefficients, with one core per worker (p = w),\n"
+        f"{WORKERS_PER_HOST} workers per host sharing a {LLC_BYTES / 2**20:.0f} MiB last-level cache (this machine's), "
+        "and the client's\nlink at 10 Gb/s: 'ship + gather' is the larger of the fitted loopback term and the "
+        "client's bytes\n(W out to w workers, w gradients in) over that link. Memory is float64.\n"
     )
     log(
         "| shape | workers | nnz | pass + rows | ship + gather (bytes via client) | prox on client | "
@@ -443,11 +493,11 @@ def extrapolation_table(coef, log):
     log("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n, d0, l, nnz_row, w in extrapolation_shapes():
         d, nnz = d0 + 1, int(n * nnz_row)
-        f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD) * coef
+        f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD, sharing=min(w, WORKERS_PER_HOST)) * coef
         volume = 2 * w * d * l * F8
         link = 1000 * volume / LINK_BYTES_PER_S
         terms = {
-            "pass + rows": f[0] + f[1],
+            "pass + rows": f[0] + f[1] + f[7],
             "ship + gather": max(f[3], link),
             "prox": f[4],
             "model-sized + latency": f[2] + f[5] + f[6],
@@ -484,7 +534,7 @@ def sharded_table(coef, log, rank=100, oversample=10, power_iters=2, worker_mode
 
     Multiply-adds are costed at the fitted prox rate c (the client's, one thread).
     """
-    c, a, a2, b0 = coef[4], coef[0], coef[1], coef[2]
+    c, a, a2, b0, a_mem = coef[4], coef[0], coef[1], coef[2], coef[7]
     k = rank + oversample
     log(
         "\n## Past this design: W sharded by labels, the prox on the shards (estimates)\n"
@@ -508,7 +558,8 @@ def sharded_table(coef, log, rank=100, oversample=10, power_iters=2, worker_mode
         while g < w and per_worker_memory(d, l / g) > worker_model_bytes:
             g *= 2
         r = w // g
-        pass_rows = a * nnz * (l / g) / r + a2 * n * (l / g) * (1 + BOOKMARKS_CARD) / r
+        miss = cache_miss_fraction(d, l / g, min(w, WORKERS_PER_HOST))
+        pass_rows = (a + a_mem * miss) * nnz * (l / g) / r + a2 * n * (l / g) * (1 + BOOKMARKS_CARD) / r
         hop = 1000 * d * (l / g) * F8 / LINK_BYTES_PER_S
         tree = math.ceil(math.log2(r)) * (hop + b0 * d * l / g) if r > 1 else 0.0
         coupling = 1000 * n * 2 * F8 / LINK_BYTES_PER_S if g > 1 else 0.0
