@@ -85,6 +85,7 @@ from scipy.optimize import nnls
 
 import dmlr
 from dmlr.models import RBRL
+from dmlr.solvers.prox import prox_nuclear_norm
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "cost_model.txt"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -229,14 +230,31 @@ def machine_header(args) -> str:
 
 # -- measuring ----------------------------------------------------------------------------------
 def measure_fit(client, X, Y, shape: Shape, iters: int):
-    """(median ms per iteration, rank of W) of one fixed-step fit on ``client``."""
+    """(median ms per iteration, rank of W, median ms of the prox) of one fixed-step fit on ``client``.
+
+    The prox is timed apart, right after the fit, on the fit's final W with its
+    threshold (alpha_nuclear / L), with one BLAS thread as the solver runs it while
+    local workers compute (``ClusterChunks.solver_context``): its term d l min(d, l)
+    grows with l as the pass's cache term does, so the fit of the totals alone cannot
+    tell them apart.
+    """
+    from threadpoolctl import threadpool_limits
+
     with dmlr.config_context(backend="dask", client=client):
         model = RBRL(alpha_nuclear=shape.alpha_nuclear, max_iter=iters, tol=0.0, step_rule="paper", scaling=None).fit(
             X, Y
         )
     per_iter = 1000 * np.diff(model.objective_seconds_)
-    s = np.linalg.svd(model.coef_, compute_uv=False)
-    return float(np.median(per_iter)), int((s > 1e-9 * s[0]).sum()) if s[0] > 0 else 0
+    W, step = model.coef_, 1.0 / model.lipschitz_
+    prox_times = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(5):
+            t = time.perf_counter()
+            prox_nuclear_norm(W - 1e-3 * step, shape.alpha_nuclear, step)
+            prox_times.append(1000 * (time.perf_counter() - t))
+    s = np.linalg.svd(W, compute_uv=False)
+    rank = int((s > 1e-9 * s[0]).sum()) if s[0] > 0 else 0
+    return float(np.median(per_iter)), rank, float(np.median(prox_times))
 
 
 class Measurement(NamedTuple):
@@ -248,6 +266,8 @@ class Measurement(NamedTuple):
     ms: float
     spread: tuple  # (min, max) over rounds
     rank: int
+    #: median over rounds of the prox's median ms, timed apart on the client
+    prox_ms: float
 
 
 def measure_all(configs, worker_counts, iters, rounds, log):
@@ -258,6 +278,7 @@ def measure_all(configs, worker_counts, iters, rounds, log):
     data = {shape: make_set(shape) for shape, _ in configs}
     runs = [(shape, w) for shape, ws in configs for w in ws]
     times = {run: [] for run in runs}
+    proxes = {run: [] for run in runs}
     ranks = {}
     with contextlib.ExitStack() as stack:
         clients = {}
@@ -272,12 +293,21 @@ def measure_all(configs, worker_counts, iters, rounds, log):
             t0 = time.perf_counter()
             for i in order_rng.permutation(len(runs)):
                 shape, w = runs[i]
-                ms, rank = measure_fit(clients[w], *data[shape], shape, iters)
+                ms, rank, prox = measure_fit(clients[w], *data[shape], shape, iters)
                 times[(shape, w)].append(ms)
+                proxes[(shape, w)].append(prox)
                 ranks[(shape, w)] = rank
             log(f"(round {r + 1}/{rounds}: {len(runs)} fits in {time.perf_counter() - t0:.0f} s)")
     return [
-        Measurement(shape, w, int(data[shape][0].nnz), float(np.median(v)), (min(v), max(v)), ranks[(shape, w)])
+        Measurement(
+            shape,
+            w,
+            int(data[shape][0].nnz),
+            float(np.median(v)),
+            (min(v), max(v)),
+            ranks[(shape, w)],
+            float(np.median(proxes[(shape, w)])),
+        )
         for (shape, w), v in times.items()
     ]
 
@@ -293,6 +323,8 @@ TERMS = (
     ("e1", "w", "per-worker call"),
     ("a_mem", "nnz l / p * min(1, s 3 d l 8 B / LLC)", "pass's cache misses"),
 )
+#: Column of the prox term, fitted apart from its own timings (see :func:`measure_fit`).
+PROX = 4
 #: Candidate effective core counts of the workers (see :func:`fit_model`).
 P_EFF_GRID = np.round(np.arange(1.0, CORES + 1e-9, 0.05), 2)
 
@@ -368,14 +400,24 @@ def fit_model(ms: list[Measurement], reduction="linear") -> Model:
     extrapolation assumes dedicated cores (p = w).
     """
     t = np.array([m.ms for m in ms])
+    # c from the prox timed apart (relative least squares through the origin), then the
+    # other coefficients from the totals less that term
+    x_c = design_matrix(ms, 1.0)[:, PROX]
+    prox = np.array([m.prox_ms for m in ms])
+    c = float(np.sum(x_c / prox) / np.sum((x_c / prox) ** 2))
+    others = [j for j in range(len(TERMS)) if j != PROX]
     best = None
     for p_eff in P_EFF_GRID:
         A = design_matrix(ms, float(p_eff), reduction)
-        scale = A.max(axis=0)
+        rest = A[:, others]
+        scale = rest.max(axis=0)
         scale[scale == 0] = 1.0
-        coef, resid = nnls((A / scale) / t[:, None], np.ones(len(t)))
+        sol, resid = nnls((rest / scale) / t[:, None], 1.0 - c * x_c / t)
         if best is None or resid < best[0]:
-            best = (resid, Model(coef / scale, float(p_eff), reduction))
+            coef = np.zeros(len(TERMS))
+            coef[others] = sol / scale
+            coef[PROX] = c
+            best = (resid, Model(coef, float(p_eff), reduction))
     return best[1]
 
 
@@ -395,25 +437,31 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def measurement_row(m: Measurement, pred: float, pred_log: float) -> str:
-    """A table row: the measurement, the model's prediction and the log2(w) alternative's."""
+#: Header of :func:`measurement_row`'s tables.
+MEASUREMENT_HEADER = (
+    "| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) reduction | error "
+    "| prox alone: measured / c d l min(d,l) |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def measurement_row(m: Measurement, pred: float, pred_log: float, prox_model: float) -> str:
+    """A table row: the measurement, the model's prediction, the log2(w) alternative's, the prox."""
     return (
         f"| {m.shape.label} | {m.workers} | {m.nnz} | {m.rank} | {m.ms:.1f} "
         f"| [{m.spread[0]:.1f}, {m.spread[1]:.1f}] | {pred:.1f} | {100 * (pred / m.ms - 1):+.0f}% "
-        f"| {pred_log:.1f} | {100 * (pred_log / m.ms - 1):+.0f}% |"
+        f"| {pred_log:.1f} | {100 * (pred_log / m.ms - 1):+.0f}% | {m.prox_ms:.1f} / {prox_model:.1f} |"
     )
 
 
 def fit_table(ms, model: Model, model_log: Model, log):
     pred, pred_log = model.predict(ms), model_log.predict(ms)
     log(
-        "\n## Measurements and the model (ms per iteration; median over rounds, [min, max] of the rounds)\n"
-        "\n| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) reduction |"
-        " error |"
+        "\n## Measurements and the model (ms per iteration; median over rounds, [min, max] of the rounds)\n\n"
+        + MEASUREMENT_HEADER
     )
-    log("|---|---|---|---|---|---|---|---|---|---|")
-    for m, p, q in sorted(zip(ms, pred, pred_log), key=lambda r: (r[0].workers, r[0].shape)):
-        log(measurement_row(m, p, q))
+    prox = model.terms(ms)[:, PROX]
+    for m, p, q, x in sorted(zip(ms, pred, pred_log, prox), key=lambda r: (r[0].workers, r[0].shape)):
+        log(measurement_row(m, p, q, x))
     t = np.array([m.ms for m in ms])
     w = np.array([m.workers for m in ms])
     for name, pr in (("linear-in-w model", pred), ("log2(w) alternative", pred_log)):
@@ -424,7 +472,10 @@ def fit_table(ms, model: Model, model_log: Model, log):
             f"median {100 * np.median(small):.0f}%, max {100 * small.max():.0f}%, "
             f"{int((small <= 0.25).sum())}/{small.size} within 25%"
         )
-    log("\n## Fitted coefficients (non-negative least squares on relative error)\n")
+    log(
+        "\n## Fitted coefficients (c from the prox timed alone; the others by non-negative least squares on"
+        " relative error)\n"
+    )
     log("| coefficient | term | what | value | per unit |")
     log("|---|---|---|---|---|")
     for (name, term, what), v in zip(TERMS, model.coef):
@@ -441,10 +492,9 @@ def held_out_table(ms, model: Model, model_log: Model, log):
     if not ms:
         return
     log("\n## Held out of the fit: the Bookmarks shape (ms per iteration)\n")
-    log("| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) | error |")
-    log("|---|---|---|---|---|---|---|---|---|---|")
-    for m, p, q in zip(ms, model.predict(ms), model_log.predict(ms)):
-        log(measurement_row(m, p, q))
+    log(MEASUREMENT_HEADER)
+    for m, p, q, x in zip(ms, model.predict(ms), model_log.predict(ms), model.terms(ms)[:, PROX]):
+        log(measurement_row(m, p, q, x))
     log(
         "\nthe model's terms there (ms): "
         + "; ".join(
