@@ -15,9 +15,11 @@ dmlr/distributed/chunks.py, dmlr/objectives/rbrl.py):
 
 So the model of the median iteration's wall time, in ms, fitted by non-negative
 least squares on the relative error (scipy.optimize.nnls) over every measured
-configuration:
+configuration but the held-out one, except c, which comes from the prox timed
+alone after each fit (its term and the cache term both grow with l, so the
+totals alone cannot tell them apart):
 
-    t = a  * nnz l / p          fused pass over the stored values (p = min(w, cores))
+    t = a  * nnz l / p          fused pass over the stored values (p = min(w, p_eff))
       + a2 * n l (1 + card) / p row losses (BR hinge, pairwise hinge O(|P| l) per row,
                                 card = mean |P|)
       + b0 * d l                model-sized work once per iteration (client APG
