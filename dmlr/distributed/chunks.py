@@ -134,16 +134,6 @@ class ChunkSet:
         """Context for the solver's own work between map-reduce calls."""
         return contextlib.nullcontext()
 
-    @property
-    def private_arguments(self) -> bool:
-        """Whether each block call gets its own copy of the array arguments.
-
-        Then a block function may reuse an argument's buffer (see
-        ``W_is_scratch`` in :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`);
-        otherwise the arrays are the caller's.
-        """
-        return False
-
     def close(self) -> None:
         """Release the blocks."""
 
@@ -245,8 +235,11 @@ def _direct_actor_handle():
     (two d x l float64 matrices each way for RBRL) take an extra hop each
     way, which for a Bookmarks-shaped model costs more than the call's
     transfer itself. Overrides distributed's private ``Actor._worker_rpc``
-    (distributed pinned in deploy/requirements.lock); where the client cannot
-    reach the workers, :meth:`ClusterChunks.map_blocks` falls back to the proxy.
+    (distributed pinned in deploy/requirements.lock), here only; the test
+    ``test_direct_actor_handles_call_the_workers_without_the_scheduler``
+    fails when a distributed release stops honouring it. Where the client
+    cannot reach the workers, :meth:`ClusterChunks.map_blocks` falls back to
+    the proxy.
     """
     from distributed.actor import Actor
 
@@ -358,7 +351,6 @@ class ClusterChunks(ChunkSet):
         self._actor_workers = ()
         self._direct = True
         self._colocated = None
-        self._private = None
 
     def solver_context(self):
         """Single-threaded BLAS in this process while workers on this machine compute.
@@ -377,15 +369,6 @@ class ClusterChunks(ChunkSet):
         from threadpoolctl import threadpool_limits
 
         return threadpool_limits(limits=1, user_api="blas")
-
-    @property
-    def private_arguments(self) -> bool:
-        """True unless a worker lives in this process: an actor call to another process
-        deserializes its arguments, one copy per call, whereas an in-process worker
-        (``inproc://``, ``LocalCluster(processes=False)``) is handed the caller's arrays."""
-        if self._private is None:
-            self._private = not any(a.startswith("inproc://") for a in self.client.scheduler_info()["workers"])
-        return self._private
 
     def _workers_on_this_machine(self) -> bool:
         """Whether any worker runs on this process's host (asked once per set)."""

@@ -81,7 +81,7 @@ class Block:
     state : dict
         What a solver keeps on the block between calls, where the block
         lives (e.g. the last APG point and its scores,
-        :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`).
+        :class:`dmlr.distributed.extrapolation.ExtrapolationCache`).
         Empty on a new or rebuilt block: nothing may depend on it but speed.
     """
 
