@@ -149,3 +149,28 @@ def test_oml_loop_runs_on_plain_blocks_whatever_their_size():
     assert len(runs[0]["losses"]) == X.shape[0] - init.sum()
     assert (runs[0]["losses"] > 0).sum() >= 10  # V was updated, so the comparison says something
     assert not np.allclose(runs[0]["V"], V1)
+
+
+def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
+    from dmlr.models import OMF
+    from dmlr.solvers.omf import omf_train_stream
+
+    X, Y = _multilabel(n=300, p=8, q=6, seed=2)
+    cfg = dict(
+        alpha=0.5, lam=1e-3, dim=3, eta0=0.1, decay=1e-3, batch_size=16, shuffle_window=64, seed=5, init_scale=0.1
+    )
+    runs = [omf_train_stream(_RowBlocks(X, Y, rows), None, {**cfg, "epochs": 3}) for rows in (9, 100, 300)]
+    for r in runs[1:]:  # windows of the global row order: the same minibatches whatever the blocks
+        np.testing.assert_array_equal(r["P"], runs[0]["P"])
+        np.testing.assert_array_equal(r["Q"], runs[0]["Q"])
+    assert runs[0]["t"] == 3 * (4 * 4 + 3)  # per epoch: 4 windows of 64 rows (4 minibatches each), 44 rows (3)
+    # two epochs, then one more from the state, is three epochs
+    two = omf_train_stream(_RowBlocks(X, Y, 50), None, {**cfg, "epochs": 2})
+    three = omf_train_stream(_RowBlocks(X, Y, 50), two, {**cfg, "epochs": 1})
+    np.testing.assert_array_equal(three["P"], runs[0]["P"])
+    # the estimator runs this loop
+    model = OMF(
+        3, label_weight=0.5, alpha=1e-3, n_epochs=3, batch_size=16, shuffle_window=64, random_state=5, scaling=None
+    ).fit(X, Y)
+    np.testing.assert_allclose(model.P_, runs[0]["P"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(model.Q_, runs[0]["Q"], rtol=1e-12, atol=1e-14)
