@@ -5,8 +5,8 @@ import pytest
 import scipy.sparse as sp
 
 import dmlr
+from dmlr.data.blocks import make_block
 from dmlr.distributed.chunks import make_chunkset
-from dmlr.kernels.blocks import make_block
 from dmlr.models import RBRL, KernelRBRL
 from dmlr.objectives import rbrl as objective
 

@@ -114,7 +114,7 @@ class _RowBlocks:
     """A stream of numpy row blocks (what the streamed solvers iterate), with no Dask anywhere."""
 
     def __init__(self, X, Y, rows):
-        from dmlr.kernels.blocks import Block
+        from dmlr.data.blocks import Block
 
         self.blocks = [Block(X=X[a : a + rows], Y=Y[a : a + rows]) for a in range(0, X.shape[0], rows)]
         self.n_rows, self.n_features, self.n_labels = X.shape[0], X.shape[1], Y.shape[1]

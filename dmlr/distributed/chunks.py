@@ -43,7 +43,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import Block, concat_blocks, is_dask, is_sparse, make_block
+from dmlr.data.arrays import is_dask, is_sparse
+
+#: "auto" backend: data with at most this many stored values train in-process.
+from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
 LOCAL_MAX_VALUES = 2**22
@@ -261,7 +264,7 @@ class ArraySource:
     bounds : list of (start, stop)
         Row range of each block.
     fit_intercept : bool
-        Passed to :func:`dmlr.kernels.blocks.make_block`.
+        Passed to :func:`dmlr.data.blocks.make_block`.
 
     Notes
     -----

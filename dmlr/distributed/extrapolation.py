@@ -45,7 +45,7 @@ from dmlr.distributed.chunks import add_results, tree_reduce
 #: Names this process: a block call sent from the process it runs in is handed the
 #: caller's arrays, not copies.
 PROCESS_TOKEN = uuid.uuid4().hex
-#: The key of :attr:`Block.state <dmlr.kernels.blocks.Block.state>` under which a block
+#: The key of :attr:`Block.state <dmlr.data.blocks.Block.state>` under which a block
 #: keeps ``(call key, held point)``.
 STATE_KEY = "dmlr.extrapolation"
 

@@ -42,9 +42,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dmlr.config import config_context, get_config, stream_where
+from dmlr.data.arrays import is_dask
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import is_dask
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
 from dmlr.solvers.omf import omf_train_stream

@@ -45,8 +45,8 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
+from dmlr.data.arrays import as_matrix, is_dask
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import as_matrix, is_dask
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model
 from dmlr.solvers.oml import (  # noqa: F401 (the update's functions, public names of this module too)
     LAMBDA_MAX,

@@ -27,10 +27,10 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config
+from dmlr.data.arrays import as_matrix
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.extrapolation import ExtrapolationCache
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import as_matrix
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models import checkpoint as ckpt_store
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, BaseModel, linear_scores, register_model

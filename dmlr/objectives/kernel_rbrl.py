@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block
+from dmlr.data.blocks import Block
 from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
 from dmlr.objectives.rbrl import (
     ExtrapolatedStep,

@@ -17,7 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import Block, product_tile_rows
+from dmlr.data.blocks import Block
+from dmlr.kernels.blocks import product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import (
     RANK_MARGIN,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.data.blocks import regroup_rows
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import regroup_rows
 from dmlr.objectives import omf as objective
 
 

@@ -70,7 +70,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from dmlr.kernels.blocks import as_matrix
+from dmlr.data.arrays import as_matrix
 from dmlr.kernels.knn import chunk_top_k, merge_top_k
 
 #: Eq. (7) bounds of lambda_t used in the paper's experiments (Sec. V-B).
