@@ -101,7 +101,7 @@ def load(name: str, workdir: Path):
 
     workdir.mkdir(parents=True, exist_ok=True)
     X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    from dmlr.kernels.blocks import as_matrix
+    from dmlr.data.arrays import as_matrix
 
     return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
 

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 import dmlr
+from dmlr.data.arrays import as_matrix
 from dmlr.datasets import staged_store
-from dmlr.kernels.blocks import as_matrix
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RankSVM
 from dmlr.models.oml import KNN, OML

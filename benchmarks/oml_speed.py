@@ -26,7 +26,8 @@ import numpy as np
 import dmlr
 from dmlr.datasets import staged_store, synthetic_store
 from dmlr.distributed.stream import ChunkStream
-from dmlr.models.oml import KNN, OML, oml_train_stream
+from dmlr.models.oml import KNN, OML
+from dmlr.solvers.oml import oml_train_stream
 
 
 def load_mediamill(workdir: Path):

@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranksvm_tables import load  # noqa: E402
 from vr_table import load_set  # noqa: E402
 
-from dmlr.kernels.blocks import make_block  # noqa: E402
+from dmlr.data.blocks import make_block  # noqa: E402
 from dmlr.kernels.multilabel_losses import block_loss_grad, loss_code, vr_inner_loop  # noqa: E402
 from dmlr.solvers import sgd as solvers  # noqa: E402
 from dmlr.solvers.vr import epoch_order  # noqa: E402

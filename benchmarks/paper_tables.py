@@ -93,8 +93,8 @@ from pathlib import Path
 import numpy as np
 
 import dmlr
+from dmlr.data.arrays import as_matrix
 from dmlr.datasets import staged_store
-from dmlr.kernels.blocks import as_matrix
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import PAPER_GRID, grid_search_cv
 from dmlr.models import RBRL, KernelRBRL

@@ -141,7 +141,7 @@ def load(name: str, workdir: str):
     import dmlr
 
     X, Y = dmlr.open_dataset(prepare(name, Path(workdir))).arrays(None)
-    from dmlr.kernels.blocks import as_matrix
+    from dmlr.data.arrays import as_matrix
 
     return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
 
@@ -302,7 +302,7 @@ def print_table2(results: dict, a: dict) -> None:
 # -- Fig. 1 ----------------------------------------------------------------------------
 def fig1_curve(name: str, solver: str, a: dict) -> dict:
     """Test objective of M_t and M_hat every ``record_every`` updates, fold 0."""
-    from dmlr.kernels.blocks import make_block
+    from dmlr.data.blocks import make_block
     from dmlr.objectives import ranksvm as objective
     from dmlr.solvers import sgd as solvers
 
@@ -431,7 +431,7 @@ def _numba_floor():
 
 
 def speed(a: dict) -> None:
-    from dmlr.kernels.blocks import make_block
+    from dmlr.data.blocks import make_block
     from dmlr.models import MMP, RankSVM
     from dmlr.solvers import sgd as solvers
 

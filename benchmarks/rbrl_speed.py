@@ -65,8 +65,8 @@ import numpy as np
 import dmlr
 from dmlr.datasets import anchors_dir, staged_store, synthetic_store
 from dmlr.distributed.chunks import make_chunkset
+from dmlr.distributed.extrapolation import ExtrapolationCache
 from dmlr.models import RBRL, KernelRBRL
-from dmlr.models.rbrl import _extrapolated_oracle
 from dmlr.objectives import rbrl as objective
 
 REFERENCE_SECONDS = {"linear": 82.92, "rbf": 224.36}  # RESULTS.md, Octave 7.3
@@ -128,14 +128,12 @@ def worker_floor_ms(block, points, two_point=True):
 
 def worker_pass_ms(block, points):
     """One APG iteration's work on the block in steady state: the speculative call with W_prev held."""
-    keys = iter(range(1, 10**9))
-    held = [0]
-    objective.block_extrapolated_value_and_grad(block, points[0], points[1], 0.5, None, 0, 0.01)
+    calls = iter(range(1, 10**9))
+    held = [objective.block_extrapolated_value_and_grad(block, points[0], 0.5, None, points[1], False, 0.01).held]
 
     def call():
-        key = next(keys)
-        objective.block_extrapolated_value_and_grad(block, points[key % 2], None, 0.5, held[0], key, 0.01)
-        held[0] = key
+        W = points[next(calls) % 2]
+        held[0] = objective.block_extrapolated_value_and_grad(block, W, 0.5, held[0], None, False, 0.01).held
 
     return best_ms(call)
 
@@ -253,11 +251,8 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
     client.run(reset_peak)
     # iterations' memory: the chunk, what the block keeps, the pass's temporaries, through the
     # fit's own oracle (the first call's exchange included)
-    oracle = _extrapolated_oracle(
-        chunks,
-        objective.block_extrapolated_value_and_grad,
-        (0.01, chunks.private_arguments),
-        lambda values, grad, W, G: (values, grad),
+    oracle = ExtrapolationCache(
+        chunks, objective.block_extrapolated_value_and_grad, objective.block_wants_pair, (0.01,)
     )
     W_prev = points[1]
     for k in range(4):

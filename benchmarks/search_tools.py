@@ -80,8 +80,8 @@ DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-search-tools"
 def load(name: str, workdir: Path, max_rows: int, seed: int):
     """Train split of a staged set or of the synthetic set: float64 ndarray or CSR X, int8 Y."""
     import dmlr
+    from dmlr.data.arrays import as_matrix
     from dmlr.datasets import make_multilabel, staged_store
-    from dmlr.kernels.blocks import as_matrix
 
     workdir.mkdir(parents=True, exist_ok=True)
     if name == "synthetic":

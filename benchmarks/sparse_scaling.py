@@ -85,8 +85,8 @@ def load(name: str, workdir: Path, max_train_rows: int | None, seed: int):
     is dense or has no train/test split, FileNotFoundError when it is not staged.
     """
     import dmlr
+    from dmlr.data.arrays import as_matrix
     from dmlr.datasets import staged_store
-    from dmlr.kernels.blocks import as_matrix
 
     workdir.mkdir(parents=True, exist_ok=True)
     ds = dmlr.open_dataset(staged_store(name, workdir))

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.config import config_context
-from dmlr.kernels.blocks import is_sparse
+from dmlr.data.arrays import is_sparse
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics
 
 __all__ = [

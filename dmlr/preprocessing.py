@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import is_dask, is_sparse
+from dmlr.data.arrays import is_dask, is_sparse
 
 #: ``scaling=`` values.
 SCALINGS = ("auto", "standard", "maxabs")

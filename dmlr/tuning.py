@@ -47,8 +47,8 @@ from pathlib import Path
 import numpy as np
 
 from dmlr.config import config_context, get_config
+from dmlr.data.arrays import is_dask
 from dmlr.distributed.chunks import choose_backend
-from dmlr.kernels.blocks import is_dask
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics
 from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materialize, kfold_indices
 

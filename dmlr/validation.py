@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dmlr.data.arrays import is_dask
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import is_dask
 
 #: ``target_type_`` values.
 TARGET_TYPES = ("multilabel", "binary", "multiclass")

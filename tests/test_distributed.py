@@ -189,6 +189,43 @@ def test_local_cluster_workers_run_without_the_statistical_profiler(client2):
     assert all(enabled is False and callback is None for enabled, callback in seen.values())
 
 
+def test_direct_actor_handles_call_the_workers_without_the_scheduler(small_store, client2):
+    """The one override of a private attribute of distributed (``Actor._worker_rpc``, in
+    ``dmlr.distributed.chunks._direct_actor_handle``): this fails when distributed changes under it,
+    i.e. when the handles it makes send their calls through the scheduler's proxy after all."""
+    import inspect
+
+    from distributed.actor import Actor
+
+    from dmlr.distributed.chunks import _direct_actor_handle, make_chunkset
+    from dmlr.objectives import rbrl as objective
+
+    assert isinstance(inspect.getattr_static(Actor, "_worker_rpc"), property)
+    assert isinstance(inspect.getattr_static(_direct_actor_handle(), "_worker_rpc"), property)
+    scheduler = client2.cluster.scheduler  # a LocalCluster's scheduler runs in this process
+    original = scheduler.handlers["proxy"]
+    proxied = []
+
+    async def counting_proxy(msg, worker, serializers=None):
+        proxied.append(worker)
+        return await original(msg=msg, worker=worker, serializers=serializers)
+
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    points = np.random.default_rng(0).normal(size=(2, X.shape[1] + 1, Y.shape[1]))
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
+    scheduler.handlers["proxy"] = counting_proxy
+    try:
+        direct = chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+        assert proxied == []
+        chunks._direct, chunks._actors = False, None  # distributed's own handles, as after the fallback
+        through_scheduler = chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+        assert len(proxied) == 2  # one call per block went through the proxy: the count sees them
+    finally:
+        scheduler.handlers["proxy"] = original
+        chunks.close()
+    np.testing.assert_array_equal(direct[0], through_scheduler[0])
+
+
 def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(small_store, client2, monkeypatch):
     """A client that cannot connect to the workers directly (only to the scheduler) still
     gets every block's result, through the scheduler."""

@@ -5,10 +5,9 @@ import pytest
 import scipy.sparse as sp
 
 import dmlr
+from dmlr.data.blocks import make_block
 from dmlr.distributed.chunks import make_chunkset
-from dmlr.kernels.blocks import make_block
 from dmlr.models import RBRL, KernelRBRL
-from dmlr.models.rbrl import _extrapolated_oracle
 from dmlr.objectives import rbrl as objective
 
 
@@ -42,6 +41,11 @@ def assert_matches_stacked(out, block, W, W_prev, m, lam2):
     np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
 
 
+def call(block, W, m, held=None, sent=None, scratch=False, lam2=0.7):
+    """The objective's speculative block call."""
+    return objective.block_extrapolated_value_and_grad(block, W, m, held, sent, scratch, lam2)
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse):
     block, Ws = block_and_points(sparse, 1, 4)
@@ -51,20 +55,55 @@ def test_block_call_equals_the_stacked_points_with_and_without_held_state(sparse
         assert_matches_stacked(out, block, W, W_prev, m, lam2)
 
     # first call: nothing held, W_prev sent
-    check(objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.4, None, "k1", lam2), Ws[1], Ws[0], 0.4)
+    first = call(block, Ws[1], 0.4, sent=Ws[0])
+    check(first, Ws[1], Ws[0], 0.4)
     # dense blocks keep S(W) (l <= d + 1 here), sparse ones do not
-    assert (block.state["extrapolation"][2] is None) == sparse
-    # next call: W_prev found on the block under its key, not sent
-    check(objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.7, "k1", "k2", lam2), Ws[2], Ws[1], 0.7)
-    # a key the block does not hold and no W_prev: it asks for W_prev (a sparse block: for [W | G]) instead of guessing
-    assert objective.block_extrapolated_value_and_grad(block, Ws[3], None, 0.7, "k1", "k3", lam2) == (
-        objective.SEND_POINT_PAIR if sparse else None
-    )
-    if sparse:  # sent that pair
+    assert (first.held.scores is None) == sparse
+    # next call: W_prev held by the block, not sent
+    check(call(block, Ws[2], 0.7, held=first.held), Ws[2], Ws[1], 0.7)
+    # nothing held and nothing sent: an error, not a guess
+    with pytest.raises(ValueError, match="holds no previous point"):
+        call(block, Ws[3], 0.7)
+    if sparse:  # sent the pair [W | G]
         pair = np.concatenate([Ws[3], Ws[3] + 0.7 * (Ws[3] - Ws[2])], axis=1)
-        check(objective.block_extrapolated_value_and_grad(block, Ws[3], pair, 0.7, None, "k3", lam2), Ws[3], Ws[2], 0.7)
+        check(call(block, Ws[3], 0.7, sent=pair), Ws[3], Ws[2], 0.7)
+    else:  # a dense block cannot use the pair
+        with pytest.raises(ValueError, match="needs W_prev"):
+            call(block, Ws[3], 0.7, sent=np.concatenate([Ws[3], Ws[3]], axis=1))
     # zero momentum (a restart): G = W
-    check(objective.block_extrapolated_value_and_grad(block, Ws[3], Ws[2], 0.0, None, "k3", lam2), Ws[3], Ws[2], 0.0)
+    check(call(block, Ws[3], 0.0, sent=Ws[2]), Ws[3], Ws[2], 0.0)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_block_side_keys_name_what_the_block_holds_and_ask_for_what_it_lacks(sparse):
+    from dmlr.distributed.extrapolation import PROCESS_TOKEN, STATE_KEY, BlockReply, Resend, answer_block
+
+    block, Ws = block_and_points(sparse, 1, 4)
+    fns = (objective.block_extrapolated_value_and_grad, objective.block_wants_pair)
+
+    def answer(W, m, prev_key, key, sent, sender="another process"):
+        if sender != PROCESS_TOKEN:  # another process's arguments are the call's own copies
+            W, sent = W.copy(), None if sent is None else sent.copy()
+        return answer_block(block, *fns, W, m, prev_key, key, sent, sender, 0.7)
+
+    # nothing held: the block says what it needs (a sparse block: the pair [W | G])
+    need = Resend.POINT_PAIR if sparse else Resend.PREVIOUS_POINT
+    assert answer(Ws[1], 0.4, None, "k1", None) == BlockReply(None, None, need, False)
+    reply = answer(Ws[1], 0.4, None, "k1", Ws[0])
+    assert reply.resend is None and reply.holds and block.state[STATE_KEY][0] == "k1"
+    assert_matches_stacked(reply, block, Ws[1], Ws[0], 0.4, 0.7)
+    # named by its key, the held point is used
+    reply = answer(Ws[2], 0.7, "k1", "k2", None)
+    assert_matches_stacked(reply, block, Ws[2], Ws[1], 0.7, 0.7)
+    # a key the block does not hold (another call's, or a lost block's): it asks again
+    assert answer(Ws[3], 0.7, "k1", "k3", None).resend is need
+    assert block.state[STATE_KEY][0] == "k2"
+    # the caller's own arrays (same process): a sparse block reads a sent pair and keeps nothing
+    if sparse:
+        pair = np.concatenate([Ws[3], Ws[3] + 0.7 * (Ws[3] - Ws[2])], axis=1)
+        reply = answer(Ws[3], 0.7, None, "k3", pair, sender=PROCESS_TOKEN)
+        assert_matches_stacked(reply, block, Ws[3], Ws[2], 0.7, 0.7)
+        assert not reply.holds and STATE_KEY not in block.state
 
 
 @pytest.mark.parametrize("keep_scores", [True, False])
@@ -76,19 +115,19 @@ def test_held_calls_over_many_tiles_are_exact_and_reuse_their_buffers(keep_score
     rng = np.random.default_rng(3)
     Ws = [rng.standard_normal((X.shape[1] + 1, Y.shape[1])) * 0.3 for _ in range(6)]
 
-    def buffers():
-        tiles = block.state["extrapolation"][2] or []
-        return {id(t.base) for t in tiles} | {id(b) for b in block.state["score_scratch"]}
+    def buffers(held):
+        tiles = held.scores or []
+        return {id(t.base) for t in tiles} | {id(b) for b in held.scratch}
 
-    out = objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.4, None, 1, 0.7)
-    assert (block.state["extrapolation"][2] is not None) == keep_scores
-    first = buffers()
+    out = call(block, Ws[1], 0.4, sent=Ws[0])
+    assert (out.held.scores is not None) == keep_scores
+    first = buffers(out.held)
     for k in range(2, 6):
         expected = stacked(block, Ws[k - 1], Ws[k - 2], 0.4, 0.7)
         np.testing.assert_allclose(out[0], expected[0], rtol=1e-12)
         np.testing.assert_allclose(out[1], expected[1], rtol=1e-10, atol=1e-10 * np.abs(expected[1]).max())
-        out = objective.block_extrapolated_value_and_grad(block, Ws[k], None, 0.4, k - 1, k, 0.7)
-        assert buffers() == first  # steady-state calls write into the buffers the block holds
+        out = call(block, Ws[k], 0.4, held=out.held)
+        assert buffers(out.held) == first  # steady-state calls write into the buffers the block holds
 
 
 def test_dense_tiles_keep_each_product_small_and_fall_back_for_sparse_and_wide_rows():
@@ -113,21 +152,19 @@ def test_small_product_tiles_give_the_whole_block_answer():
     assert product_tile_rows(block.X, 50, 100) == 49
     rng = np.random.default_rng(5)
     Ws = [rng.standard_normal((401, 50)) * 0.05 for _ in range(3)]
-    objective.block_extrapolated_value_and_grad(block, Ws[1], Ws[0], 0.3, None, 1, 0.5)
-    out = objective.block_extrapolated_value_and_grad(block, Ws[2], None, 0.6, 1, 2, 0.5)
+    first = call(block, Ws[1], 0.3, sent=Ws[0], lam2=0.5)
+    out = call(block, Ws[2], 0.6, held=first.held, lam2=0.5)
     assert_matches_stacked(out, block, Ws[2], Ws[1], 0.6, 0.5)
 
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_a_scratch_w_becomes_the_sparse_blocks_gradient(sparse):
     block, Ws = block_and_points(sparse, 5, 3)
-    calls = [(Ws[1], Ws[0], 0.4, None, "k1"), (Ws[2], None, 0.7, "k1", "k2")]
-    for (W, W_prev, m, prev_key, key), W_prev_value in zip(calls, Ws):
+    held = None
+    for W, W_prev, m in [(Ws[1], Ws[0], 0.4), (Ws[2], Ws[1], 0.7)]:
         scratch = W.copy()
-        values, grad = objective.block_extrapolated_value_and_grad(
-            block, scratch, W_prev, m, prev_key, key, 0.7, W_is_scratch=True
-        )
-        assert_matches_stacked((values, grad), block, W, W_prev_value, m, 0.7)
+        values, grad, held = call(block, scratch, m, held=held, sent=None if held else W_prev, scratch=True)
+        assert_matches_stacked((values, grad), block, W, W_prev, m, 0.7)
         # a sparse block has copied W into its held [W | G] and returns the gradient in W's buffer;
         # a dense block keeps W itself, so it must leave it alone
         assert (grad is scratch) == sparse
@@ -143,17 +180,14 @@ def test_held_and_recomputed_scores_give_the_same_bits(sparse):
     rng = np.random.default_rng(2)
     W0, W1, W2 = (rng.standard_normal((X.shape[1], Y.shape[1])) for _ in range(3))
     held = make_block(X, Y, fit_intercept=False)
-    objective.block_extrapolated_value_and_grad(held, W1, W0, 0.5, None, "a", 0.3)
-    a = objective.block_extrapolated_value_and_grad(held, W2, None, 0.6, "a", "b", 0.3)
+    first = call(held, W1, 0.5, sent=W0, lam2=0.3)
+    a = call(held, W2, 0.6, held=first.held, lam2=0.3)
     fresh = make_block(X, Y, fit_intercept=False)
-    b = objective.block_extrapolated_value_and_grad(fresh, W2, W1, 0.6, None, "b", 0.3)
+    b = call(fresh, W2, 0.6, sent=W1, lam2=0.3)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     if sparse:
-        fresh = make_block(X, Y, fit_intercept=False)
         G2 = W2 + 0.6 * (W2 - W1)  # as apg forms it
-        c = objective.block_extrapolated_value_and_grad(
-            fresh, W2, np.concatenate([W2, G2], axis=1), 0.6, None, "b", 0.3
-        )
+        c = call(fresh, W2, 0.6, sent=np.concatenate([W2, G2], axis=1), lam2=0.3)
         assert np.array_equal(a[0], c[0]) and np.array_equal(a[1], c[1])
 
 
@@ -170,48 +204,73 @@ def inproc_client():
         yield client
 
 
+def linear_cache(chunks, lam2=0.2):
+    from dmlr.distributed.extrapolation import ExtrapolationCache
+
+    return ExtrapolationCache(chunks, objective.block_extrapolated_value_and_grad, objective.block_wants_pair, (lam2,))
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("where", ["local", "cluster", "inproc"])
-def test_oracle_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, request):
+def test_cache_resends_w_prev_to_a_block_that_lost_its_state(where, sparse, request):
+    from dmlr.distributed.extrapolation import STATE_KEY
+
     X, Y = problem(sparse, n=900)
     client = {"local": None, "cluster": "client2", "inproc": "inproc_client"}[where]
     client = client and request.getfixturevalue(client)
     chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask" if client else "local", client=client, n_blocks=3)
-    # worker processes get their own copy of W (a sparse block reuses it for the gradient), blocks in this
-    # process do not: were they told otherwise, a sparse block would write its gradient into the caller's W2
-    assert chunks.private_arguments == (where == "cluster")
     try:
-        oracle = _extrapolated_oracle(
-            chunks,
-            objective.block_extrapolated_value_and_grad,
-            (0.2, chunks.private_arguments),
-            lambda v, g, W, G: objective.add_ridge(v, g, (W, G), 1, 0.5),
-        )
+        cache = linear_cache(chunks)
         rng = np.random.default_rng(3)
-        W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
-        sent = [W.copy() for W in (W0, W1, W2)]
-        oracle(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
+        W0, W1, W2, W3 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(4))
+        sent = [W.copy() for W in (W0, W1, W2, W3)]
+        cache(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
+        assert cache.n_resent == 3  # the first call: no block holds anything
         chunks.apply_block(1, lambda b: b.state.clear())  # block 1 rebuilt: holds nothing
-        points = np.stack([W2, W2 + 0.8 * (W2 - W1)])
-        values, grad = oracle(W2, W1, 0.8, points[1])
-        for W, copy in zip((W0, W1, W2), sent):  # the caller's points are never written
+        for W, W_prev, m in [(W2, W1, 0.8), (W3, W2, 0.5)]:
+            points = np.stack([W, W + m * (W - W_prev)])
+            values, grad = cache(W, W_prev, m, points[1])
+            ref_values, ref_grad = chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2)
+            np.testing.assert_allclose(values, ref_values, rtol=1e-12)
+            np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10 * np.abs(ref_grad).max())
+        for W, copy in zip((W0, W1, W2, W3), sent):  # the caller's points are never written
             np.testing.assert_array_equal(W, copy)
-        ref_values, ref_grad = objective.add_ridge(
-            *chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.2), points, 1, 0.5
-        )
-        np.testing.assert_allclose(values, ref_values, rtol=1e-12)
-        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10 * np.abs(ref_grad).max())
         # a sparse block keeps [W | G] only as its own copy (a worker process); blocks in this process
-        # read the one pair the oracle sends each call, and hold nothing
-        held = [chunks.apply_block(i, lambda b: "extrapolation" in b.state) for i in range(chunks.n_blocks)]
-        assert held == [not sparse or where == "cluster"] * chunks.n_blocks
+        # are sent one pair per call, up front, once every block has said it keeps nothing
+        held = [chunks.apply_block(i, lambda b: STATE_KEY in b.state) for i in range(chunks.n_blocks)]
+        keeps = not sparse or where == "cluster"
+        assert held == [keeps] * chunks.n_blocks
+        # the rebuilt block was resent its point once; blocks that keep nothing were sent theirs up
+        # front after the first call
+        assert cache.n_resent == 3 + (1 if keeps else 0)
     finally:
         chunks.close()
+
+
+def test_a_checkpointed_w_prev_is_sent_again_and_another_cache_does_not_reuse_the_held_point():
+    # apg resumed from a checkpoint hands the cache a W_{t-1} it did not send: every block is asked again;
+    # a second cache on the same blocks (a second fit) never names the first one's points
+    X, Y = problem(False, n=600)
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=2)
+    rng = np.random.default_rng(4)
+    W0, W1, W2 = (rng.standard_normal((X.shape[1] + 1, Y.shape[1])) for _ in range(3))
+    cache = linear_cache(chunks)
+    cache(W1, W0, 0.3, W1 + 0.3 * (W1 - W0))
+    cache(W2, W1.copy(), 0.3, W2 + 0.3 * (W2 - W1))  # equal values, another array: not the point it sent
+    assert cache.n_resent == 4
+    other = linear_cache(chunks)
+    values, _ = other(W2, W1, 0.6, W2 + 0.6 * (W2 - W1))
+    assert other.n_resent == 2
+    ref_values, _ = chunks.map_reduce(objective.block_value_and_grad, np.stack([W2, W2 + 0.6 * (W2 - W1)]), 1, 0.2)
+    np.testing.assert_allclose(values, ref_values, rtol=1e-12)
 
 
 @pytest.mark.parametrize(("kernel", "sparse"), [(None, False), ("rbf", False), (None, True)])
 @pytest.mark.parametrize("step", ["paper", "spectral"])
 def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, sparse, monkeypatch):
+    from dmlr.models.rbrl import ChunkOracle
+    from dmlr.solvers.apg import Oracle
+
     X, Y = problem(sparse, seed=4, n=400 if kernel else 700)
     params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=0.1, step_rule=step, max_iter=300, tol=1e-9)
 
@@ -220,7 +279,7 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
 
     with dmlr.config_context(n_blocks=2, backend="local"):
         fast = model().fit(X, Y)
-        monkeypatch.setattr("dmlr.models.rbrl._extrapolated_oracle", lambda *a: None)  # the stacked oracle only
+        monkeypatch.setattr(ChunkOracle, "extrapolated", Oracle.extrapolated)  # the stacked oracle only
         plain = model().fit(X, Y)
     assert fast.n_iter_ == plain.n_iter_
     np.testing.assert_allclose(fast.objective_history_, plain.objective_history_, rtol=1e-10)
@@ -250,7 +309,8 @@ def test_kernel_block_call_equals_the_stacked_points(keep):
         np.testing.assert_allclose(out[0], values, rtol=1e-12)
         np.testing.assert_allclose(out[1], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
 
-    call = kernel_rbrl.block_extrapolated_value_and_grad
-    check(call(kb, As[1], As[0], 0.4, None, "k1", lam1, lam2), As[1], As[0], 0.4)
-    check(call(kb, As[2], None, 0.7, "k1", "k2", lam1, lam2), As[2], As[1], 0.7)
-    assert call(kb, As[0], None, 0.7, "k1", "k3", lam1, lam2) is None
+    kcall = kernel_rbrl.block_extrapolated_value_and_grad
+    first = kcall(kb, As[1], 0.4, None, As[0], False, lam1, lam2)
+    check(first, As[1], As[0], 0.4)
+    check(kcall(kb, As[2], 0.7, first.held, None, False, lam1, lam2), As[2], As[1], 0.7)
+    assert not kernel_rbrl.block_wants_pair(kb)

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 import dmlr
-from dmlr.kernels.blocks import make_block
+from dmlr.data.blocks import make_block
 from dmlr.kernels.ranksvm import block_loss_and_coef
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import MMP, RankSVM, load_model

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import make_block
+from dmlr.data.blocks import make_block
 from dmlr.models import RBRL
 from dmlr.models.base import NotFittedError
 from dmlr.objectives import rbrl as objective

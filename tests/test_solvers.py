@@ -108,3 +108,69 @@ def test_gradient_tol_keeps_a_warm_start_from_stopping_short():
     assert cold.n_oracle_calls == cold.n_iter + 1
     with pytest.raises(ValueError, match="gradient_tol"):
         apg(oracle, prox, x0, lipschitz=L, gradient_tol=-1.0)
+
+
+class _RowBlocks:
+    """A stream of numpy row blocks (what the streamed solvers iterate), with no Dask anywhere."""
+
+    def __init__(self, X, Y, rows):
+        from dmlr.data.blocks import Block
+
+        self.blocks = [Block(X=X[a : a + rows], Y=Y[a : a + rows]) for a in range(0, X.shape[0], rows)]
+        self.n_rows, self.n_features, self.n_labels = X.shape[0], X.shape[1], Y.shape[1]
+
+    def __iter__(self):
+        return iter(self.blocks)
+
+
+def _multilabel(n=240, p=6, q=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    Y = (X @ rng.standard_normal((p, q)) + 0.5 * rng.standard_normal((n, q)) > 0.3).astype(np.int8)
+    return X, Y
+
+
+def test_oml_loop_runs_on_plain_blocks_whatever_their_size():
+    from dmlr.distributed.stream import ChunkStream
+    from dmlr.solvers.oml import oml_train_stream
+
+    X, Y = _multilabel()
+    rng = np.random.default_rng(1)
+    P = np.linalg.lstsq(X, Y.astype(float), rcond=None)[0]
+    V1 = rng.standard_normal((Y.shape[1], 3)) / np.sqrt(3)
+    init = np.zeros(X.shape[0], dtype=bool)
+    init[rng.permutation(X.shape[0])[:48]] = True
+    params = dict(lambda_min=1e-5, lambda_max=1e5, lambda_rule="exact")
+    runs = [oml_train_stream(_RowBlocks(X, Y, rows), P, V1, None, init, 0, params) for rows in (7, 64, 240)]
+    runs.append(oml_train_stream(ChunkStream(X, Y, chunk_rows=50), P, V1, None, init, 0, params))
+    for r in runs[1:]:  # the same rounds in the same order: the same V, whatever the blocks
+        np.testing.assert_allclose(r["V"], runs[0]["V"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(r["losses"], runs[0]["losses"])
+    assert len(runs[0]["losses"]) == X.shape[0] - init.sum()
+    assert (runs[0]["losses"] > 0).sum() >= 10  # V was updated, so the comparison says something
+    assert not np.allclose(runs[0]["V"], V1)
+
+
+def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
+    from dmlr.models import OMF
+    from dmlr.solvers.omf import omf_train_stream
+
+    X, Y = _multilabel(n=300, p=8, q=6, seed=2)
+    cfg = dict(
+        alpha=0.5, lam=1e-3, dim=3, eta0=0.1, decay=1e-3, batch_size=16, shuffle_window=64, seed=5, init_scale=0.1
+    )
+    runs = [omf_train_stream(_RowBlocks(X, Y, rows), None, {**cfg, "epochs": 3}) for rows in (9, 100, 300)]
+    for r in runs[1:]:  # windows of the global row order: the same minibatches whatever the blocks
+        np.testing.assert_array_equal(r["P"], runs[0]["P"])
+        np.testing.assert_array_equal(r["Q"], runs[0]["Q"])
+    assert runs[0]["t"] == 3 * (4 * 4 + 3)  # per epoch: 4 windows of 64 rows (4 minibatches each), 44 rows (3)
+    # two epochs, then one more from the state, is three epochs
+    two = omf_train_stream(_RowBlocks(X, Y, 50), None, {**cfg, "epochs": 2})
+    three = omf_train_stream(_RowBlocks(X, Y, 50), two, {**cfg, "epochs": 1})
+    np.testing.assert_array_equal(three["P"], runs[0]["P"])
+    # the estimator runs this loop
+    model = OMF(
+        3, label_weight=0.5, alpha=1e-3, n_epochs=3, batch_size=16, shuffle_window=64, random_state=5, scaling=None
+    ).fit(X, Y)
+    np.testing.assert_allclose(model.P_, runs[0]["P"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(model.Q_, runs[0]["Q"], rtol=1e-12, atol=1e-14)

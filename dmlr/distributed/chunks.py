@@ -43,7 +43,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import Block, concat_blocks, is_dask, is_sparse, make_block
+from dmlr.data.arrays import is_dask, is_sparse
+
+#: "auto" backend: data with at most this many stored values train in-process.
+from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
 LOCAL_MAX_VALUES = 2**22
@@ -133,16 +136,6 @@ class ChunkSet:
     def solver_context(self):
         """Context for the solver's own work between map-reduce calls."""
         return contextlib.nullcontext()
-
-    @property
-    def private_arguments(self) -> bool:
-        """Whether each block call gets its own copy of the array arguments.
-
-        Then a block function may reuse an argument's buffer (see
-        ``W_is_scratch`` in :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`);
-        otherwise the arrays are the caller's.
-        """
-        return False
 
     def close(self) -> None:
         """Release the blocks."""
@@ -245,8 +238,11 @@ def _direct_actor_handle():
     (two d x l float64 matrices each way for RBRL) take an extra hop each
     way, which for a Bookmarks-shaped model costs more than the call's
     transfer itself. Overrides distributed's private ``Actor._worker_rpc``
-    (distributed pinned in deploy/requirements.lock); where the client cannot
-    reach the workers, :meth:`ClusterChunks.map_blocks` falls back to the proxy.
+    (distributed pinned in deploy/requirements.lock), here only; the test
+    ``test_direct_actor_handles_call_the_workers_without_the_scheduler``
+    fails when a distributed release stops honouring it. Where the client
+    cannot reach the workers, :meth:`ClusterChunks.map_blocks` falls back to
+    the proxy.
     """
     from distributed.actor import Actor
 
@@ -268,7 +264,7 @@ class ArraySource:
     bounds : list of (start, stop)
         Row range of each block.
     fit_intercept : bool
-        Passed to :func:`dmlr.kernels.blocks.make_block`.
+        Passed to :func:`dmlr.data.blocks.make_block`.
 
     Notes
     -----
@@ -358,7 +354,6 @@ class ClusterChunks(ChunkSet):
         self._actor_workers = ()
         self._direct = True
         self._colocated = None
-        self._private = None
 
     def solver_context(self):
         """Single-threaded BLAS in this process while workers on this machine compute.
@@ -377,15 +372,6 @@ class ClusterChunks(ChunkSet):
         from threadpoolctl import threadpool_limits
 
         return threadpool_limits(limits=1, user_api="blas")
-
-    @property
-    def private_arguments(self) -> bool:
-        """True unless a worker lives in this process: an actor call to another process
-        deserializes its arguments, one copy per call, whereas an in-process worker
-        (``inproc://``, ``LocalCluster(processes=False)``) is handed the caller's arrays."""
-        if self._private is None:
-            self._private = not any(a.startswith("inproc://") for a in self.client.scheduler_info()["workers"])
-        return self._private
 
     def _workers_on_this_machine(self) -> bool:
         """Whether any worker runs on this process's host (asked once per set)."""

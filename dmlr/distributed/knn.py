@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmlr.kernels.blocks import as_matrix
+from dmlr.data.arrays import as_matrix
 from dmlr.kernels.knn import chunk_top_k, merge_top_k
 
 

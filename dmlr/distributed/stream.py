@@ -5,7 +5,7 @@ need a training set in memory, only the chunk they are on. A
 :class:`ChunkStream` reads the row chunks of (X, Y) in order -- each dask chunk
 computed on its own (for a Zarr store, a read of that chunk), the next one
 read in a background thread while the solver works on the current one -- and
-yields them as :class:`dmlr.kernels.blocks.Block`. At most two chunks are in
+yields them as :class:`dmlr.data.blocks.Block`. At most two chunks are in
 memory at a time; the whole set is never gathered.
 
 :func:`run_streaming` runs ``fn(stream, *args)`` where the data is read: in a
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block, is_dask, make_block
+from dmlr.data.arrays import is_dask
+from dmlr.data.blocks import Block, make_block
 
 
 @dataclass

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import as_matrix, is_dask
+from dmlr.data.arrays import as_matrix, is_dask
 from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
 
 #: ``method`` values of :class:`KernelFeatureMap` (the estimator's ``kernel_approximation``).

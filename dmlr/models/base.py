@@ -36,8 +36,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from dmlr.data.arrays import is_dask
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import is_dask
 from dmlr.preprocessing import SCALINGS, apply_scaling, fit_scaling, resolve_scaling
 from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
@@ -258,7 +258,8 @@ def _classes_of_max(S, classes):
 
 def linear_scores(X, W, fit_intercept: bool):
     """``[X, 1] @ W`` of one in-memory row block (the bias row last), float64 (m, n_labels)."""
-    from dmlr.kernels.blocks import append_bias, as_matrix
+    from dmlr.data.arrays import as_matrix
+    from dmlr.data.blocks import append_bias
 
     X = as_matrix(X)
     if fit_intercept:

@@ -6,7 +6,8 @@ minimising eq. 1,
     (1 - alpha) ||X - H P^T||^2 + alpha ||Y - H Q^T||^2 + lam (||P||^2 + ||Q||^2 + ||H||^2),
 
 by minibatch SGD on P and Q with the codes of each minibatch in closed form
-(:mod:`dmlr.objectives.omf`). Prediction (Algorithm 2): h = (xi I + P^T P)^{-1} P^T x (xi: ``alpha_code``),
+(:mod:`dmlr.objectives.omf`; the loop is :func:`dmlr.solvers.omf.omf_train_stream`).
+Prediction (Algorithm 2): h = (xi I + P^T P)^{-1} P^T x (xi: ``alpha_code``),
 scores y = Q h (:meth:`~dmlr.models.OMF.decision_function`), then the top-m labels or the
 labels scoring above a threshold (:meth:`~dmlr.models.OMF.predict`).
 
@@ -37,108 +38,19 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dmlr.config import config_context, get_config, stream_where
+from dmlr.data.arrays import is_dask
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import is_dask, regroup_rows
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
+from dmlr.solvers.omf import omf_train_stream
 
 #: Label rules of :meth:`~dmlr.models.OMF.labels_from_scores` (Algorithm 2: SELECT-TOP or THRESHOLD).
 RULES = ("top_k", "threshold")
-
-
-# ----------------------------------------------------------------------------
-# The learning loop (runs where the data are read: a worker or this process)
-# ----------------------------------------------------------------------------
-
-
-def _init_factors(k: int, l: int, s: int, seed, scale: float):
-    """P^(0), Q^(0) of Algorithm 1 (RANDOM-MATRIX): N(0, scale^2) entries from ``seed``."""
-    rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else int(seed), 4, 0]))
-    return scale * rng.standard_normal((k, s)), scale * rng.standard_normal((l, s))
-
-
-def _checked(stream):
-    """The stream's blocks, each checked (finite X, 0/1 Y), which
-    :mod:`dmlr.validation` does not do for dask input (it would compute it)."""
-    row0 = 0
-    for block in stream:
-        X, Y = block.X, block.Y
-        vals = X.data if sp.issparse(X) else X
-        if not np.all(np.isfinite(vals)):
-            bad = int(np.flatnonzero(~np.isfinite(X.toarray() if sp.issparse(X) else X).all(axis=1))[0])
-            raise DmlrInputError("X holds a non-finite value (NaN or inf)", row=row0 + bad)
-        if Y.size and (Y.min() < 0 or Y.max() > 1):
-            bad = int(np.flatnonzero(((Y < 0) | (Y > 1)).any(axis=1))[0])
-            raise DmlrInputError("labels must be 0 or 1", row=row0 + bad)
-        row0 += block.n_rows
-        yield block
-
-
-def _train(stream, state: dict, cfg: dict) -> dict:
-    """Run ``cfg["epochs"]`` epochs of Algorithm 1 over ``stream`` from ``state``.
-
-    Parameters
-    ----------
-    stream : ChunkStream
-    state : dict or None
-        ``P`` (k, s), ``Q`` (l, s) float64, ``t`` (minibatch updates so far),
-        ``epoch`` (epochs so far); None: a fresh start from the seed.
-    cfg : dict
-        alpha, lam, dim, eta0, decay, batch_size, shuffle_window, seed,
-        init_scale, epochs.
-
-    Returns
-    -------
-    dict
-        The new state plus ``history`` (eq. 1 of each epoch run here).
-    """
-    from threadpoolctl import threadpool_limits
-
-    k, l, n = stream.n_features, stream.n_labels, stream.n_rows
-    if state is None:
-        P, Q = _init_factors(k, l, int(cfg["dim"]), cfg["seed"], float(cfg["init_scale"]))
-        t, epoch = 0, 0
-    else:
-        P, Q = np.array(state["P"], dtype=np.float64), np.array(state["Q"], dtype=np.float64)
-        t, epoch = int(state["t"]), int(state["epoch"])
-    alpha, lam, b = float(cfg["alpha"]), float(cfg["lam"]), int(cfg["batch_size"])
-    window = int(cfg["shuffle_window"]) or b
-    seed = 0 if cfg["seed"] is None else int(cfg["seed"])
-    history = []
-    # One BLAS thread: the same summation order on any worker and in-process, hence
-    # identical models wherever the loop runs.
-    with threadpool_limits(limits=1, user_api="blas"):
-        for _ in range(int(cfg["epochs"])):
-            total = 0.0
-            # windows are fixed global row ranges, whatever the chunking
-            for w, win in enumerate(regroup_rows(_checked(stream), window)):
-                Xw, Yw = win.X, win.Y
-                m = Yw.shape[0]
-                if cfg["shuffle_window"]:
-                    # SAMPLE-WITHOUT-REPLACEMENT of Algorithm 1, within the window; RESTART-SAMPLING
-                    # per epoch (a new permutation from the epoch in the seed).
-                    order = np.random.default_rng(np.random.SeedSequence([seed, 4, 1, epoch, w])).permutation(m)
-                    Xw, Yw = Xw[order], Yw[order]
-                for a in range(0, m, b):
-                    lr = objective.learning_rate(t, cfg["eta0"], cfg["decay"])
-                    P, Q, loss = objective.sgd_step(Xw[a : a + b], Yw[a : a + b], P, Q, alpha, lam, lr, n)
-                    total += loss
-                    t += 1
-            if not (np.all(np.isfinite(P)) and np.all(np.isfinite(Q))):
-                raise FloatingPointError(
-                    f"OMF diverged in epoch {epoch + 1} (non-finite P or Q); lower learning_rate (now {cfg['eta0']})"
-                )
-            # eq. 1 of the epoch: the rows' shares at the codes and factors they were
-            # seen with (progressive), plus the ridge on the epoch's final P, Q.
-            history.append(total + lam * (float(np.vdot(P, P)) + float(np.vdot(Q, Q))))
-            epoch += 1
-    return {"P": P, "Q": Q, "t": t, "epoch": epoch, "history": history}
 
 
 # ----------------------------------------------------------------------------
@@ -365,7 +277,7 @@ class OMF(BaseModel):
         start = time.perf_counter()
         stream = self._stream(X, Y)
         out = run_streaming(
-            _train, stream, state, self._config(epochs), client=get_config()["client"], where=stream_where()
+            omf_train_stream, stream, state, self._config(epochs), client=get_config()["client"], where=stream_where()
         )
         self.P_, self.Q_ = out["P"], out["Q"]
         prev = list(getattr(self, "objective_history_", [])) if state is not None else []

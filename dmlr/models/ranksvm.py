@@ -31,10 +31,11 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
+from dmlr.data.arrays import is_dask
+from dmlr.data.blocks import Block, make_block
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import Block, is_dask, make_block
 from dmlr.metrics import micro_f1_threshold, multilabel_metrics, predict_from_scores
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, LinearModel, register_model
 from dmlr.objectives import ranksvm as objective

@@ -20,25 +20,24 @@ Pipeline: :class:`dmlr.kernel_approximation.KernelFeatures` then
 
 from __future__ import annotations
 
-import itertools
 import time
-import uuid
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config
-from dmlr.distributed.chunks import add_results, make_chunkset, tree_reduce
+from dmlr.data.arrays import as_matrix
+from dmlr.distributed.chunks import make_chunkset
+from dmlr.distributed.extrapolation import ExtrapolationCache
 from dmlr.errors import DmlrInputError
-from dmlr.kernels.blocks import as_matrix
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models import checkpoint as ckpt_store
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, BaseModel, linear_scores, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.progress import ProgressReporter
-from dmlr.solvers.apg import APGResult, apg
+from dmlr.solvers.apg import APGResult, Oracle, apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
@@ -139,7 +138,7 @@ class _RBRLBase(BaseModel):
             return np.array(prev, dtype=np.float64)
         return np.zeros(shape)
 
-    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None, extrapolated_oracle=None):
+    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None):
         """APG with this estimator's step rule; returns the :class:`~dmlr.solvers.apg.APGResult`.
 
         With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
@@ -198,7 +197,6 @@ class _RBRLBase(BaseModel):
                     gradient_tol=gradient_tol,
                     state=state,
                     checkpoint=(every, writer) if writer is not None else None,
-                    extrapolated_oracle=extrapolated_oracle,
                 )
         except BaseException:
             if writer is not None:  # let the checkpoint being written land; the fit's error wins
@@ -356,27 +354,19 @@ class RBRL(_RBRLBase):
                     lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1
                 )
 
-            def oracle(points, grad_point):
-                values, grad = chunks.map_reduce(objective.block_value_and_grad, points, grad_point, lam2)
-                return objective.add_ridge(values, grad, points, grad_point, lam1)
-
+            oracle = ChunkOracle(
+                chunks,
+                (
+                    objective.block_value_and_grad,
+                    objective.block_extrapolated_value_and_grad,
+                    objective.block_wants_pair,
+                ),
+                (lam2,),
+                ridge=lam1,
+            )
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            res = self._solve(
-                chunks,
-                oracle,
-                x0,
-                paper_L,
-                spectral_L,
-                ckpt,
-                data_fp,
-                extrapolated_oracle=_extrapolated_oracle(
-                    chunks,
-                    objective.block_extrapolated_value_and_grad,
-                    (lam2, chunks.private_arguments),
-                    lambda values, grad, W, G: objective.add_ridge(values, grad, (W, G), 1, lam1),
-                ),
-            )
+            res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
         finally:
             chunks.close()
         self.coef_ = res.x
@@ -494,25 +484,17 @@ class KernelRBRL(_RBRLBase):
                     lambda v: kchunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n
                 )
 
-            def oracle(points, grad_point):
-                return kchunks.map_reduce(kernel_objective.block_value_and_grad, points, grad_point, lam1, lam2)
-
-            x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
-            res = self._solve(
+            oracle = ChunkOracle(
                 kchunks,
-                oracle,
-                x0,
-                paper_L,
-                spectral_L,
-                ckpt,
-                data_fp,
-                extrapolated_oracle=_extrapolated_oracle(
-                    kchunks,
+                (
+                    kernel_objective.block_value_and_grad,
                     kernel_objective.block_extrapolated_value_and_grad,
-                    (lam1, lam2),
-                    lambda values, grad, A, G: (values, grad),
+                    kernel_objective.block_wants_pair,
                 ),
+                (lam1, lam2),
             )
+            x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
+            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
         finally:
             kchunks.close()
         self.dual_coef_ = res.x
@@ -556,50 +538,38 @@ def _checkpoint_request(checkpoint, every, resume):
 _PREDICT_SUPPORT_ROWS = 4096
 
 
-def _extrapolated_oracle(chunks, block_fn, block_args: tuple, finish):
-    """The APG's speculative call with W_prev kept on the blocks (``apg(extrapolated_oracle=)``).
+class ChunkOracle(Oracle):
+    """f of RBRL over a chunk set, as :func:`dmlr.solvers.apg.apg` asks for it.
 
-    ``block_fn(block, W, W_prev or None, momentum, prev_key, key, *block_args)``
-    is the block's call (the linear or kernel model's
-    ``block_extrapolated_value_and_grad``); ``finish(values, grad, W, G)``
-    adds what is computed here (the linear model's ridge term, at W and at
-    apg's G; the blocks form their own G from W and W_prev).
-
-    Each call names its W with a fresh key; when the next call's W_prev is
-    the W this oracle sent last (the same array: apg hands it back), only its
-    key travels. A block that does not hold it (new, or rebuilt after a lost
-    worker) answers None and is sent W_prev, or, a sparse block,
-    ``SEND_POINT_PAIR`` and is sent [W | G] (see
-    :func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`). So the
-    first call asks the blocks before it sends either. Blocks in this
-    process (``not chunks.private_arguments``) that asked for the pair are
-    sent one pair per call, which they read and do not keep: two threads
-    reading one pair share the cache that two held copies would contend for.
+    Parameters
+    ----------
+    chunks : ChunkSet
+    block_fns : (value_and_grad, extrapolated_value_and_grad, wants_pair)
+        The objective's block functions (:mod:`dmlr.objectives.rbrl` or
+        :mod:`dmlr.objectives.kernel_rbrl`): the stacked call, summed over
+        the blocks, and the speculative call, through an
+        :class:`~dmlr.distributed.extrapolation.ExtrapolationCache`.
+    args : tuple
+        The objective's parameters, after each block function's own arguments.
+    ridge : float, optional
+        lambda1 of a ridge term added here (the linear model's, eq. 17,
+        :func:`dmlr.objectives.rbrl.add_ridge`); the kernel model's is in its
+        block shares.
     """
-    run = uuid.uuid4().hex  # keys of another fit on the same blocks never match
-    calls = itertools.count()
-    last = {"W": None, "key": None}
-    share_pair = not chunks.private_arguments
-    wants_pair = set()  # blocks that asked for [W | G]
 
-    def extrapolated_oracle(W, W_prev, momentum, G):
-        key = (run, next(calls))
-        held = last["W"] is W_prev
-        pair = None
-        if share_pair and len(wants_pair) == chunks.n_blocks:
-            pair = np.concatenate([W, G], axis=1)
-            parts = chunks.map_blocks(block_fn, W, pair, momentum, None, key, *block_args)
-        else:
-            parts = chunks.map_blocks(block_fn, W, None, momentum, last["key"] if held else None, key, *block_args)
-        for i, part in enumerate(parts):
-            if part is None:
-                parts[i] = chunks.apply_block(i, block_fn, W, W_prev, momentum, None, key, *block_args)
-            elif isinstance(part, str) and part == objective.SEND_POINT_PAIR:
-                wants_pair.add(i)
-                pair = np.concatenate([W, G], axis=1) if pair is None else pair
-                parts[i] = chunks.apply_block(i, block_fn, W, pair, momentum, None, key, *block_args)
-        last.update(W=W, key=key)
-        values, grad = tree_reduce(parts, add_results)
-        return finish(values, grad, W, G)
+    def __init__(self, chunks, block_fns, args: tuple, ridge: float | None = None):
+        value_and_grad, extrapolated, wants_pair = block_fns
+        self.chunks, self.value_and_grad, self.args, self.ridge = chunks, value_and_grad, tuple(args), ridge
+        self.cache = ExtrapolationCache(chunks, extrapolated, wants_pair, self.args)
 
-    return extrapolated_oracle
+    def __call__(self, points, grad_point):
+        values, grad = self.chunks.map_reduce(self.value_and_grad, points, grad_point, *self.args)
+        if self.ridge is None:
+            return values, grad
+        return objective.add_ridge(values, grad, points, grad_point, self.ridge)
+
+    def extrapolated(self, W, W_prev, momentum, G):
+        values, grad = self.cache(W, W_prev, momentum, G)
+        if self.ridge is None:
+            return values, grad
+        return objective.add_ridge(values, grad, (W, G), 1, self.ridge)

@@ -23,9 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block
+from dmlr.data.blocks import Block
 from dmlr.kernels.gram import KernelSpec, kernel_matrix, row_sq_norms
-from dmlr.objectives.rbrl import curvature_weights, extrapolated_pass, fused_pass, lipschitz_stats_from_rows
+from dmlr.objectives.rbrl import (
+    ExtrapolatedStep,
+    curvature_weights,
+    extrapolated_pass,
+    fused_pass,
+    lipschitz_stats_from_rows,
+)
 
 
 @dataclass
@@ -42,8 +48,8 @@ class KernelBlock:
     X, X_all : the block's rows and all n training rows (for recomputing K)
     spec : KernelSpec
     state : dict
-        What the APG's speculative call keeps between iterations (see
-        :func:`block_extrapolated_value_and_grad`).
+        What a solver keeps on the block between calls (see
+        :class:`dmlr.distributed.extrapolation.ExtrapolationCache`).
     """
 
     Y: np.ndarray
@@ -130,9 +136,14 @@ def block_value_and_grad(kb: KernelBlock, points: np.ndarray, grad_point: int, l
     )
 
 
+def block_wants_pair(kb: KernelBlock) -> bool:
+    """Always False: a kernel block (dense rows of K) that holds nothing is sent A_prev."""
+    return False
+
+
 def block_extrapolated_value_and_grad(
-    kb: KernelBlock, A: np.ndarray, A_prev, momentum: float, prev_key, key, lambda1: float, lambda2: float
-):
+    kb: KernelBlock, A: np.ndarray, momentum: float, held, sent, A_is_scratch: bool, lambda1: float, lambda2: float
+) -> ExtrapolatedStep:
     """f's block share at A and at G = A + momentum (A - A_prev), and its gradient share at G.
 
     The linear model's speculative call
@@ -146,29 +157,22 @@ def block_extrapolated_value_and_grad(
     ----------
     kb : KernelBlock
     A : float64 (n, l)
-    A_prev : float64 (n, l) or None
-        None when the caller expects the block to hold it under ``prev_key``.
     momentum : float
-    prev_key, key : hashable
+    held : HeldPoint or None
+        What this block kept from the call of A_prev.
+    sent : float64 (n, l) or None
+        A_prev, when nothing is held.
+    A_is_scratch : bool
+        Unused (a dense block never writes its arguments); the signature
+        is the linear model's.
     lambda1, lambda2 : float
 
     Returns
     -------
-    (values float64 (2,), grad float64 (n, l)) or None
-        None when the block does not hold ``prev_key`` and ``A_prev`` is None.
+    ExtrapolatedStep
     """
     return extrapolated_pass(
-        kb.gram(),
-        kb.Y,
-        kb.state,
-        A,
-        A_prev,
-        momentum,
-        prev_key,
-        key,
-        lambda2,
-        ridge_rows=slice(kb.start, kb.stop),
-        lambda1=lambda1,
+        kb.gram(), kb.Y, A, momentum, held, sent, lambda2, ridge_rows=slice(kb.start, kb.stop), lambda1=lambda1
     )
 
 

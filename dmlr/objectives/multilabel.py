@@ -22,7 +22,7 @@ import uuid
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block
+from dmlr.data.blocks import Block
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.multilabel_losses import GEBRU_EPS, block_loss_grad, loss_code, row_gradients, vr_inner_loop
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dmlr.kernels.blocks import Block, product_tile_rows
+from dmlr.data.blocks import Block
+from dmlr.kernels.blocks import product_tile_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, ranksvm_scores_loss
 
 

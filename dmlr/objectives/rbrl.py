@@ -12,9 +12,13 @@ lambda1 term is added once by the caller (:func:`add_ridge`).
 
 from __future__ import annotations
 
-import numpy as np
+from typing import NamedTuple
 
-from dmlr.kernels.blocks import Block, product_tile_rows
+import numpy as np
+import scipy.sparse as sp
+
+from dmlr.data.blocks import Block
+from dmlr.kernels.blocks import product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import (
     RANK_MARGIN,
@@ -96,22 +100,52 @@ def fused_pass(
     return values, grad
 
 
+class HeldPoint(NamedTuple):
+    """What a block keeps from one speculative call for the next (see :func:`block_extrapolated_value_and_grad`).
+
+    Attributes
+    ----------
+    point : float64 (d, l) or (d, 2l)
+        The call's W (a dense block), or the pair [W | G] (a sparse block).
+    scores : list of float64 (rows, l) tiles, or None
+        S(W) = X W tile by tile (a dense block whose scores take no more room than its X).
+    scratch : tuple of float64 (rows, l), or None
+        A dense block's work buffers (see :func:`extrapolated_pass`).
+    """
+
+    point: np.ndarray
+    scores: list | None = None
+    scratch: tuple | None = None
+
+
+class ExtrapolatedStep(NamedTuple):
+    """A block's share of the speculative call: f's data part at [W, G], its gradient at G, what it keeps."""
+
+    values: np.ndarray
+    grad: np.ndarray
+    held: HeldPoint | None
+
+
+def block_wants_pair(block: Block) -> bool:
+    """Whether a block that holds nothing is to be sent the pair [W | G] (sparse X) rather than W_prev."""
+    return sp.issparse(block.X)
+
+
 def block_extrapolated_value_and_grad(
-    block: Block, W: np.ndarray, W_prev, momentum: float, prev_key, key, lambda2: float, W_is_scratch: bool = False
-):
+    block: Block, W: np.ndarray, momentum: float, held, sent, W_is_scratch: bool, lambda2: float
+) -> ExtrapolatedStep:
     """Data part of f at W and at G = W + momentum (W - W_prev), and its gradient at G.
 
-    The APG's speculative call (:func:`dmlr.solvers.apg.apg`,
-    ``extrapolated_oracle``) with the extrapolation done on the block, so that
+    The APG's speculative call (:meth:`dmlr.solvers.apg.Oracle.extrapolated`)
+    with the extrapolation done on the block, so that
 
-    * the client sends W only: the block keeps the last W it was sent (under
-      ``key``) and finds W_prev there when ``prev_key`` names it, which halves
-      what each iteration ships;
+    * the client sends W only: the block keeps what it needs of the last W
+      (``held``, :class:`HeldPoint`), which halves what each iteration ships;
     * a dense block never forms G: the scores at G come from those at W and
       W_prev by linearity, S(G) = S(W) + momentum (S(W) - S(W_prev)); and
       when its scores take no more room than its X it also keeps
       S(W) = X W, so an iteration multiplies X by one matrix instead of two;
-    * a sparse block (Bookmarks: S would be several times the chunk) keeps
+    * a sparse block (where S would be several times the block) keeps
       [W | G] instead of W, moves it to the new W in place, and computes
       both points' scores in one fused pass
       (:func:`dmlr.kernels.ranking.sparse_extrapolated_pass`) that forms
@@ -120,93 +154,90 @@ def block_extrapolated_value_and_grad(
       buffer when ``W_is_scratch``.
 
     The arithmetic does not depend on what the block holds: a block without
-    the saved scores computes S(W_prev) = X W_prev tile by tile exactly as the
-    saved ones were computed, so a resumed or rebuilt run gives the same
-    numbers as an uninterrupted one.
+    the held scores computes S(W_prev) = X W_prev tile by tile exactly as the
+    held ones were computed, so a resumed or rebuilt run gives the same
+    numbers as an uninterrupted one. Which call's point is held, under what
+    name, is :class:`dmlr.distributed.extrapolation.ExtrapolationCache`'s
+    business; this function sees only the arrays.
 
     Parameters
     ----------
     block : Block
     W : float64 (d, l)
-        The new proximal point (kept on the block; not modified unless
+        The new proximal point (kept by a dense block; not modified unless
         ``W_is_scratch``).
-    W_prev : float64 (d, l) or (d, 2l) or None
-        The previous point; None when the client expects the block to hold
-        it; or, sent to a sparse block that asked for it, the pair [W | G]
-        (kept on the block when ``W_is_scratch``, else read for this call only).
     momentum : float
-    prev_key, key : hashable
-        Names of W_prev (or None) and of W.
-    lambda2 : float
+    held : HeldPoint or None
+        What this block kept from the call of W_prev.
+    sent : float64 (d, l) or (d, 2l), or None
+        With nothing held: W_prev, or (a sparse block) the pair [W | G], G
+        formed as apg forms it (:func:`block_wants_pair` says which a block
+        asks for). A sparse block keeps a sent pair only when
+        ``W_is_scratch`` (else it is the caller's array, read for this call).
     W_is_scratch : bool
-        W is this call's own copy (as on a Dask worker, which deserializes
-        its arguments per call): a sparse block may overwrite it with the
-        gradient it returns, which saves the worker a d x l matrix per call.
-        Never with blocks that share the caller's array (in-process).
+        The array arguments are this call's own copies (as on a Dask worker
+        in another process, which deserializes them per call): a sparse
+        block may overwrite W with the gradient it returns and keep the
+        pair it was sent. Never with arrays shared with the caller.
+    lambda2 : float
 
     Returns
     -------
-    (values float64 (2,), grad float64 (d, l)) or None or str
-        When ``W_prev`` is None and the block does not hold ``prev_key`` (a
-        new or rebuilt block): None, and the caller sends W_prev, or for a
-        sparse block :data:`SEND_POINT_PAIR`, and the caller sends the pair
-        (d, 2l) [W | G] as ``W_prev``.
+    ExtrapolatedStep
+        values float64 (2,), grad float64 (d, l), and what to keep for the
+        next call (None: nothing).
     """
-    return extrapolated_pass(
-        block.X, block.Y, block.state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch=W_is_scratch
-    )
+    return extrapolated_pass(block.X, block.Y, W, momentum, held, sent, lambda2, W_is_scratch=W_is_scratch)
 
 
 def extrapolated_pass(
     X,
     Y: np.ndarray,
-    state: dict,
     W: np.ndarray,
-    W_prev,
     momentum: float,
-    prev_key,
-    key,
+    held: HeldPoint | None,
+    sent,
     lambda2: float,
     ridge_rows: slice | None = None,
     lambda1: float = 0.0,
     W_is_scratch: bool = False,
-):
+) -> ExtrapolatedStep:
     """:func:`block_extrapolated_value_and_grad` on explicit arrays, shared with the kernel model.
 
-    ``X`` (m, p) dense or CSR; ``state`` is the block's dict where W (and
-    S(W)) are kept between calls. With ``ridge_rows`` (dense X only) the
+    ``X`` (m, p) dense or CSR. With ``ridge_rows`` (dense X only) the
     kernel model's ridge share is added at both points, as in
     :func:`fused_pass`: value lambda1/2 sum(P_B o S_B(P)) and gradient
     X^T (lambda1 G_B), P_B the rows ``ridge_rows`` of the point (see
     :mod:`dmlr.objectives.kernel_rbrl`).
     """
+    if held is None and sent is None:
+        raise ValueError("the block holds no previous point and none was sent")
     if hasattr(X, "indptr"):
         if ridge_rows is not None:
             raise ValueError("the ridge rows of the kernel model need a dense X (its kernel rows)")
-        return _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch)
-    saved = state.get("extrapolation")
-    S_prev = None
-    if saved is not None and prev_key is not None and saved[0] == prev_key:
-        W_prev, S_prev = saved[1], saved[2]
-    elif W_prev is None:
-        return None
-    state.pop("extrapolation", None)
-    m, l = Y.shape
+        return _sparse_extrapolated_pass(X, Y, W, momentum, held, sent, lambda2, W_is_scratch)
+    l = Y.shape[1]
+    if held is not None:
+        W_prev, S_prev, scratch = held.point, held.scores, held.scratch
+    elif sent.shape != W.shape:
+        raise ValueError(f"a dense block needs W_prev {W.shape}, it was sent {sent.shape}")
+    else:
+        W_prev, S_prev, scratch = sent, None, None
+    m = Y.shape[0]
     grad = np.zeros((X.shape[1], l))
     keep_scores = m * l <= X.size
     S_keep = [] if keep_scores else None  # S(W) tile by tile, kept as computed (no copy)
     values = np.zeros(2)
     step = product_tile_rows(X, l, 2 * l)
     # Every score tile is written into a (step, l) buffer that is no longer needed, and
-    # the block keeps its work buffers between calls (``score_scratch``): the next call's
+    # the block keeps its work buffers between calls (``HeldPoint.scratch``): the next call's
     # first S(W) tile, the C tile and, when the scores are not kept, the S(W_prev) tile.
     # So steady-state calls allocate nothing of that size.
     # Why: Dask's workers give freed heap back to the system at once (their nanny sets
     # MALLOC_TRIM_THRESHOLD_ = 64 KiB), so a fresh S(W) and C per call would fault in their
-    # pages on every call, thousands of page faults per iteration on a mediamill-sized block.
+    # pages on every call.
     rows = min(step, m)
     n_buffers = 2 if keep_scores else 3
-    scratch = state.pop("score_scratch", None)
     if scratch is None or len(scratch) != n_buffers:
         scratch = tuple(np.empty((rows, l)) for _ in range(n_buffers))
     spare, C_buf, *prev_buf = scratch
@@ -234,17 +265,10 @@ def extrapolated_pass(
             S_keep.append(S_W)
             spare = S_p.base  # S_p is dead now: the next tile's S(W) goes there
         grad += Xt.T @ C
-    state["extrapolation"] = (key, W, S_keep)
-    state["score_scratch"] = (spare, C_buf, *prev_buf)
-    return values, grad
+    return ExtrapolatedStep(values, grad, HeldPoint(W, S_keep, (spare, C_buf, *prev_buf)))
 
 
-#: What a sparse block answers, instead of None, when it does not hold the point its call
-#: names: "send me the pair [W | G]" (see ``_sparse_extrapolated_pass``).
-SEND_POINT_PAIR = "send [W | G]"
-
-
-def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, lambda2, W_is_scratch):
+def _sparse_extrapolated_pass(X, Y, W, momentum, held, sent, lambda2, W_is_scratch) -> ExtrapolatedStep:
     """:func:`extrapolated_pass` on a CSR block: the block holds [W | G] (d, 2l), not W.
 
     See :func:`dmlr.kernels.ranking.sparse_extrapolated_pass` for why W and
@@ -254,46 +278,37 @@ def _sparse_extrapolated_pass(X, Y, state, W, W_prev, momentum, prev_key, key, l
     that when W is scratch: W has been copied into the pair, and its buffer
     is zeroed and returned as the gradient.
 
-    A block that does not hold the named point answers :data:`SEND_POINT_PAIR`
-    and is then sent the pair itself as ``W_prev``, (d, 2l) [W | G] with G
-    formed as apg forms it. A worker's own copy (``W_is_scratch``) is kept.
-    The caller's array (blocks in the caller's process) is read for this call
-    only, and the caller sends the pair on every call: that is how
-    :func:`dmlr.models.rbrl._extrapolated_oracle` serves in-process blocks,
-    one pair per call for all of them. Blocks that each held their own pair
-    would have two threads contend for twice the cache, which makes the
-    pass slower than reading one shared pair. Sent a (d, l) W_prev instead, the block forms
-    the pair and keeps it, which costs a d x 2l matrix beside the two it was
-    sent, more than the memory budget leaves on the largest sets.
+    A sent pair (d, 2l) [W | G], G formed as apg forms it, is kept when it
+    is the call's own copy (``W_is_scratch``); the caller's array (blocks
+    in the caller's process) is read for this call only, and the caller
+    sends the pair on every call, one pair for all such blocks: blocks that
+    each held their own pair would have two threads contend for twice the
+    cache, which makes the pass slower than reading one shared pair. Sent
+    a (d, l) W_prev instead, the block forms the pair and keeps it, which
+    costs a d x 2l matrix beside the two it was sent.
     """
-    saved = state.get("extrapolation")
     d, l = W.shape
     keep = True
-    if saved is not None and prev_key is not None and saved[0] == prev_key:
-        WG = saved[1]
+    if held is not None:
+        WG = held.point
         advance_point_pair(WG, W, float(momentum))
-    elif W_prev is None:
-        return SEND_POINT_PAIR
-    elif W_prev.shape == (d, 2 * l):
+    elif sent.shape == (d, 2 * l):
         keep = W_is_scratch
-        if _reusable(W_prev, W_is_scratch):
-            WG = W_prev
+        if _reusable(sent, W_is_scratch):
+            WG = sent
         else:
-            WG = np.array(W_prev, dtype=np.float64) if keep else np.ascontiguousarray(W_prev, dtype=np.float64)
+            WG = np.array(sent, dtype=np.float64) if keep else np.ascontiguousarray(sent, dtype=np.float64)
     else:
         WG = np.empty((d, 2 * l))
-        WG[:, :l] = W_prev
+        WG[:, :l] = sent
         advance_point_pair(WG, W, float(momentum))
-    state.pop("extrapolation", None)
     if _reusable(W, W_is_scratch):
         grad = W
         grad.fill(0.0)
     else:
         grad = np.zeros((d, l))
     br, rank = sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, float(lambda2), RANK_MARGIN, grad)
-    if keep:
-        state["extrapolation"] = (key, WG, None)
-    return br + lambda2 * rank, grad
+    return ExtrapolatedStep(br + lambda2 * rank, grad, HeldPoint(WG) if keep else None)
 
 
 def _reusable(a: np.ndarray, scratch: bool) -> bool:

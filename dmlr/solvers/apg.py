@@ -23,13 +23,13 @@ Latency: f(W_t) is needed only for the stopping test, and G_{t+1} does not
 depend on it, so f(W_t) and grad f(G_{t+1}) are requested together in one
 oracle call: one round trip per iteration, plus one at the end.
 
-``extrapolated_oracle(W_t, W_{t-1}, m, G_{t+1}) -> (values, grad)``, optional,
-is the same speculative call given as the extrapolation instead of the stacked
-points: f at [W_t, G_{t+1}] and grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1})
-formed by that very expression (G_{t+1} itself is passed for terms computed
-where the solver is). An oracle whose data live elsewhere can then keep
-W_{t-1} (and its products) where the data are (see
-:func:`dmlr.objectives.rbrl.block_extrapolated_value_and_grad`).
+The speculative call is made through :meth:`Oracle.extrapolated`
+``(W_t, W_{t-1}, m, G_{t+1}) -> (values, grad)``: f at [W_t, G_{t+1}] and
+grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1}) formed by that very
+expression. By default it is the stacked call above; an oracle whose data
+live elsewhere may override it to keep W_{t-1} (and its products) where the
+data are (:class:`dmlr.distributed.extrapolation.ExtrapolationCache`). A
+plain function is an oracle with the default.
 
 Beyond the paper (all optional; with none of them the iterates are exactly
 Algorithm 1's):
@@ -79,6 +79,35 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+class Oracle:
+    """The smooth part f of the problem, as :func:`apg` asks for it.
+
+    Subclasses define ``__call__``; :meth:`extrapolated` may be overridden
+    by an oracle that computes the same numbers another way.
+    """
+
+    def __call__(self, points: np.ndarray, grad_point: int):
+        """f at ``points`` (k, d, l) as float64 (k,), and grad f (d, l) at ``points[grad_point]`` (None for -1)."""
+        raise NotImplementedError
+
+    def extrapolated(self, W: np.ndarray, W_prev: np.ndarray, momentum: float, G: np.ndarray):
+        """f at [W, G] and grad f(G), where G = W + momentum (W - W_prev) (apg's G_{t+1}).
+
+        W, W_prev, G : float64 (d, l). Returns (values (2,), grad (d, l)).
+        """
+        return self(np.stack([W, G]), 1)
+
+
+class _FunctionOracle(Oracle):
+    """A plain ``fn(points, grad_point)`` as an :class:`Oracle`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, points, grad_point):
+        return self.fn(points, grad_point)
 
 
 @dataclass
@@ -196,14 +225,14 @@ def apg(
     gradient_tol: float | None = None,
     checkpoint=None,
     state: APGState | None = None,
-    extrapolated_oracle=None,
 ) -> APGResult:
     """Minimize f + g by FISTA.
 
     Parameters
     ----------
-    oracle : callable
-        ``oracle(points (k, d, l), grad_point) -> (values (k,), grad (d, l) or None)``.
+    oracle : Oracle or callable
+        ``oracle(points (k, d, l), grad_point) -> (values (k,), grad (d, l) or None)``;
+        the speculative call goes through ``oracle.extrapolated`` (:class:`Oracle`).
     prox : callable
         ``prox(v, scaling) -> (x, g(x))``.
     x0 : ndarray (d, l)
@@ -236,9 +265,6 @@ def apg(
         ``lipschitz`` is ignored: L is the state's). The other arguments
         must be those of the interrupted run for the same iterates, except
         ``max_iter``, which must exceed ``state.n_iter``.
-    extrapolated_oracle : callable, optional
-        ``extrapolated_oracle(W_new, W, momentum, G_next) -> (values (2,), grad)``,
-        used instead of ``oracle`` for the speculative call (see above).
 
     Returns
     -------
@@ -254,6 +280,8 @@ def apg(
         every, save_state = checkpoint
         if not (isinstance(every, (int, np.integer)) and every >= 1 and callable(save_state)):
             raise ValueError(f"checkpoint must be (every >= 1, callable), got {checkpoint!r}")
+    if not isinstance(oracle, Oracle):
+        oracle = _FunctionOracle(oracle)
     if state is not None:
         W, G, b, L, grad, f_G, reference_mapping, result = _restore(state, x0, max_iter)
         start = time.perf_counter() - (state.seconds[-1] if state.seconds else 0.0)
@@ -281,11 +309,10 @@ def apg(
         momentum = 0.0 if do_restart else (b - 1.0) / b_next
         G_next = W_new + momentum * (W_new - W)
         want_grad = len(hist) + 1 < max_iter
-        if want_grad and extrapolated_oracle is not None:
-            values, grad_next = extrapolated_oracle(W_new, W, momentum, G_next)
+        if want_grad:
+            values, grad_next = oracle.extrapolated(W_new, W, momentum, G_next)
         else:
-            points = np.stack([W_new, G_next]) if want_grad else W_new[None]
-            values, grad_next = oracle(points, 1 if want_grad else -1)
+            values, grad_next = oracle(W_new[None], -1)
         result.n_oracle_calls += 1
         f_W = float(values[0])
         if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.kernels.blocks import regroup_rows
+from dmlr.data.blocks import regroup_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, mmp_row, ranksvm_row
 
 #: Omega of eq. 7's step size (Section 5).
