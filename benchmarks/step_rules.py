@@ -140,6 +140,8 @@ def fit_or_load(path: Path, X, Y, kernel=None, **params):
         objective_seconds_=np.asarray(m.objective_seconds_),
         n_iter_=np.int64(m.n_iter_),
         lipschitz_=np.float64(m.lipschitz_),
+        fit_seconds_=np.float64(m.fit_seconds_),
+        converged_=np.bool_(m.converged_),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part.npz")

@@ -208,7 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
     f.add_argument(
-        "--step-rule", dest="step_rule", choices=["paper", "backtracking", "spectral"], help="RBRL: APG step rule"
+        "--step-rule",
+        dest="step_rule",
+        choices=["adaptive", "paper", "backtracking", "spectral"],
+        help="RBRL: APG step rule (default adaptive)",
     )
     f.add_argument(
         "--param",

@@ -44,6 +44,33 @@ Algorithm 1's):
 * ``restart=True``: the gradient-mapping adaptive restart of O'Donoghue &
   Candes (2015): when <G_t - W_t, W_t - W_{t-1}> > 0 the momentum is reset
   (b = 1). The test uses points known before the oracle call, so it is free.
+* ``adaptive=True`` (with ``backtracking``): L also falls. The bound behind
+  a fixed L is a worst case over all directions and all points; the
+  curvature f actually has along a step (:func:`local_curvature`, from
+  values the speculative call returned, so free) is often several times
+  smaller, and FISTA's iterations to a given accuracy scale with sqrt(L).
+  After each accepted step the next L is max(``ADAPTIVE_SHRINK`` L,
+  min(L, ``ADAPTIVE_MARGIN`` x that curvature)); a failed test raises L
+  by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the curvature the
+  failed step met (the adaptive backtracking of Scheinberg, Goldfarb &
+  Bai 2014, with the momentum sequence kept as Algorithm 1's because
+  G_{t+1} is formed before the next L is known). The margin and the
+  bounded fall keep rejected steps (one extra round trip each) rare.
+* ``tol_lipschitz``: a relative-change test calibrated to another step.
+  Near the optimum FISTA's objective falls per iteration by about
+  (F - F*) sqrt(mu / L) (linear phase) or 2 (F - F*)^{3/2} / (sqrt(L) R)
+  (sublinear phase): at the same accuracy a run with step 1/L changes
+  more per iteration than a run with the longer step 1/L', by up to
+  sqrt(L' / L). With ``tol_lipschitz=L'`` the test is therefore
+  ``change <= tol * (L' / L)^(1/4)``, ``change`` the relative change over
+  the last ``STOP_WINDOW`` iterations divided by their number, so that a
+  run stops near the accuracy at which the run with step 1/L' (the
+  paper's) stops with ``tol``. The fourth root rather than the square
+  root, and the window rather than one step: an adaptive L varies from
+  one iteration to the next, so the run's progress per iteration is that
+  of a larger L than the current one, and a single step's change can be
+  small where the non-monotone objective turns; both err towards
+  stopping later, never at a worse solution.
 * ``gradient_tol``: the relative-change test alone can stop a run far from the
   optimum when the objective moves slowly at first: started from the solution
   of a neighbouring regularization value (a warm start along a path), the
@@ -181,6 +208,26 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
     return f_new <= bound + 1e-12 * max(abs(bound), abs(f_new))
 
 
+#: ``adaptive=True``: each accepted step lets the next L fall at most to this fraction of L ...
+ADAPTIVE_SHRINK = 0.9
+#: ... and not below this multiple of the curvature the accepted step met (:func:`local_curvature`).
+ADAPTIVE_MARGIN = 1.5
+#: ``tol_lipschitz``: the relative change is averaged over this many iterations.
+STOP_WINDOW = 10
+
+
+def local_curvature(f_new: float, f_at: float, grad: np.ndarray, step: np.ndarray) -> float:
+    """2 (f(x+) - f(y) - <grad f(y), x+ - y>) / ||x+ - y||^2, the smallest L the step's test accepts.
+
+    The curvature of f along the step x+ - y, measured from values the
+    speculative oracle call already returned (0 for a zero step).
+    """
+    ss = float(np.vdot(step, step))
+    if ss == 0.0:
+        return 0.0
+    return 2.0 * (f_new - f_at - float(np.vdot(grad, step))) / ss
+
+
 def apg(
     oracle,
     prox,
@@ -197,6 +244,8 @@ def apg(
     checkpoint=None,
     state: APGState | None = None,
     extrapolated_oracle=None,
+    adaptive: bool = False,
+    tol_lipschitz: float | None = None,
 ) -> APGResult:
     """Minimize f + g by FISTA.
 
@@ -239,6 +288,13 @@ def apg(
     extrapolated_oracle : callable, optional
         ``extrapolated_oracle(W_new, W, momentum, G_next) -> (values (2,), grad)``,
         used instead of ``oracle`` for the speculative call (see above).
+    adaptive : bool
+        Let L fall to the local curvature (needs ``backtracking``; see above).
+    tol_lipschitz : float, optional
+        Stop on a mean relative change over the last ``STOP_WINDOW``
+        iterations of ``tol * (tol_lipschitz / L) ** 0.25`` instead of one
+        step's change of ``tol``: the stop near the accuracy of a run with
+        step ``1 / tol_lipschitz`` (see above).
 
     Returns
     -------
@@ -248,6 +304,10 @@ def apg(
         raise ValueError(f"lipschitz constant must be positive and finite, got {lipschitz}")
     if not eta > 1.0:
         raise ValueError(f"eta must be > 1, got {eta}")
+    if adaptive and not backtracking:
+        raise ValueError("adaptive=True lowers L and needs backtracking=True to raise it again")
+    if tol_lipschitz is not None and not (tol_lipschitz > 0 and math.isfinite(tol_lipschitz)):
+        raise ValueError(f"tol_lipschitz must be positive and finite, got {tol_lipschitz}")
     if gradient_tol is not None and not gradient_tol >= 0:
         raise ValueError(f"gradient_tol must be >= 0, got {gradient_tol}")
     if checkpoint is not None:
@@ -290,9 +350,13 @@ def apg(
         f_W = float(values[0])
         if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):
             L *= eta
+            if adaptive:  # straight to the curvature the step met, if eta is not enough
+                L = max(L, ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G))
             result.n_backtracks += 1
             result.lipschitz = L
             continue
+        if adaptive:  # never above L: only a failed test raises L (rounding noise near the optimum)
+            L_next = max(L * ADAPTIVE_SHRINK, min(L, ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)))
         result.n_restarts += int(bool(do_restart))
         mapping = L * float(np.linalg.norm(G - W_new))
         reference_mapping = mapping if reference_mapping is None else reference_mapping
@@ -304,13 +368,20 @@ def apg(
         result.n_iter = len(hist)
         stop = callback(len(hist), obj, elapsed) if callback is not None else False
         small_mapping = gradient_tol is None or mapping <= gradient_tol * reference_mapping
-        if len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol and small_mapping:
+        if tol_lipschitz is None:
+            changed = len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol
+        else:
+            k = min(len(hist) - 1, STOP_WINDOW)
+            changed = k >= 1 and relative_change(hist[-1], hist[-1 - k]) / k <= tol * (tol_lipschitz / L) ** 0.25
+        if changed and small_mapping:
             result.converged = True
             return result
         if stop or not want_grad:
             return result
         W, G, b = W_new, G_next, b_next
         grad, f_G = grad_next, float(values[1])
+        if adaptive:
+            L = result.lipschitz = L_next
         if checkpoint is not None and len(hist) % every == 0:
             save_state(
                 APGState(
