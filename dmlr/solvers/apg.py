@@ -63,14 +63,16 @@ Algorithm 1's):
   more per iteration than a run with the longer step 1/L', by up to
   sqrt(L' / L). With ``tol_lipschitz=L'`` the test is therefore
   ``change <= tol * (L' / L)^(1/4)``, ``change`` the relative change over
-  the last ``STOP_WINDOW`` iterations divided by their number, so that a
-  run stops near the accuracy at which the run with step 1/L' (the
-  paper's) stops with ``tol``. The fourth root rather than the square
-  root, and the window rather than one step: an adaptive L varies from
-  one iteration to the next, so the run's progress per iteration is that
-  of a larger L than the current one, and a single step's change can be
-  small where the non-monotone objective turns; both err towards
-  stopping later, never at a worse solution.
+  the last ``STOP_WINDOW`` iterations divided by their number (so no run
+  stops before iteration ``STOP_WINDOW + 1``), so that a run stops near
+  the accuracy at which the run with step 1/L' (the paper's) stops with
+  ``tol``. The fourth root rather than the square root, and the window
+  rather than one step: an adaptive L varies from one iteration to the
+  next, so the run's progress per iteration is that of a larger L than
+  the current one; a single step's change can be small where the
+  non-monotone objective turns; and a warm start's first steps change
+  the objective little before the momentum builds up. All three err
+  towards stopping later, never at a worse solution.
 * ``gradient_tol``: the relative-change test alone can stop a run far from the
   optimum when the objective moves slowly at first: started from the solution
   of a neighbouring regularization value (a warm start along a path), the
@@ -371,8 +373,10 @@ def apg(
         if tol_lipschitz is None:
             changed = len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol
         else:
-            k = min(len(hist) - 1, STOP_WINDOW)
-            changed = k >= 1 and relative_change(hist[-1], hist[-1 - k]) / k <= tol * (tol_lipschitz / L) ** 0.25
+            changed = (
+                len(hist) > STOP_WINDOW
+                and relative_change(hist[-1], hist[-1 - STOP_WINDOW]) / STOP_WINDOW <= tol * (tol_lipschitz / L) ** 0.25
+            )
         if changed and small_mapping:
             result.converged = True
             return result
