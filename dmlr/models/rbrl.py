@@ -267,10 +267,10 @@ _COMMON_PARAMETERS = """
         ``adaptive``), from (paper L) / 1024; and the relative-change test
         is calibrated to the paper's step (``tol_lipschitz``), so that the
         fit stops near the accuracy at which the paper's step stops with
-        ``tol``, not at a tighter one. The fastest of these rules to the
-        paper step's final objective (``benchmarks/step_rules.py`` prints
-        them side by side). "paper": the
-        paper's bound (eq. 23 / 33), the reference's iterates exactly.
+        ``tol``, not at a tighter one (``benchmarks/step_rules.py --rules
+        adaptive,spectral,backtracking`` compares the rules with the paper's
+        step). "paper": the paper's bound (eq. 23 / 33), the reference's
+        iterates exactly.
         "backtracking": Beck & Teboulle's backtracking from L = (paper L)
         / 1024. "spectral": L = the largest eigenvalue of a bound on the
         Hessian (Lanczos over the chunks), with backtracking kept as a
