@@ -77,12 +77,12 @@ def test_brl_and_br_variants_drop_their_terms():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(80, 4))
     Y = (rng.random((80, 3)) < 0.4).astype(np.int8)
-    br = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0).fit(X, Y)
+    br = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, step_rule="paper").fit(X, Y)
     # BR with the squared hinge decouples over labels, and the paper step does not depend on l:
     # each label refitted alone follows the same iterates
     # (pairs of labels: a single 0/1 column is a binary target, fitted as two class columns)
     for pair in ([0, 1], [1, 2], [2, 0]):
-        two = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0).fit(X, Y[:, pair])
+        two = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, step_rule="paper").fit(X, Y[:, pair])
         np.testing.assert_allclose(two.coef_, br.coef_[:, pair], rtol=1e-10, atol=1e-12)
 
 

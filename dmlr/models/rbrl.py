@@ -261,8 +261,8 @@ _COMMON_PARAMETERS = """
         for the others.
     step_rule : {"adaptive", "paper", "backtracking", "spectral"}
         How APG chooses its step 1/L. "adaptive" (default): L follows the
-        curvature f has along the steps, falling by at most 10% an
-        iteration and raised again by backtracking when a step fails the
+        curvature f has along the steps, on levels 2^(j/8), falling by at
+        most one level an iteration and raised again by backtracking when a step fails the
         sufficient-decrease test (:func:`dmlr.solvers.apg.apg`,
         ``adaptive``), from (paper L) / 1024; and the relative-change test
         is calibrated to the paper's step (``tol_lipschitz``), so that the

@@ -49,13 +49,19 @@ Algorithm 1's):
   curvature f actually has along a step (:func:`local_curvature`, from
   values the speculative call returned, so free) is often several times
   smaller, and FISTA's iterations to a given accuracy scale with sqrt(L).
-  After each accepted step the next L is max(``ADAPTIVE_SHRINK`` L,
-  min(L, ``ADAPTIVE_MARGIN`` x that curvature)); a failed test raises L
-  by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the curvature the
-  failed step met (the adaptive backtracking of Scheinberg, Goldfarb &
-  Bai 2014, with the momentum sequence kept as Algorithm 1's because
-  G_{t+1} is formed before the next L is known). The margin and the
-  bounded fall keep rejected steps (one extra round trip each) rare.
+  After each accepted step the next L is the larger of one level below L
+  and ``ADAPTIVE_MARGIN`` x that curvature (but not above L); a failed
+  test raises L by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the
+  curvature the failed step met (the adaptive backtracking of Scheinberg,
+  Goldfarb & Bai 2014, with the momentum sequence kept as Algorithm 1's
+  because G_{t+1} is formed before the next L is known). The margin and
+  the bounded fall keep rejected steps (one extra round trip each) rare.
+  L only takes the levels 2^(j / ``ADAPTIVE_LEVELS``) (the start rounded
+  up to one): the curvature is computed from sums over row blocks, which
+  differ in their last bits with the blocks' layout (one block, several,
+  Dask workers), and a continuous L would carry those differences into
+  every step; a level changes only where the curvature sits at a level's
+  edge, as a backtracking test's outcome only where f sits at its bound.
 * ``tol_lipschitz``: a relative-change test calibrated to another step.
   Near the optimum FISTA's objective falls per iteration by about
   (F - F*) sqrt(mu / L) (linear phase) or 2 (F - F*)^{3/2} / (sqrt(L) R)
@@ -210,12 +216,30 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
     return f_new <= bound + 1e-12 * max(abs(bound), abs(f_new))
 
 
-#: ``adaptive=True``: each accepted step lets the next L fall at most to this fraction of L ...
-ADAPTIVE_SHRINK = 0.9
-#: ... and not below this multiple of the curvature the accepted step met (:func:`local_curvature`).
+#: ``adaptive=True``: L takes the values 2^(j / ADAPTIVE_LEVELS), j an integer ...
+ADAPTIVE_LEVELS = 8
+#: ... falls by at most one level an accepted step, and not below this multiple of the
+#: curvature the step met (:func:`local_curvature`).
 ADAPTIVE_MARGIN = 1.5
 #: ``tol_lipschitz``: the relative change is averaged over this many iterations.
 STOP_WINDOW = 10
+
+
+def _level_floor(x: float) -> float:
+    """The largest 2^(j / ADAPTIVE_LEVELS) <= x (0 for x <= 0)."""
+    if not x > 0:
+        return 0.0
+    return 2.0 ** (math.floor(ADAPTIVE_LEVELS * math.log2(x)) / ADAPTIVE_LEVELS)
+
+
+def _level_ceil(x: float) -> float:
+    """The smallest 2^(j / ADAPTIVE_LEVELS) >= x."""
+    return 2.0 ** (math.ceil(ADAPTIVE_LEVELS * math.log2(x)) / ADAPTIVE_LEVELS)
+
+
+def _level_step(L: float, k: int) -> float:
+    """The level k levels above (below, k < 0) the level L."""
+    return 2.0 ** ((round(ADAPTIVE_LEVELS * math.log2(L)) + k) / ADAPTIVE_LEVELS)
 
 
 def local_curvature(f_new: float, f_at: float, grad: np.ndarray, step: np.ndarray) -> float:
@@ -325,7 +349,7 @@ def apg(
             zero = np.zeros_like(x0)
             _, grad0 = oracle(zero[None], 0)
             reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
-        L = float(lipschitz)
+        L = _level_ceil(float(lipschitz)) if adaptive else float(lipschitz)
         start = time.perf_counter()
         result = APGResult(x=x0, lipschitz=L)
         W = x0
@@ -351,14 +375,18 @@ def apg(
         result.n_oracle_calls += 1
         f_W = float(values[0])
         if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):
-            L *= eta
-            if adaptive:  # straight to the curvature the step met, if eta is not enough
-                L = max(L, ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G))
+            if adaptive:  # up by eta, or straight to the curvature the step met
+                curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+                L = _level_step(L, math.ceil(ADAPTIVE_LEVELS * math.log2(eta)))
+                L = max(L, _level_ceil(curvature)) if curvature > L else L
+            else:
+                L *= eta
             result.n_backtracks += 1
             result.lipschitz = L
             continue
         if adaptive:  # never above L: only a failed test raises L (rounding noise near the optimum)
-            L_next = max(L * ADAPTIVE_SHRINK, min(L, ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)))
+            curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+            L_next = max(_level_step(L, -1), min(L, _level_floor(curvature)))
         result.n_restarts += int(bool(do_restart))
         mapping = L * float(np.linalg.norm(G - W_new))
         reference_mapping = mapping if reference_mapping is None else reference_mapping
