@@ -177,7 +177,8 @@ def cmd_demo(args) -> int:
             ds, "rbrl", split="train", client=client, alpha=1.0, max_iter=args.max_iter, verbose=args.verbose
         )
     print(
-        f"  {model.n_iter_} iterations in {model.fit_seconds_:.2f} s, final objective "
+        f"  {model.n_iter_} iterations ({'converged' if model.converged_ else 'stopped at max_iter'}) "
+        f"in {model.fit_seconds_:.2f} s, final objective "
         f"{model.objective_history_[-1]:.6g}"
     )
     metrics = dmlr.evaluate(model, ds, split="test")
@@ -233,7 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
     f.add_argument(
-        "--step-rule", dest="step_rule", choices=["paper", "backtracking", "spectral"], help="RBRL: APG step rule"
+        "--step-rule",
+        dest="step_rule",
+        choices=["adaptive", "paper", "backtracking", "spectral"],
+        help="RBRL: APG step rule (default adaptive)",
     )
     f.add_argument(
         "--param",
@@ -292,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="synthetic Mediamill-shaped set -> local cluster -> RBRL -> metrics")
     d.add_argument("--dir", default="dmlr-demo")
-    d.add_argument("--max-iter", dest="max_iter", type=int, default=300)
+    d.add_argument("--max-iter", dest="max_iter", type=int, default=2000)
     d.add_argument(
         "--seed", type=int, default=0, help="seed of the synthetic set (each seed gets its own store in --dir)"
     )

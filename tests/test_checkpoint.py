@@ -152,7 +152,7 @@ def test_apg_state_is_checked():
 # ---------------------------------------------------------------------------
 
 # tol=0: exactly max_iter iterations; n_blocks=2: the same sums in this process and on 2 workers
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, step_rule="paper")
 #: Execution settings of every fit here (the killed-client subprocess sets them too).
 SETTINGS = dict(n_blocks=2)
 
@@ -207,6 +207,8 @@ VARIANTS = {
     # gradient_tol "auto" = tol, restart and backtracking on; tol > 0: stops by the tests, not max_iter
     "linear-spectral": dict(step_rule="spectral", tol=1e-7, max_iter=400),
     "linear-backtracking": dict(step_rule="backtracking", tol=1e-6, max_iter=400),
+    # L falls and rises with the objective values, and the stopping test is calibrated to paper L
+    "linear-adaptive": dict(step_rule="adaptive", tol=1e-6, max_iter=400),
     "kernel-rbf": dict(kernel="rbf", gamma=0.05, step_rule="spectral", max_iter=100),
     "nystroem": dict(),
 }
@@ -488,6 +490,8 @@ def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
         "60",
         "--tol",
         "0",
+        "--step-rule",
+        "paper",
         "--backend",
         "local",
         "--quiet",

@@ -7,6 +7,7 @@ import dmlr
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.models import RBRL, KernelRBRL
+from dmlr.models.rbrl import DEFAULT_STEP_RULE
 from dmlr.objectives import kernel_rbrl
 from dmlr.objectives import rbrl as objective
 from tests.conftest import RBRL_REF, require
@@ -96,7 +97,7 @@ def test_spectral_bound_is_a_lipschitz_constant_of_the_gradient():
 def test_step_rules_reach_the_same_optimum_in_fewer_iterations():
     X, Y = _problem(4, n=120, p=8, l=5)
     runs = {}
-    for step in ("paper", "backtracking", "spectral"):
+    for step in ("paper", "backtracking", "spectral", "adaptive"):
         runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, step_rule=step, max_iter=20000, tol=1e-12).fit(
             X, Y
         )
@@ -107,11 +108,15 @@ def test_step_rules_reach_the_same_optimum_in_fewer_iterations():
         paper = model.set_params(step_rule="paper").fit(X, Y)
         target = paper.objective_history_[-1] * (1 + 1e-6)
         paper_n_iter = paper.n_iter_
-        for step in ("backtracking", "spectral"):
+        for step in ("backtracking", "spectral", "adaptive"):
             fast = model.set_params(step_rule=step).fit(X, Y)
             first = int(np.argmax(np.array(fast.objective_history_) <= target)) + 1
             assert fast.objective_history_[-1] <= target, (kern, step)
             assert first < paper_n_iter, (kern, step, first, paper_n_iter)
+        # the default: stops by its test, as good as the paper step's stop, in fewer iterations
+        default = model.set_params(step_rule=DEFAULT_STEP_RULE).fit(X, Y)
+        assert default.converged_ and default.n_iter_ < default.max_iter, kern
+        assert default.objective_history_[-1] <= target and default.n_iter_ < paper_n_iter, kern
 
 
 def test_kernel_model_save_load_and_dask_prediction(tmp_path):

@@ -233,6 +233,23 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     assert g.n_warm_first_test_stops == 0
 
 
+def test_default_rule_warm_starts_do_not_stop_short(data):
+    # the default (adaptive) step rule along a path with a loose tol: every warm-started fit
+    # ends at least as low as a cold fit of the same problem with the same rule, and the
+    # grid search sees no fit stopped at its first test
+    X, Y = data
+    warm = RBRL(tol=1e-3, warm_start=True)
+    for alpha_nuclear in (10.0, 1.0, 0.1, 0.01):
+        warm.set_params(alpha_nuclear=alpha_nuclear).fit(X, Y)
+        cold = RBRL(tol=1e-3, alpha_nuclear=alpha_nuclear).fit(X, Y)
+        assert warm.converged_ and warm.n_iter_ > 2
+        assert warm.objective_history_[-1] <= cold.objective_history_[-1] * (1 + 1e-5), alpha_nuclear
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        g = grid_search_cv(RBRL(tol=1e-3), X, Y, {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}, cv=3, refit=False)
+    assert g.n_warm_fits == 9 and g.n_warm_first_test_stops == 0
+
+
 def test_refit_has_best_params(data, local_result):
     X, Y = data
     best = local_result.best_estimator

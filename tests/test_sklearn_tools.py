@@ -164,9 +164,9 @@ def test_fit_takes_no_execution_arguments_and_the_config_restores(data):
     before = dmlr.get_config()
     with dmlr.config_context(backend="local", n_blocks=3):
         assert dmlr.get_config()["n_blocks"] == 3
-        three = RBRL(max_iter=50, tol=0).fit(X, Y)
+        three = RBRL(max_iter=50, tol=0, step_rule="paper").fit(X, Y)
     assert dmlr.get_config() == before
-    one = RBRL(max_iter=50, tol=0).fit(X, Y)
+    one = RBRL(max_iter=50, tol=0, step_rule="paper").fit(X, Y)
     np.testing.assert_allclose(three.coef_, one.coef_, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="backend"):
         dmlr.set_config(backend="gpu")

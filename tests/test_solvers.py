@@ -174,3 +174,52 @@ def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
     ).fit(X, Y)
     np.testing.assert_allclose(model.P_, runs[0]["P"], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(model.Q_, runs[0]["Q"], rtol=1e-12, atol=1e-14)
+
+
+def _loose_problem(seed=3):
+    """min 1/2 ||A W - B||^2 + 0.5 ||W||_*, its Lipschitz constant, and a paper-like bound 100x that."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(40, 6)) * np.linspace(0.2, 2.0, 6)
+    B = A @ rng.normal(size=(6, 4)) + rng.normal(size=(40, 4))
+    oracle, prox = least_squares_nuclear(A, B, 0.5)
+    L = np.linalg.norm(A, 2) ** 2
+    return oracle, prox, L, 100 * L
+
+
+def test_adaptive_step_reaches_the_loose_steps_stop_sooner_and_stops_there():
+    oracle, prox, L, loose = _loose_problem()
+    x0 = np.zeros((6, 4))
+    best = apg(oracle, prox, x0, lipschitz=L, max_iter=100000, tol=1e-15).objective_history[-1]
+    paper = apg(oracle, prox, x0, lipschitz=loose, max_iter=100000, tol=1e-6)
+    fast = apg(
+        oracle, prox, x0, lipschitz=loose / 1024, max_iter=100000, tol=1e-6,
+        backtracking=True, restart=True, adaptive=True, tol_lipschitz=loose,
+    )  # fmt: skip
+    assert paper.converged and fast.converged
+    # at least as good as the loose step's stop (but not run on to the optimum), in fewer iterations
+    assert best <= fast.objective_history[-1] <= paper.objective_history[-1]
+    assert fast.objective_history[-1] - best < 0.1 * (paper.objective_history[-1] - best)
+    assert fast.n_iter < paper.n_iter / 4 and fast.n_oracle_calls < paper.n_oracle_calls / 4
+    # L fell below the start and below the bound, and rose again where a step needed it
+    assert fast.n_backtracks > 0 and loose / 1024 < fast.lipschitz < loose
+    with pytest.raises(ValueError, match="backtracking"):
+        apg(oracle, prox, x0, lipschitz=L, adaptive=True)
+    with pytest.raises(ValueError, match="tol_lipschitz"):
+        apg(oracle, prox, x0, lipschitz=L, tol_lipschitz=0.0)
+
+
+def test_adaptive_stop_waits_for_a_window_after_a_warm_start():
+    # started near the optimum with a slowly moving objective: the windowed test cannot stop
+    # before STOP_WINDOW + 1 iterations, and the run ends closer to the optimum than it started
+    from dmlr.solvers.apg import STOP_WINDOW
+
+    oracle, prox, L, loose = _loose_problem(4)
+    x0 = np.zeros((6, 4))
+    best = apg(oracle, prox, x0, lipschitz=L, max_iter=100000, tol=1e-15)
+    start = best.x + 0.05 * np.random.default_rng(0).normal(size=best.x.shape)
+    kw = dict(lipschitz=loose / 1024, max_iter=100000, tol=1e-3, backtracking=True, restart=True, adaptive=True)
+    warm = apg(oracle, prox, start, tol_lipschitz=loose, **kw)
+    assert warm.converged and warm.n_iter > STOP_WINDOW
+    f0 = float(oracle(start[None], -1)[0][0]) + prox(start, 0.0)[1]
+    gap0, gap = f0 - best.objective_history[-1], warm.objective_history[-1] - best.objective_history[-1]
+    assert gap < 0.01 * gap0

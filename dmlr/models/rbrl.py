@@ -41,7 +41,9 @@ from dmlr.solvers.apg import APGResult, Oracle, apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
-STEP_RULES = ("paper", "backtracking", "spectral")
+STEP_RULES = ("paper", "backtracking", "spectral", "adaptive")
+#: The default ``step_rule`` of :class:`RBRL` and :class:`KernelRBRL`.
+DEFAULT_STEP_RULE = "adaptive"
 
 
 class _RBRLBase(BaseModel):
@@ -149,7 +151,7 @@ class _RBRLBase(BaseModel):
         restart = self.step_rule != "paper" if self.restart is None else bool(self.restart)
         gradient_tol = self.gradient_tol
         if gradient_tol == "auto":
-            gradient_tol = None if self.step_rule == "paper" else float(self.tol)
+            gradient_tol = _AUTO_GRADIENT_TOL[self.step_rule](float(self.tol))
 
         def prox(V, scaling):
             return prox_nuclear_norm(V, lam3, scaling)
@@ -176,14 +178,16 @@ class _RBRLBase(BaseModel):
         try:
             with chunks.solver_context():
                 backtracking = self.step_rule != "paper"
+                adaptive = self.step_rule == "adaptive"
+                L_paper = paper_L() if adaptive or (state is None and self.step_rule != "spectral") else None
                 if state is not None:  # L is in the state (it changes under backtracking)
                     L = state.lipschitz
                 elif self.step_rule == "spectral":
                     L = spectral_L()
-                elif self.step_rule == "backtracking":
-                    L = paper_L() / 1024.0
+                elif self.step_rule in ("backtracking", "adaptive"):
+                    L = L_paper / 1024.0
                 else:
-                    L = paper_L()
+                    L = L_paper
                 res = apg(
                     oracle,
                     prox,
@@ -197,6 +201,8 @@ class _RBRLBase(BaseModel):
                     gradient_tol=gradient_tol,
                     state=state,
                     checkpoint=(every, writer) if writer is not None else None,
+                    adaptive=adaptive,
+                    tol_lipschitz=L_paper if adaptive else None,
                 )
         except BaseException:
             if writer is not None:  # let the checkpoint being written land; the fit's error wins
@@ -219,6 +225,16 @@ class _RBRLBase(BaseModel):
                 raise DmlrInputError(f"{name} has shape {arr.shape}, metadata says {expected}", path=path)
 
 
+#: ``gradient_tol="auto"`` of each step rule, from ``tol``. The adaptive rule's sqrt(tol): the
+#: squared gradient mapping scales as the distance to the optimum in objective, so a mapping
+#: shrunk to sqrt(tol) of its value at the origin is the objective accuracy ``tol`` stands for.
+_AUTO_GRADIENT_TOL = {
+    "paper": lambda tol: None,
+    "backtracking": lambda tol: tol,
+    "spectral": lambda tol: tol,
+    "adaptive": lambda tol: float(np.sqrt(tol)),
+}
+
 _COMMON_PARAMETERS = """
     alpha : float >= 0
         Frobenius (ridge) weight, the paper's lambda1.
@@ -236,14 +252,27 @@ _COMMON_PARAMETERS = """
         ``gradient_tol`` times its norm at the origin
         (:func:`dmlr.solvers.apg.apg`), so that a warm start near the optimum
         of a neighbouring regularization value does not pass the
-        relative-change test after a few iterations. "auto": ``tol`` for
-        every step rule but "paper" (None there, the reference's rule).
-    step_rule : {"paper", "backtracking", "spectral"}
-        How APG chooses its step 1/L. "paper": the paper's bound (eq. 23 /
-        33), the reference's iterates exactly. "backtracking": Beck &
-        Teboulle's backtracking from L = (paper L) / 1024. "spectral": L =
-        the largest eigenvalue of a bound on the Hessian (Lanczos over the
-        chunks), with backtracking kept as a safety net.
+        relative-change test after a few iterations. "auto": None for
+        "paper" (the reference's rule), ``sqrt(tol)`` for "adaptive" (the
+        gradient-mapping accuracy that matches an objective accuracy of
+        ``tol``, so a cold fit still stops on the relative change), ``tol``
+        for the others.
+    step_rule : {"adaptive", "paper", "backtracking", "spectral"}
+        How APG chooses its step 1/L. "adaptive" (default): L follows the
+        curvature f has along the steps, on levels 2^(j/8), falling by at
+        most one level an iteration and raised again by backtracking when a step fails the
+        sufficient-decrease test (:func:`dmlr.solvers.apg.apg`,
+        ``adaptive``), from (paper L) / 1024; and the relative-change test
+        is calibrated to the paper's step (``tol_lipschitz``), so that the
+        fit stops near the accuracy at which the paper's step stops with
+        ``tol``, not at a tighter one (``benchmarks/step_rules.py --rules
+        adaptive,spectral,backtracking`` compares the rules with the paper's
+        step). "paper": the paper's bound (eq. 23 / 33), the reference's
+        iterates exactly.
+        "backtracking": Beck & Teboulle's backtracking from L = (paper L)
+        / 1024. "spectral": L = the largest eigenvalue of a bound on the
+        Hessian (Lanczos over the chunks), with backtracking kept as a
+        safety net.
     restart : bool, optional
         Adaptive momentum restart (O'Donoghue & Candes); default: on for
         every rule but "paper".
@@ -319,7 +348,7 @@ class RBRL(_RBRLBase):
         max_iter=2000,
         tol=1e-6,
         gradient_tol="auto",
-        step_rule="paper",
+        step_rule=DEFAULT_STEP_RULE,
         restart=None,
         fit_intercept=True,
         warm_start=False,
@@ -436,7 +465,7 @@ class KernelRBRL(_RBRLBase):
         max_iter=2000,
         tol=1e-6,
         gradient_tol="auto",
-        step_rule="paper",
+        step_rule=DEFAULT_STEP_RULE,
         restart=None,
         warm_start=False,
         verbose=0,

@@ -44,6 +44,41 @@ Algorithm 1's):
 * ``restart=True``: the gradient-mapping adaptive restart of O'Donoghue &
   Candes (2015): when <G_t - W_t, W_t - W_{t-1}> > 0 the momentum is reset
   (b = 1). The test uses points known before the oracle call, so it is free.
+* ``adaptive=True`` (with ``backtracking``): L also falls. The bound behind
+  a fixed L is a worst case over all directions and all points; the
+  curvature f actually has along a step (:func:`local_curvature`, from
+  values the speculative call returned, so free) is often several times
+  smaller, and FISTA's iterations to a given accuracy scale with sqrt(L).
+  After each accepted step the next L is the larger of one level below L
+  and ``ADAPTIVE_MARGIN`` x that curvature (but not above L); a failed
+  test raises L by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the
+  curvature the failed step met (the adaptive backtracking of Scheinberg,
+  Goldfarb & Bai 2014, with the momentum sequence kept as Algorithm 1's
+  because G_{t+1} is formed before the next L is known). The margin and
+  the bounded fall keep rejected steps (one extra round trip each) rare.
+  L only takes the levels 2^(j / ``ADAPTIVE_LEVELS``) (the start rounded
+  up to one): the curvature is computed from sums over row blocks, which
+  differ in their last bits with the blocks' layout (one block, several,
+  Dask workers), and a continuous L would carry those differences into
+  every step; a level changes only where the curvature sits at a level's
+  edge, as a backtracking test's outcome only where f sits at its bound.
+* ``tol_lipschitz``: a relative-change test calibrated to another step.
+  Near the optimum FISTA's objective falls per iteration by about
+  (F - F*) sqrt(mu / L) (linear phase) or 2 (F - F*)^{3/2} / (sqrt(L) R)
+  (sublinear phase): at the same accuracy a run with step 1/L changes
+  more per iteration than a run with the longer step 1/L', by up to
+  sqrt(L' / L). With ``tol_lipschitz=L'`` the test is therefore
+  ``change <= tol * (L' / L)^(1/4)``, ``change`` the relative change over
+  the last ``STOP_WINDOW`` iterations divided by their number (so no run
+  stops before iteration ``STOP_WINDOW + 1``), so that a run stops near
+  the accuracy at which the run with step 1/L' (the paper's) stops with
+  ``tol``. The fourth root rather than the square root, and the window
+  rather than one step: an adaptive L varies from one iteration to the
+  next, so the run's progress per iteration is that of a larger L than
+  the current one; a single step's change can be small where the
+  non-monotone objective turns; and a warm start's first steps change
+  the objective little before the momentum builds up. All three err
+  towards stopping later, never at a worse solution.
 * ``gradient_tol``: the relative-change test alone can stop a run far from the
   optimum when the objective moves slowly at first: started from the solution
   of a neighbouring regularization value (a warm start along a path), the
@@ -210,6 +245,44 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
     return f_new <= bound + 1e-12 * max(abs(bound), abs(f_new))
 
 
+#: ``adaptive=True``: L takes the values 2^(j / ADAPTIVE_LEVELS), j an integer ...
+ADAPTIVE_LEVELS = 8
+#: ... falls by at most one level an accepted step, and not below this multiple of the
+#: curvature the step met (:func:`local_curvature`).
+ADAPTIVE_MARGIN = 1.5
+#: ``tol_lipschitz``: the relative change is averaged over this many iterations.
+STOP_WINDOW = 10
+
+
+def _level_floor(x: float) -> float:
+    """The largest 2^(j / ADAPTIVE_LEVELS) <= x (0 for x <= 0)."""
+    if not x > 0:
+        return 0.0
+    return 2.0 ** (math.floor(ADAPTIVE_LEVELS * math.log2(x)) / ADAPTIVE_LEVELS)
+
+
+def _level_ceil(x: float) -> float:
+    """The smallest 2^(j / ADAPTIVE_LEVELS) >= x."""
+    return 2.0 ** (math.ceil(ADAPTIVE_LEVELS * math.log2(x)) / ADAPTIVE_LEVELS)
+
+
+def _level_step(L: float, k: int) -> float:
+    """The level k levels above (below, k < 0) the level L."""
+    return 2.0 ** ((round(ADAPTIVE_LEVELS * math.log2(L)) + k) / ADAPTIVE_LEVELS)
+
+
+def local_curvature(f_new: float, f_at: float, grad: np.ndarray, step: np.ndarray) -> float:
+    """2 (f(x+) - f(y) - <grad f(y), x+ - y>) / ||x+ - y||^2, the smallest L the step's test accepts.
+
+    The curvature of f along the step x+ - y, measured from values the
+    speculative oracle call already returned (0 for a zero step).
+    """
+    ss = float(np.vdot(step, step))
+    if ss == 0.0:
+        return 0.0
+    return 2.0 * (f_new - f_at - float(np.vdot(grad, step))) / ss
+
+
 def apg(
     oracle,
     prox,
@@ -225,6 +298,8 @@ def apg(
     gradient_tol: float | None = None,
     checkpoint=None,
     state: APGState | None = None,
+    adaptive: bool = False,
+    tol_lipschitz: float | None = None,
 ) -> APGResult:
     """Minimize f + g by FISTA.
 
@@ -265,6 +340,13 @@ def apg(
         ``lipschitz`` is ignored: L is the state's). The other arguments
         must be those of the interrupted run for the same iterates, except
         ``max_iter``, which must exceed ``state.n_iter``.
+    adaptive : bool
+        Let L fall to the local curvature (needs ``backtracking``; see above).
+    tol_lipschitz : float, optional
+        Stop on a mean relative change over the last ``STOP_WINDOW``
+        iterations of ``tol * (tol_lipschitz / L) ** 0.25`` instead of one
+        step's change of ``tol``: the stop near the accuracy of a run with
+        step ``1 / tol_lipschitz`` (see above).
 
     Returns
     -------
@@ -274,6 +356,10 @@ def apg(
         raise ValueError(f"lipschitz constant must be positive and finite, got {lipschitz}")
     if not eta > 1.0:
         raise ValueError(f"eta must be > 1, got {eta}")
+    if adaptive and not backtracking:
+        raise ValueError("adaptive=True lowers L and needs backtracking=True to raise it again")
+    if tol_lipschitz is not None and not (tol_lipschitz > 0 and math.isfinite(tol_lipschitz)):
+        raise ValueError(f"tol_lipschitz must be positive and finite, got {tol_lipschitz}")
     if gradient_tol is not None and not gradient_tol >= 0:
         raise ValueError(f"gradient_tol must be >= 0, got {gradient_tol}")
     if checkpoint is not None:
@@ -291,7 +377,7 @@ def apg(
             zero = np.zeros_like(x0)
             _, grad0 = oracle(zero[None], 0)
             reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
-        L = float(lipschitz)
+        L = _level_ceil(float(lipschitz)) if adaptive else float(lipschitz)
         start = time.perf_counter()
         result = APGResult(x=x0, lipschitz=L)
         W = x0
@@ -316,10 +402,18 @@ def apg(
         result.n_oracle_calls += 1
         f_W = float(values[0])
         if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):
-            L *= eta
+            if adaptive:  # up by eta, or straight to the curvature the step met
+                curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+                L = _level_step(L, math.ceil(ADAPTIVE_LEVELS * math.log2(eta)))
+                L = max(L, _level_ceil(curvature)) if curvature > L else L
+            else:
+                L *= eta
             result.n_backtracks += 1
             result.lipschitz = L
             continue
+        if adaptive:  # never above L: only a failed test raises L (rounding noise near the optimum)
+            curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+            L_next = max(_level_step(L, -1), min(L, _level_floor(curvature)))
         result.n_restarts += int(bool(do_restart))
         mapping = L * float(np.linalg.norm(G - W_new))
         reference_mapping = mapping if reference_mapping is None else reference_mapping
@@ -331,13 +425,22 @@ def apg(
         result.n_iter = len(hist)
         stop = callback(len(hist), obj, elapsed) if callback is not None else False
         small_mapping = gradient_tol is None or mapping <= gradient_tol * reference_mapping
-        if len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol and small_mapping:
+        if tol_lipschitz is None:
+            changed = len(hist) >= 2 and relative_change(hist[-1], hist[-2]) <= tol
+        else:
+            changed = (
+                len(hist) > STOP_WINDOW
+                and relative_change(hist[-1], hist[-1 - STOP_WINDOW]) / STOP_WINDOW <= tol * (tol_lipschitz / L) ** 0.25
+            )
+        if changed and small_mapping:
             result.converged = True
             return result
         if stop or not want_grad:
             return result
         W, G, b = W_new, G_next, b_next
         grad, f_G = grad_next, float(values[1])
+        if adaptive:
+            L = result.lipschitz = L_next
         if checkpoint is not None and len(hist) % every == 0:
             save_state(
                 APGState(
