@@ -154,14 +154,17 @@ def store(tmp_path_factory):
 
 def test_cli_fit_shows_progress_by_default_and_quiet_hides_it(store, tmp_path, capsys):
     out = tmp_path / "m.npz"
-    assert main(["fit", str(store), "--out", str(out), "--max-iter", "40", "--tol", "0"]) == 0
+    assert main(["fit", str(store), "--out", str(out), "--no-search", "--max-iter", "40", "--tol", "0"]) == 0
     text = capsys.readouterr().out
     assert [int(m.group(1)) for m in _parse(text) if m] == [1, 10, 20, 30, 40]
     assert "model saved to" in text
-    assert main(["fit", str(store), "--out", str(out), "--max-iter", "40", "--quiet"]) == 0
+    assert main(["fit", str(store), "--out", str(out), "--no-search", "--max-iter", "40", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "iter" not in text.replace("iterations", "") and "model saved to" in text
-    assert main(["fit", str(store), "--out", str(out), "--max-iter", "12", "--tol", "0", "--verbose", "4"]) == 0
+    assert (
+        main(["fit", str(store), "--out", str(out), "--no-search", "--max-iter", "12", "--tol", "0", "--verbose", "4"])
+        == 0
+    )
     assert [int(m.group(1)) for m in _parse(capsys.readouterr().out) if m] == [1, 4, 8, 12]
     with pytest.raises(SystemExit):
         main(["fit", str(store), "--out", str(out), "--quiet", "--verbose", "3"])
