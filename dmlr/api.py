@@ -13,6 +13,7 @@ from dmlr.config import config_context
 from dmlr.data.store import Dataset, open_dataset
 from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
+from dmlr.tuning import DEFAULT_SCORING
 
 #: ``model=`` names accepted by :func:`dmlr.fit`.
 MODELS = {
@@ -73,7 +74,7 @@ def fit(
     client=None,
     search: bool | None = None,
     cv: int = 5,
-    scoring: str = "average_precision",
+    scoring: str = DEFAULT_SCORING,
     seed: int | None = 0,
     checkpoint=None,
     checkpoint_every: int = 10,

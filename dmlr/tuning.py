@@ -516,9 +516,7 @@ class _UnitStore:
         unit counts as recorded once both exist)."""
         score, n_iter, est = out
         if hasattr(est, "save"):
-            model = self.units / f"{key}.npz"
-            est.save(model.with_name(f".partial-{key}.npz"))
-            os.replace(model.with_name(f".partial-{key}.npz"), model)
+            est.save(self.units / f"{key}.npz")  # atomic (BaseModel.save)
         _write_atomic(self.units / f"{key}.json", json.dumps([score, n_iter]))
 
 
