@@ -4,7 +4,7 @@ Public API::
 
     dmlr.convert(src, dst, ...)          # ARFF / MEKA / .mat / .npz / libsvm / XC -> Zarr
     ds = dmlr.open_dataset(path)         # lazy dask arrays ds.X, ds.Y, ds.splits
-    model = dmlr.fit(data, model="rbrl", split="train", client=None, **params)
+    model = dmlr.fit(data, model="auto", split="train", client=None, **params)
     with dmlr.config_context(backend="dask", n_blocks=4): ...   # execution settings
     model = dmlr.fit(data, ..., checkpoint="fit.ckpt", checkpoint_every=10, resume=True)  # Zarr checkpoints
     dmlr.evaluate(model, data, split="test")

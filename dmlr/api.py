@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
 from dmlr.config import config_context
+from dmlr.data.arrays import is_sparse
 from dmlr.data.store import Dataset, open_dataset
 from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
@@ -26,6 +27,37 @@ MODELS = {
     "knn": KNN,
     "omf": OMF,
 }
+
+
+#: ``model="auto"`` (the default of :func:`dmlr.fit`): dense training sets of at most this
+#: many rows get the RBF kernel model (exact, or on a Nystroem approximation beyond
+#: :data:`AUTO_KERNEL_COMPONENTS` rows); larger or sparse ones the linear RBRL. On the
+#: staged dense sets (emotions, yeast, scene) the RBF model beats both the linear RBRL and
+#: a tuned one-vs-rest logistic regression on ranking loss and average precision
+#: (``benchmarks/auto_vs_peers.py``). Beyond this size its O(n D l) iterations make its
+#: search many times a linear model's; sparse sets keep the linear model, whose search is
+#: the cheap one (on yahoo_arts the exact kernel's did not end within 16 minutes).
+AUTO_KERNEL_MAX_ROWS = 10_000
+#: Landmarks of the default kernel model's Nystroem form. Up to this many training rows
+#: the exact kernel is used: a Nystroem map would take every row as a landmark, at the
+#: exact kernel's cost.
+AUTO_KERNEL_COMPONENTS = 1024
+
+
+def auto_model(X, seed: int | None = 0) -> BaseModel:
+    """The model ``model="auto"`` fits on training features X (see :data:`AUTO_KERNEL_MAX_ROWS`).
+
+    Returns an unfitted RBF ``KernelRBRL()`` for dense X with at most
+    ``AUTO_KERNEL_COMPONENTS`` rows, ``KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS)``
+    (Nystroem landmarks drawn with ``seed``) for dense X with at most
+    ``AUTO_KERNEL_MAX_ROWS`` rows, else ``RBRL()``.
+    """
+    n = int(X.shape[0])
+    if is_sparse(X) or n > AUTO_KERNEL_MAX_ROWS:
+        return RBRL()
+    if n <= AUTO_KERNEL_COMPONENTS:
+        return KernelRBRL()
+    return KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS, random_state=seed)
 
 
 def _as_dataset(data):
@@ -68,7 +100,7 @@ def make_model(model, **params) -> BaseModel:
 
 def fit(
     data,
-    model="rbrl",
+    model="auto",
     *,
     split: str | None = "train",
     client=None,
@@ -88,10 +120,11 @@ def fit(
     data : str, Path, Dataset or (X, Y)
         A dmlr Zarr store (path or opened), or arrays (numpy, scipy.sparse, dask).
     model : str or estimator
-        A name in :data:`~dmlr.api.MODELS` (``"rbrl"``, ``"kernel_rbrl"``,
-        ``"ranksvm"``, ``"mmp"``, ``"linear"``, ``"oml"``, ``"knn"``,
-        ``"omf"``) or an estimator instance (a scikit-learn Pipeline ending
-        in one, too).
+        ``"auto"`` (default: :func:`dmlr.api.auto_model` chooses by the training
+        features), a name in :data:`~dmlr.api.MODELS` (``"rbrl"``,
+        ``"kernel_rbrl"``, ``"ranksvm"``, ``"mmp"``, ``"linear"``, ``"oml"``,
+        ``"knn"``, ``"omf"``) or an estimator instance (a scikit-learn
+        Pipeline ending in one, too).
     split : str or None
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional
@@ -144,8 +177,11 @@ def fit(
     """
     from dmlr import tuning
 
-    est = make_model(model, **params)
     X, Y = resolve_arrays(data, split, default_split="train")
+    if isinstance(model, str) and model.lower() == "auto":
+        est = auto_model(X, seed).set_params(**params)
+    else:
+        est = make_model(model, **params)
     if search is None:
         search = not isinstance(model, BaseEstimator)
     searched = [a.name for a in tuning.search_space(est) if a.default and a.name not in params] if search else []

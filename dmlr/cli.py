@@ -77,8 +77,8 @@ def _model_params(args) -> dict:
 
 
 def _model_name(args) -> str:
-    """``--kernel`` with the default linear RBRL means the kernel model."""
-    return "kernel_rbrl" if args.kernel is not None and args.model == "rbrl" else args.model
+    """``--kernel`` with the default model or the linear RBRL means the kernel model."""
+    return "kernel_rbrl" if args.kernel is not None and args.model in ("auto", "rbrl") else args.model
 
 
 def _client(args):
@@ -217,7 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit a model on a dmlr Zarr store and save it (regularization not given: chosen by 5-fold CV)",
     )
     f.add_argument("data")
-    f.add_argument("--model", default="rbrl")
+    f.add_argument(
+        "--model",
+        default="auto",
+        help="auto (default: the RBF kernel model for small dense sets, else linear RBRL), or a model name",
+    )
     f.add_argument("--out", required=True, help="model file to write (.npz)")
     f.add_argument("--split", default="train")
     f.add_argument("--alpha", type=float, help="Frobenius (ridge) weight")

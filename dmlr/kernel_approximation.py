@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec
-from dmlr.models.base import SEED
+from dmlr.models.base import SCALING, SEED
+from dmlr.preprocessing import apply_scaling, fit_scaling, resolve_scaling
 from dmlr.validation import check_X
 
 
@@ -45,6 +46,11 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         Polynomial kernel (gamma x.y + coef0) ** degree.
     random_state : int or None
         Seed of the landmark sample / random features.
+    scaling : {"auto", "standard", "maxabs"} or None
+        Feature scaling fitted on the rows ``fit`` sees and applied before
+        the map (:mod:`dmlr.preprocessing`, as the estimators' own
+        ``scaling``): an RBF kernel compares distances, which unscaled
+        columns of different ranges would dominate.
 
     Attributes
     ----------
@@ -54,6 +60,10 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         "fourier": Omega and b.
     gamma_ : float
     n_features_in_ : int
+    scaling_ : str or None
+        The scaling applied ("auto" resolved by the storage of X).
+    feature_offset_, feature_scale_ : float64 (d,)
+        Its statistics (when ``scaling_`` is not None).
     """
 
     _parameter_constraints = {
@@ -64,10 +74,20 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         "degree": [Interval(Integral, 1, None, closed="left")],
         "coef0": [Real],
         "random_state": SEED,
+        "scaling": SCALING,
     }
 
     def __init__(
-        self, kernel="rbf", n_components=256, *, method="nystroem", gamma=None, degree=3, coef0=1.0, random_state=0
+        self,
+        kernel="rbf",
+        n_components=256,
+        *,
+        method="nystroem",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        random_state=0,
+        scaling="auto",
     ):
         self.kernel = kernel
         self.n_components = n_components
@@ -76,6 +96,7 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         self.degree = degree
         self.coef0 = coef0
         self.random_state = random_state
+        self.scaling = scaling
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -86,6 +107,10 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         """Sample the landmarks (Nystroem) or draw the random features (Fourier). Returns self."""
         self._validate_params()
         X = check_X(self, X, reset=True)
+        self.scaling_ = resolve_scaling(self.scaling, X)
+        if self.scaling_ is not None:
+            self.feature_offset_, self.feature_scale_ = fit_scaling(X, self.scaling_)
+            X = self._scaled(X)
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
         if self.method == "nystroem":
             fmap = nystroem_features(X, spec, int(self.n_components), self.random_state)
@@ -101,7 +126,12 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         """Features of the rows of X: float64 (m, D), or a dask array with X's row chunks."""
         check_is_fitted(self, "projection_")
         X = check_X(self, X, reset=False)
-        return self._map().transform(X)
+        return self._map().transform(self._scaled(X))
+
+    def _scaled(self, X):
+        if self.scaling_ is None:
+            return X
+        return apply_scaling(X, self.feature_offset_, self.feature_scale_, self.scaling_)
 
     def _map(self) -> KernelFeatureMap:
         spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)

@@ -480,6 +480,8 @@ def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
         str(store),
         "--out",
         str(out),
+        "--model",
+        "rbrl",
         "--alpha",
         "1",
         "--alpha-rank",

@@ -168,13 +168,21 @@ def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
 def test_br_variant_equals_liblinear_squared_hinge_svm():
     # lambda2 = lambda3 = 0: per-label L2-regularized squared-hinge SVMs. liblinear's primal
     # 1/2 ||w||^2 + C sum sqhinge with C = 1/(2 lambda1) (its intercept is a regularized
-    # constant feature, as RBRL's bias): an independent solver for the same optimum.
+    # constant feature, as RBRL's bias with penalize_intercept): an independent solver for
+    # the same optimum.
     from sklearn.svm import LinearSVC
 
     X, Y = _problem(7, n=150, p=6, l=3)
     lam1 = 0.5
     ours = RBRL(
-        alpha=lam1, alpha_rank=0.0, alpha_nuclear=0.0, step_rule="spectral", tol=1e-13, max_iter=20000, scaling=None
+        alpha=lam1,
+        alpha_rank=0.0,
+        alpha_nuclear=0.0,
+        step_rule="spectral",
+        tol=1e-13,
+        max_iter=20000,
+        scaling=None,
+        penalize_intercept=True,
     ).fit(X, Y)
     for j in range(Y.shape[1]):
         svm = LinearSVC(
@@ -182,3 +190,32 @@ def test_br_variant_equals_liblinear_squared_hinge_svm():
         ).fit(X, Y[:, j].astype(np.int64))
         np.testing.assert_allclose(ours.coef_[:-1, j], svm.coef_.ravel(), rtol=1e-5, atol=1e-6)
         assert ours.coef_[-1, j] == pytest.approx(svm.intercept_[0], rel=1e-5, abs=1e-6)
+
+
+def test_nystroem_model_is_the_linear_model_on_the_kernel_features(tmp_path):
+    import dask.array as da
+    from sklearn.pipeline import make_pipeline
+
+    from dmlr.kernel_approximation import KernelFeatures
+
+    X, Y = _problem(7, n=90, p=6, l=5)
+    params = {"alpha": 3.0, "max_iter": 80, "tol": 0}
+    model = KernelRBRL("rbf", n_components=30, random_state=2, **params).fit(X, Y)
+    assert model.landmarks_.shape == (30, 6) and model.coef_.shape == (31, 5)
+    assert not hasattr(model, "dual_coef_") and model.backend_ == "local"
+    pipe = make_pipeline(
+        KernelFeatures("rbf", n_components=30, random_state=2), RBRL(**params, scaling="standard")
+    ).fit(X, Y)
+    np.testing.assert_allclose(model.coef_, pipe[-1].coef_, rtol=1e-12, atol=1e-14)
+    Xn = np.random.default_rng(8).normal(size=(11, 6))
+    np.testing.assert_allclose(model.decision_function(Xn), pipe.decision_function(Xn), rtol=1e-12, atol=1e-12)
+    # the file holds the landmarks, not the training rows, and reloads to the same scores
+    again = dmlr.load(model.save(tmp_path / "nys.npz"))
+    np.testing.assert_array_equal(again.decision_function(Xn), model.decision_function(Xn))
+    # dask input, several chunks: the same model (up to summation order)
+    lazy = KernelRBRL("rbf", n_components=30, random_state=2, **params).fit(
+        da.from_array(X, chunks=(25, 6)), da.from_array(Y, chunks=(25, 5))
+    )
+    np.testing.assert_allclose(lazy.coef_, model.coef_, rtol=1e-8, atol=1e-10)
+    # more landmarks than rows: every row is one
+    assert KernelRBRL(n_components=500, max_iter=5).fit(X, Y).landmarks_.shape == (90, 6)

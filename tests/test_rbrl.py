@@ -116,7 +116,14 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
 
     Xtr, Ytr, Xte, Yte = reference_emotions
     model = RBRL(
-        alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6, scaling=None, step_rule="paper"
+        alpha=1,
+        alpha_rank=0.01,
+        alpha_nuclear=0.1,
+        max_iter=1999,
+        tol=1e-6,
+        scaling=None,
+        step_rule="paper",
+        penalize_intercept=True,
     ).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "linear_obj.txt"))
     assert model.n_iter_ == 702 == len(ref_obj)
@@ -142,3 +149,43 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
     }
     for ref_key, key in names.items():
         assert metrics[key] == pytest.approx(float(summary[ref_key]), rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("penalize_intercept", [False, True])
+def test_intercept_is_left_out_of_the_penalties_unless_asked(penalize_intercept):
+    # At the optimum the data term's gradient balances the penalties (KKT). With an
+    # unpenalized intercept nothing balances it on the bias row, which then has a zero
+    # data gradient; with the paper's penalized bias it is -alpha * bias.
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 6))
+    Y = (rng.random((80, 5)) < 0.3).astype(np.int8)
+    alpha = 40.0
+    model = RBRL(
+        alpha=alpha,
+        alpha_rank=0.3,
+        alpha_nuclear=0.0,
+        tol=0,
+        max_iter=5000,
+        gradient_tol=1e-12,
+        scaling=None,
+        penalize_intercept=penalize_intercept,
+    ).fit(X, Y)
+    W = model.coef_
+    _, data_grad = smooth_value_and_grad(X, Y, W, 0.0, 0.3)
+    np.testing.assert_allclose(data_grad[:-1], -alpha * W[:-1], atol=1e-6)
+    bias_balance = -alpha * W[-1] if penalize_intercept else np.zeros_like(W[-1])
+    np.testing.assert_allclose(data_grad[-1], bias_balance, atol=1e-6)
+    assert np.abs(W[-1]).max() > 0.1  # the check is not vacuous: the biases are far from 0
+
+
+def test_nuclear_norm_leaves_the_unpenalized_bias_row_out():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 4))
+    Y = (rng.random((60, 6)) < 0.3).astype(np.int8)
+    # a nuclear-norm weight that zeroes the feature rows: only the biases stay
+    model = RBRL(alpha=1.0, alpha_nuclear=1e6, tol=0, max_iter=300, scaling=None).fit(X, Y)
+    np.testing.assert_array_equal(model.coef_[:-1], 0.0)
+    _, data_grad = smooth_value_and_grad(X, Y, model.coef_, 0.0, 0.01)
+    np.testing.assert_allclose(data_grad[-1], 0.0, atol=1e-6)
+    paper = RBRL(alpha=1.0, alpha_nuclear=1e6, tol=0, max_iter=300, scaling=None, penalize_intercept=True).fit(X, Y)
+    np.testing.assert_array_equal(paper.coef_, 0.0)

@@ -228,3 +228,23 @@ def test_checkpoint_of_another_search_is_refused(tmp_path):
     again = search(RBRL(**SOLVER), X, Y, n_jobs=1, checkpoint=tmp_path / "c", resume=True)
     assert again.n_resumed_units == first.n_fits > 0 and again.n_fits == 0
     assert again.best_params == first.best_params and again.results == first.results
+
+
+def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeypatch):
+    import scipy.sparse as sp
+
+    from dmlr import api
+    from dmlr.models import KernelRBRL
+
+    X, Y = _synthetic(n=120)
+    exact = dmlr.fit((X, Y), **SOLVER)  # model="auto", searched
+    assert type(exact) is KernelRBRL and exact.n_components is None and exact.dual_coef_.shape == (120, 4)
+    assert set(exact.best_params_) == {"alpha"}
+    monkeypatch.setattr(api, "AUTO_KERNEL_COMPONENTS", 50)
+    nystroem = dmlr.fit((X, Y), search=False)
+    assert type(nystroem) is KernelRBRL and nystroem.landmarks_.shape == (50, 10)
+    assert type(dmlr.fit((sp.csr_matrix(X), Y), search=False)) is RBRL
+    monkeypatch.setattr(api, "AUTO_KERNEL_MAX_ROWS", 100)
+    assert type(dmlr.fit((X, Y), search=False)) is RBRL
+    with pytest.raises(ValueError, match="gamma"):
+        dmlr.fit((sp.csr_matrix(X), Y), gamma=0.1)  # a kernel parameter for the linear model

@@ -31,11 +31,13 @@ from dmlr.data.arrays import as_matrix
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.extrapolation import ExtrapolationCache
 from dmlr.errors import DmlrInputError
+from dmlr.kernels.approx import KernelFeatureMap, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models import checkpoint as ckpt_store
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, BaseModel, linear_scores, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
+from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, Oracle, apg
 from dmlr.solvers.prox import prox_nuclear_norm
@@ -134,6 +136,10 @@ class _RBRLBase(BaseModel):
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
+    def _penalized_rows(self) -> slice:
+        """Rows of the solver's variable under the ridge and nuclear-norm penalties."""
+        return slice(None)
+
     def _warm_start_point(self, name: str, shape: tuple) -> np.ndarray:
         prev = getattr(self, name, None) if self.warm_start else None
         if prev is not None and np.shape(prev) == shape:
@@ -153,8 +159,13 @@ class _RBRLBase(BaseModel):
         if gradient_tol == "auto":
             gradient_tol = _AUTO_GRADIENT_TOL[self.step_rule](float(self.tol))
 
+        rows = self._penalized_rows()
+
         def prox(V, scaling):
-            return prox_nuclear_norm(V, lam3, scaling)
+            if rows == slice(None):
+                return prox_nuclear_norm(V, lam3, scaling)
+            Z, penalty = prox_nuclear_norm(V[rows], lam3, scaling)
+            return np.vstack([Z, V[rows.stop :]]), penalty
 
         store, saved = None, None
         if ckpt is not None:
@@ -323,7 +334,14 @@ class RBRL(_RBRLBase):
             "\n    Execution",
             """
     fit_intercept : bool
-        Append a constant-1 feature (the bias is regularized, as the paper).
+        Append a constant-1 feature, whose weights are the labels' biases.
+    penalize_intercept : bool
+        Regularize the biases as the other weights (the paper's and the
+        reference's form, whose bias is a constant-1 feature). False
+        (default): the ridge and nuclear-norm terms leave the bias row out,
+        as scikit-learn's linear models leave out their intercepts, so that
+        strong regularization shrinks the weights towards the labels'
+        base rates instead of towards zero scores.
 
     Execution""",
         )
@@ -335,9 +353,13 @@ class RBRL(_RBRLBase):
         + _COMMON_ATTRIBUTES
     )
 
-    _parameter_constraints = {**_RBRLBase._parameter_constraints, "fit_intercept": ["boolean"]}
+    _parameter_constraints = {
+        **_RBRLBase._parameter_constraints,
+        "fit_intercept": ["boolean"],
+        "penalize_intercept": ["boolean"],
+    }
     _fitted_arrays = ("coef_",)
-    _checkpoint_params = _RBRLBase._checkpoint_params + ("fit_intercept",)
+    _checkpoint_params = _RBRLBase._checkpoint_params + ("fit_intercept", "penalize_intercept")
 
     def __init__(
         self,
@@ -351,6 +373,7 @@ class RBRL(_RBRLBase):
         step_rule=DEFAULT_STEP_RULE,
         restart=None,
         fit_intercept=True,
+        penalize_intercept=False,
         warm_start=False,
         verbose=0,
         scaling="auto",
@@ -364,6 +387,7 @@ class RBRL(_RBRLBase):
         self.step_rule = step_rule
         self.restart = restart
         self.fit_intercept = fit_intercept
+        self.penalize_intercept = penalize_intercept
         self.warm_start = warm_start
         self.verbose = verbose
         self.scaling = scaling
@@ -392,6 +416,7 @@ class RBRL(_RBRLBase):
                 ),
                 (lam2,),
                 ridge=lam1,
+                ridge_rows=self._penalized_rows(),
             )
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
@@ -400,6 +425,9 @@ class RBRL(_RBRLBase):
             chunks.close()
         self.coef_ = res.x
         return res
+
+    def _penalized_rows(self) -> slice:
+        return slice(0, -1) if self.fit_intercept and not self.penalize_intercept else slice(None)
 
     def _validate_loaded(self, path) -> None:
         expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
@@ -417,9 +445,14 @@ class KernelRBRL(_RBRLBase):
 
     Each row block builds and keeps its own rows of K (or rebuilds them at
     every call, ``dmlr.config_context(kernel_memory="recompute")``): n x n
-    floats in all, spread over the workers. For sets where that does not fit,
-    approximate the kernel with :class:`dmlr.kernel_approximation.KernelFeatures`
-    in a Pipeline before :class:`RBRL`.
+    floats in all, spread over the workers. With ``n_components`` the model
+    is fitted on a Nystroem approximation of the kernel instead (Williams &
+    Seeger 2001): features F = k(X, landmarks) K_mm^{-1/2} of D landmark
+    rows, on which the linear :class:`RBRL` (standardized F, unpenalized
+    biases) is solved chunk by chunk; with K ~ F F^T, A^T K A ~ W^T W for
+    W = F^T A, so ``alpha`` keeps its meaning. It costs O(n D) memory and
+    O(n D l) an iteration instead of O(n^2) and O(n^2 l), and the model
+    file holds the D landmarks, not the training rows.
 
     Parameters
     ----------
@@ -427,15 +460,28 @@ class KernelRBRL(_RBRLBase):
     gamma : float, optional
         Kernel coefficient (RBF, poly); default 1 / n_features (the paper).
     degree, coef0 : int, float
-        Polynomial kernel (gamma x.y + coef0) ** degree."""
+        Polynomial kernel (gamma x.y + coef0) ** degree.
+    n_components : int or None
+        None (default): the exact kernel. An int: D, the landmarks of the
+        Nystroem approximation (at most the number of training rows).
+    random_state : int or None
+        Seed of the landmark sample (``n_components`` only)."""
         + _COMMON_PARAMETERS
         + """
     Attributes
     ----------
     dual_coef_ : float64 (n_train, n_labels)
-        A.
+        A (exact kernel).
     support_ : float64 (n_train, n_features)
-        The training rows (dense or CSR in memory; saved dense).
+        The training rows (exact kernel; dense or CSR in memory; saved dense).
+    landmarks_ : float64 (D, n_features)
+        The landmark rows (``n_components``).
+    projection_ : float64 (D, D)
+        K_mm^{-1/2} (``n_components``).
+    component_offset_, component_scale_ : float64 (D,)
+        Standardization of the features F (``n_components``).
+    coef_ : float64 (D + 1, n_labels)
+        W on the standardized F, the bias row last (``n_components``).
     gamma_ : float
         The kernel coefficient used."""
         + _COMMON_ATTRIBUTES
@@ -447,10 +493,20 @@ class KernelRBRL(_RBRLBase):
         "gamma": [Interval(Real, 0, None, closed="neither"), None],
         "degree": [Interval(Integral, 1, None, closed="left")],
         "coef0": [Real],
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "random_state": SEED,
     }
     _fitted_arrays = ("dual_coef_", "support_")
+    _approximate_arrays = ("landmarks_", "projection_", "component_offset_", "component_scale_", "coef_")
     _fitted_attributes = _RBRLBase._fitted_attributes + ("gamma_",)
-    _checkpoint_params = _RBRLBase._checkpoint_params + ("kernel", "gamma", "degree", "coef0")
+    _checkpoint_params = _RBRLBase._checkpoint_params + (
+        "kernel",
+        "gamma",
+        "degree",
+        "coef0",
+        "n_components",
+        "random_state",
+    )
 
     def __init__(
         self,
@@ -462,6 +518,8 @@ class KernelRBRL(_RBRLBase):
         gamma=None,
         degree=3,
         coef0=1.0,
+        n_components=None,
+        random_state=0,
         max_iter=2000,
         tol=1e-6,
         gradient_tol="auto",
@@ -472,6 +530,8 @@ class KernelRBRL(_RBRLBase):
         scaling="auto",
     ):
         self.kernel = kernel
+        self.n_components = n_components
+        self.random_state = random_state
         self.alpha = alpha
         self.alpha_rank = alpha_rank
         self.alpha_nuclear = alpha_nuclear
@@ -487,8 +547,13 @@ class KernelRBRL(_RBRLBase):
         self.verbose = verbose
         self.scaling = scaling
 
+    def _fitted_array_names(self) -> tuple:
+        return self._fitted_arrays if self.n_components is None else self._approximate_arrays
+
     def _fit_arrays(self, X, Y, ckpt):
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
+        if self.n_components is not None:
+            return self._fit_approximate(X, Y, spec, ckpt)
         X_all = as_matrix(X.compute() if hasattr(X, "dask") else X)
         chunks = make_chunkset(
             X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False, **chunk_options()
@@ -531,7 +596,41 @@ class KernelRBRL(_RBRLBase):
         self.gamma_ = spec.gamma
         return res
 
+    def _fit_approximate(self, X, Y, spec, ckpt):
+        """The linear RBRL on the Nystroem features of X (its APG result)."""
+        fmap = nystroem_features(X, spec, min(int(self.n_components), int(X.shape[0])), self.random_state)
+        names = ("alpha", "alpha_rank", "alpha_nuclear", "max_iter", "tol", "gradient_tol", "step_rule", "restart")
+        names += ("verbose",)
+        linear = RBRL(**{k: getattr(self, k) for k in names}, warm_start=self.warm_start, scaling="standard")
+        if self.warm_start and getattr(self, "coef_", None) is not None:
+            linear.coef_ = self.coef_
+        F, Y = linear._fit_data(fmap.transform(X), Y)
+        res = linear._fit_arrays(F, Y, ckpt)
+        self.landmarks_, self.projection_ = fmap.landmarks, fmap.projection
+        self.component_offset_, self.component_scale_ = linear.feature_offset_, linear.feature_scale_
+        self.coef_ = linear.coef_
+        self.gamma_ = spec.gamma
+        self.backend_, self.resumed_from_iteration_ = linear.backend_, linear.resumed_from_iteration_
+        return res
+
+    def _feature_map(self) -> KernelFeatureMap:
+        spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
+        return KernelFeatureMap("nystroem", spec, self.landmarks_, self.projection_)
+
     def _validate_loaded(self, path) -> None:
+        if self.n_components is not None:
+            D = np.shape(self.landmarks_)[0]
+            self._check_loaded_arrays(
+                {
+                    "landmarks_": (self.landmarks_, (D, int(self.n_features_in_))),
+                    "projection_": (self.projection_, (D, D)),
+                    "component_offset_": (self.component_offset_, (D,)),
+                    "component_scale_": (self.component_scale_, (D,)),
+                    "coef_": (self.coef_, (D + 1, int(self.n_labels_))),
+                },
+                path,
+            )
+            return
         n = np.shape(self.dual_coef_)[0]
         self._check_loaded_arrays(
             {
@@ -542,8 +641,14 @@ class KernelRBRL(_RBRLBase):
         )
 
     def _scores_block(self, X):
-        """``k(X, support) @ A`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
+        """``k(X, support) @ A``, or ``[F, 1] @ W`` of the standardized Nystroem features F (see
+        :meth:`~dmlr.models.BaseModel.decision_function`)."""
         X = as_matrix(X)
+        if self.n_components is not None:
+            F = apply_scaling(
+                self._feature_map().transform(X), self.component_offset_, self.component_scale_, "standard"
+            )
+            return linear_scores(F, self.coef_, True)
         spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)
         support, A = self.support_, self.dual_coef_
         S = np.zeros((X.shape[0], A.shape[1]))
@@ -584,21 +689,25 @@ class ChunkOracle(Oracle):
         lambda1 of a ridge term added here (the linear model's, eq. 17,
         :func:`dmlr.objectives.rbrl.add_ridge`); the kernel model's is in its
         block shares.
+    ridge_rows : slice
+        The rows the ridge term covers (all but the bias row for an
+        unpenalized intercept).
     """
 
-    def __init__(self, chunks, block_fns, args: tuple, ridge: float | None = None):
+    def __init__(self, chunks, block_fns, args: tuple, ridge: float | None = None, ridge_rows: slice = slice(None)):
         value_and_grad, extrapolated, wants_pair = block_fns
         self.chunks, self.value_and_grad, self.args, self.ridge = chunks, value_and_grad, tuple(args), ridge
+        self.ridge_rows = ridge_rows
         self.cache = ExtrapolationCache(chunks, extrapolated, wants_pair, self.args)
 
     def __call__(self, points, grad_point):
         values, grad = self.chunks.map_reduce(self.value_and_grad, points, grad_point, *self.args)
         if self.ridge is None:
             return values, grad
-        return objective.add_ridge(values, grad, points, grad_point, self.ridge)
+        return objective.add_ridge(values, grad, points, grad_point, self.ridge, self.ridge_rows)
 
     def extrapolated(self, W, W_prev, momentum, G):
         values, grad = self.cache(W, W_prev, momentum, G)
         if self.ridge is None:
             return values, grad
-        return objective.add_ridge(values, grad, (W, G), 1, self.ridge)
+        return objective.add_ridge(values, grad, (W, G), 1, self.ridge, self.ridge_rows)

@@ -395,12 +395,15 @@ def spectral_lipschitz(matvec, dim: int, shift: float = 0.0) -> float:
     return float(top[0]) + shift
 
 
-def add_ridge(values: np.ndarray, grad, points, grad_point: int, lambda1: float):
-    """Add the lambda1/2 ||W||_F^2 term (eq. 17) to summed block values and gradient.
+def add_ridge(values: np.ndarray, grad, points, grad_point: int, lambda1: float, rows: slice = slice(None)):
+    """Add the lambda1/2 ||W[rows]||_F^2 term (eq. 17) to summed block values and gradient.
 
     ``points`` is the (k, d, l) stack or a sequence of k (d, l) arrays.
+    ``rows`` are the penalized rows: all of them in the paper; all but the
+    last (the bias) for an unpenalized intercept.
     """
-    values = values + 0.5 * lambda1 * np.array([np.vdot(P, P) for P in points])
+    values = values + 0.5 * lambda1 * np.array([np.vdot(P[rows], P[rows]) for P in points])
     if grad is not None:
-        grad = grad + lambda1 * points[grad_point]
+        grad = np.array(grad, dtype=np.float64)  # the reduced gradient may be shared with a cache
+        grad[rows] += lambda1 * points[grad_point][rows]
     return values, grad
