@@ -219,3 +219,15 @@ def test_nystroem_model_is_the_linear_model_on_the_kernel_features(tmp_path):
     np.testing.assert_allclose(lazy.coef_, model.coef_, rtol=1e-8, atol=1e-10)
     # more landmarks than rows: every row is one
     assert KernelRBRL(n_components=500, max_iter=5).fit(X, Y).landmarks_.shape == (90, 6)
+
+
+def test_nystroem_map_is_reused_along_a_warm_started_path_on_the_same_rows():
+    X, Y = _problem(8, n=70, p=5, l=3)
+    model = KernelRBRL(n_components=20, random_state=1, warm_start=True, max_iter=30).fit(X, Y)
+    projection = model.projection_
+    model.set_params(alpha=0.1).fit(X, Y)
+    assert model.projection_ is projection  # the same landmarks: K_mm^{-1/2} not formed again
+    cold = KernelRBRL(n_components=20, random_state=1, alpha=0.1, max_iter=30).fit(X, Y)
+    np.testing.assert_array_equal(cold.projection_, projection)
+    model.fit(X[:60], Y[:60])  # other rows, other landmarks: a new map
+    assert model.projection_ is not projection and not np.array_equal(model.landmarks_, cold.landmarks_)

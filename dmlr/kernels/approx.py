@@ -172,7 +172,7 @@ def inverse_sqrt_psd(K: np.ndarray) -> np.ndarray:
     return (V / np.sqrt(w)) @ V.T
 
 
-def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0) -> KernelFeatureMap:
+def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0, reuse=None) -> KernelFeatureMap:
     """Fit a Nystroem map on the rows of X.
 
     Parameters
@@ -186,6 +186,10 @@ def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0) -> KernelF
     seed : int or None
         Seed of :func:`numpy.random.default_rng`. Landmark indices are drawn
         from ``range(n)``, so they do not depend on X's chunking.
+    reuse : KernelFeatureMap, optional
+        A map returned before: when its kernel and landmark rows are these,
+        it is returned as is, without forming and inverting K_mm again (the
+        costly part, O(D^3)), as along a regularization path on one fold.
 
     Returns
     -------
@@ -201,6 +205,8 @@ def nystroem_features(X, spec: KernelSpec, n_components: int, seed=0) -> KernelF
     idx = np.sort(np.random.default_rng(seed).choice(n, size=D, replace=False))
     landmarks = gather_rows(X, idx)
     landmarks = landmarks.toarray() if sp.issparse(landmarks) else np.ascontiguousarray(landmarks)
+    if reuse is not None and reuse.spec == spec and np.array_equal(reuse.landmarks, landmarks):
+        return reuse
     K_mm = kernel_matrix(landmarks, landmarks, spec, B_sq_norms=row_sq_norms(landmarks))
     return KernelFeatureMap(method="nystroem", spec=spec, landmarks=landmarks, projection=inverse_sqrt_psd(K_mm))
 

@@ -598,7 +598,9 @@ class KernelRBRL(_RBRLBase):
 
     def _fit_approximate(self, X, Y, spec, ckpt):
         """The linear RBRL on the Nystroem features of X (its APG result)."""
-        fmap = nystroem_features(X, spec, min(int(self.n_components), int(X.shape[0])), self.random_state)
+        previous = self._feature_map() if self.warm_start and hasattr(self, "landmarks_") else None
+        D = min(int(self.n_components), int(X.shape[0]))
+        fmap = nystroem_features(X, spec, D, self.random_state, reuse=previous)
         names = ("alpha", "alpha_rank", "alpha_nuclear", "max_iter", "tol", "gradient_tol", "step_rule", "restart")
         names += ("verbose",)
         linear = RBRL(**{k: getattr(self, k) for k in names}, warm_start=self.warm_start, scaling="standard")
