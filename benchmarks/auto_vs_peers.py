@@ -13,7 +13,7 @@ give none; ``emotions_mat`` is the RBRL reference's split and features):
   with C in 10^-3..10^3, on the same folds (:func:`dmlr.model_selection.kfold_indices`,
   seed 0), the same preprocessing fitted inside each fold (``StandardScaler`` for
   dense features, ``MaxAbsScaler`` for sparse ones, as dmlr's ``scaling="auto"``),
-  the same scoring (dmlr's example-based average precision through
+  the same scoring (dmlr's default, :data:`dmlr.tuning.DEFAULT_SCORING`, through
   :func:`dmlr.scoring.get_scorer`), ``n_jobs`` = the cores of this machine; then
   refitted on the training split. Seconds: ``GridSearchCV.fit``, refit included.
 
@@ -46,6 +46,7 @@ from dmlr.datasets import anchors_dir, staged_store
 from dmlr.metrics import multilabel_metrics
 from dmlr.model_selection import kfold_indices
 from dmlr.scoring import get_scorer
+from dmlr.tuning import DEFAULT_SCORING
 
 SETS = (
     "emotions_mat",
@@ -124,7 +125,7 @@ def run_peer(store: Path):
         pipe,
         {"onevsrestclassifier__estimator__C": C_GRID},
         cv=folds,
-        scoring=get_scorer("average_precision"),
+        scoring=get_scorer(DEFAULT_SCORING),
         n_jobs=os.cpu_count(),
     )
     t = time.perf_counter()

@@ -35,7 +35,7 @@ def test_fit_without_values_searches_and_prints_the_choice(store, tmp_path, caps
     assert main(["fit", str(store), "--out", str(model), "--model", "rbrl", "--step-rule", "spectral", "--quiet"]) == 0
     out = capsys.readouterr().out
     chosen = load_model(model).alpha
-    assert f"chose alpha={chosen:.4g} by 5-fold cross-validation (average_precision)" in out
+    assert f"chose alpha={chosen:.4g} by 5-fold cross-validation (ranking_loss)" in out
     assert "model saved to" in out
     assert main(["fit", str(store), "--out", str(model), "--model", "rbrl", "--no-search", "--quiet"]) == 0
     assert "chose" not in capsys.readouterr().out and load_model(model).alpha == 1.0

@@ -108,7 +108,7 @@ def test_search_agrees_with_exhaustive_cross_validation():
     # The warm-started, abandoning search chooses what an exhaustive cold grid search of
     # the same values, on the same folds and metric, chooses; the choice is interior.
     X, Y = _synthetic()
-    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision")
     n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
     values = [n_train * 10.0**e for e in tuning.SEARCH_SPACES["RBRL"][0].exponents]
     exhaustive = grid_search_cv(
