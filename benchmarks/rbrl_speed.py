@@ -308,8 +308,12 @@ def _pop_pass_seconds():
     return module.__dict__.pop("_benchmark_pass_seconds", [])
 
 
-def fit_with_pass_times(X, Y, client, iters):
+def fit_with_pass_times(X, Y, client, iters, per_call=False, **params):
     """(model, median ms of the fit's fused passes, slowest worker per call).
+
+    ``params`` are RBRL's, over ``max_iter=iters, tol=0, scaling=None``.
+    With ``per_call``, the second item is the array of the slowest worker's
+    ms per call, in call order, instead of its median.
 
     The fit's own block calls are timed on the workers (the objective's
     steady-state call wrapped for this fit only), so median iteration minus
@@ -323,7 +327,7 @@ def fit_with_pass_times(X, Y, client, iters):
     objective.block_extrapolated_value_and_grad = _timed_block_pass
     try:
         with dmlr.config_context(backend="dask", client=client):
-            model = RBRL(max_iter=iters, tol=0.0, scaling=None).fit(X, Y)
+            model = RBRL(**{"max_iter": iters, "tol": 0.0, "scaling": None, **params}).fit(X, Y)
     finally:
         objective.block_extrapolated_value_and_grad = _BLOCK_PASS
     per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
@@ -333,8 +337,8 @@ def fit_with_pass_times(X, Y, client, iters):
             "objective.block_extrapolated_value_and_grad when it fits"
         )
     calls = min(len(v) for v in per_worker)
-    slowest = np.max([v[:calls] for v in per_worker], axis=0)
-    return model, 1000 * float(np.median(slowest))
+    slowest = 1000 * np.max([v[:calls] for v in per_worker], axis=0)
+    return model, slowest if per_call else float(np.median(slowest))
 
 
 def section_cluster(client, work, iters):

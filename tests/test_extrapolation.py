@@ -287,6 +287,42 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
     np.testing.assert_allclose(getattr(fast, name), getattr(plain, name), rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize(("kernel", "sparse"), [(None, False), (None, True), ("rbf", False)])
+def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, client2, monkeypatch):
+    # on worker processes, W's factors travel in place of W when the prox formed W from them;
+    # the workers form W by the same product: the same fit as shipping W whole
+    from dmlr.distributed.extrapolation import ExtrapolationCache
+    from dmlr.models.rbrl import ChunkOracle
+
+    X, Y = problem(sparse, seed=6, n=400 if kernel else 900, d=40, l=16)
+    params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0)
+
+    def model():
+        return KernelRBRL(kernel, **params) if kernel else RBRL(**params)
+
+    factored = []
+    cache_call = ExtrapolationCache.__call__
+
+    def recording_call(self, W, W_prev, momentum, G, low_rank=None):
+        factored.append(low_rank is not None)
+        if low_rank is not None:
+            assert low_rank.size <= 0.5 * W.size and np.array_equal(low_rank.expand(), W)
+        return cache_call(self, W, W_prev, momentum, G, low_rank)
+
+    monkeypatch.setattr(ExtrapolationCache, "__call__", recording_call)
+    with dmlr.config_context(backend="dask", client=client2):
+        shipped = model().fit(X, Y)
+        n_factored = sum(factored)
+        monkeypatch.setattr(ChunkOracle, "max_factor_fraction", 0.0)
+        whole = model().fit(X, Y)
+    assert n_factored > len(factored) // 4, factored
+    assert not any(factored[len(factored) - whole.n_iter_ :])
+    assert shipped.n_iter_ == whole.n_iter_ == 60
+    np.testing.assert_allclose(shipped.objective_history_, whole.objective_history_, rtol=1e-12, atol=0)
+    a, b = (getattr(m, "dual_coef_" if kernel else "coef_") for m in (shipped, whole))
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-10 * np.abs(b).max())
+
+
 @pytest.mark.parametrize("keep", [True, False])
 def test_kernel_block_call_equals_the_stacked_points(keep):
     # the kernel rows' speculative call, ridge share included, held state or not, K kept or recomputed

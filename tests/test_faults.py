@@ -213,6 +213,39 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
     _assert_same_model(model, local_model)
 
 
+#: A nuclear weight that leaves W of rank <= 2 of 10 labels through the fit, so that its
+#: speculative calls ship W's low-rank factors (``ChunkOracle.max_factor_fraction``).
+LOW_RANK_PARAMS = {**PARAMS, "alpha_nuclear": 3000.0}
+
+
+@pytest.mark.parametrize("how", ["between_calls", "inside_oracle"])
+def test_fit_shipping_low_rank_factors_survives_a_killed_worker(store, cluster3, monkeypatch, how):
+    from dmlr.distributed.extrapolation import ExtrapolationCache
+
+    # the reference sums over the same 3 blocks: at this weight, singular values and the adaptive
+    # rule's curvature sit near their thresholds, where 1 and 3 blocks' roundings part ways
+    with dmlr.config_context(backend="local", n_blocks=N_WORKERS):
+        reference = dmlr.fit(store, "rbrl", **LOW_RANK_PARAMS)
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    killed = _kill_at(monkeypatch, how, pids)
+    factored = []  # per speculative call: whether it shipped factors
+    cache_call = ExtrapolationCache.__call__
+
+    def recording_call(self, W, W_prev, momentum, G, low_rank=None):
+        factored.append(low_rank is not None)
+        return cache_call(self, W, W_prev, momentum, G, low_rank)
+
+    monkeypatch.setattr(ExtrapolationCache, "__call__", recording_call)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **LOW_RANK_PARAMS)
+
+    _assert_victim_gone(client, pids, killed)
+    assert any(factored[: KILL_AT - 2]) and any(factored[KILL_AT:]), factored
+    assert counter.computed[BLOCK_TASK][killed["block"]] >= 2
+    _assert_same_model(model, reference)
+
+
 # ---------------------------------------------------------------------------
 # Input with no graph to recompute from: numpy / scipy.sparse arrays, and the kernel rows
 # ---------------------------------------------------------------------------

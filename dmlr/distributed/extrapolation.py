@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dmlr.distributed.chunks import add_results, tree_reduce
+from dmlr.solvers.prox import LowRank
 
 #: Names this process: a block call sent from the process it runs in is handed the
 #: caller's arrays, not copies.
@@ -92,7 +93,11 @@ def answer_block(block, step_fn, wants_pair_fn, W, momentum, prev_key, key, sent
     [W | G] rather than W_prev. ``prev_key`` names the previous call's point
     (None: nothing held is used), ``key`` this call's, ``sent`` is what was
     resent (or None) and ``sender`` the caller's :data:`PROCESS_TOKEN`.
+    ``W`` may come as its factors (:class:`~dmlr.solvers.prox.LowRank`), and
+    is then formed here by the product the caller formed it by.
     """
+    if isinstance(W, LowRank):
+        W = W.expand()
     entry = block.state.get(STATE_KEY)
     held = entry[1] if entry is not None and prev_key is not None and entry[0] == prev_key else None
     if held is None and sent is None:
@@ -138,25 +143,28 @@ class ExtrapolationCache:
         self._every_call: dict[int, Resend] = {}  # blocks that keep nothing: what they are sent each call
         self.n_resent = 0
 
-    def __call__(self, W: np.ndarray, W_prev: np.ndarray, momentum: float, G: np.ndarray):
+    def __call__(self, W: np.ndarray, W_prev: np.ndarray, momentum: float, G: np.ndarray, low_rank=None):
         """Summed block shares of f at [W, G] and of grad f(G), G = W + momentum (W - W_prev).
 
-        W, W_prev, G : float64 (d, l), never written. Returns (values float64 (2,), grad float64 (d, l)).
+        W, W_prev, G : float64 (d, l), never written. ``low_rank``, a
+        :class:`~dmlr.solvers.prox.LowRank` whose ``expand()`` is W, is sent
+        in place of W. Returns (values float64 (2,), grad float64 (d, l)).
         """
         key = (self._run, next(self._calls))
         sent = _Sent(W, W_prev, G)
+        point = W if low_rank is None else low_rank
         chunks, kinds = self.chunks, set(self._every_call.values())
         if len(self._every_call) == chunks.n_blocks and len(kinds) == 1:
-            replies = self._map(W, momentum, None, key, sent.get(kinds.pop()))
+            replies = self._map(point, momentum, None, key, sent.get(kinds.pop()))
         else:
             prev_key = self._last_key if self._last_W is W_prev else None
-            replies = self._map(W, momentum, prev_key, key, None)
+            replies = self._map(point, momentum, prev_key, key, None)
         for i, reply in enumerate(replies):
             if reply.resend is None:
                 continue
             self.n_resent += 1
             what = reply.resend
-            replies[i] = reply = self._apply(i, W, momentum, key, sent.get(what))
+            replies[i] = reply = self._apply(i, point, momentum, key, sent.get(what))
             if reply.resend is not None:
                 raise RuntimeError(f"block {i} was sent {what.name} and still asks for {reply.resend.name}")
             if not reply.holds:

@@ -162,10 +162,15 @@ class _RBRLBase(BaseModel):
         rows = self._penalized_rows()
 
         def prox(V, scaling):
-            if rows == slice(None):
-                return prox_nuclear_norm(V, lam3, scaling)
-            Z, penalty = prox_nuclear_norm(V[rows], lam3, scaling)
-            return np.vstack([Z, V[rows.stop :]]), penalty
+            if rows != slice(None):  # the bias row passes through, below the low-rank part
+                Z, penalty, low_rank = prox_nuclear_norm(V[rows], lam3, scaling, factors=True)
+                tail = V[rows.stop :]
+                Z = np.vstack([Z, tail])
+                oracle.note_factors(Z, None if low_rank is None else low_rank._replace(tail=tail))
+                return Z, penalty
+            Z, penalty, low_rank = prox_nuclear_norm(V, lam3, scaling, factors=True)
+            oracle.note_factors(Z, low_rank)
+            return Z, penalty
 
         store, saved = None, None
         if ckpt is not None:
@@ -694,13 +699,39 @@ class ChunkOracle(Oracle):
     ridge_rows : slice
         The rows the ridge term covers (all but the bias row for an
         unpenalized intercept).
+
+    Attributes
+    ----------
+    n_factored : int
+        Speculative calls that shipped the new point as low-rank factors.
+
+    Notes
+    -----
+    When the prox's result W_t was formed as a product of thin factors (a
+    low-rank W, :class:`~dmlr.solvers.prox.LowRank`) and they take at most
+    :attr:`max_factor_fraction` of W's floats, the speculative call sends the
+    factors to blocks on Dask workers, which form W by the same product: the
+    same numbers for a fraction of the bytes (blocks in this process are
+    handed W itself, which costs nothing to send). The solver is not
+    involved: the prox tells the oracle which of its results are factored
+    (:meth:`note_factors`), and the oracle recognizes the very array when
+    the solver passes it back.
     """
+
+    #: Factors are shipped when they hold at most this fraction of W's floats (0: never).
+    max_factor_fraction = 0.5
 
     def __init__(self, chunks, block_fns, args: tuple, ridge: float | None = None, ridge_rows: slice = slice(None)):
         value_and_grad, extrapolated, wants_pair = block_fns
         self.chunks, self.value_and_grad, self.args, self.ridge = chunks, value_and_grad, tuple(args), ridge
         self.ridge_rows = ridge_rows
         self.cache = ExtrapolationCache(chunks, extrapolated, wants_pair, self.args)
+        self._factored = (None, None)
+        self.n_factored = 0
+
+    def note_factors(self, W, low_rank) -> None:
+        """Record that ``W`` is ``low_rank.expand()`` (None: W has no factors), for the next speculative call."""
+        self._factored = (W, low_rank)
 
     def __call__(self, points, grad_point):
         values, grad = self.chunks.map_reduce(self.value_and_grad, points, grad_point, *self.args)
@@ -709,7 +740,15 @@ class ChunkOracle(Oracle):
         return objective.add_ridge(values, grad, points, grad_point, self.ridge, self.ridge_rows)
 
     def extrapolated(self, W, W_prev, momentum, G):
-        values, grad = self.cache(W, W_prev, momentum, G)
+        noted, low_rank = self._factored
+        ship = (
+            noted is W
+            and low_rank is not None
+            and self.chunks.backend == "dask"
+            and low_rank.size <= self.max_factor_fraction * W.size
+        )
+        self.n_factored += ship
+        values, grad = self.cache(W, W_prev, momentum, G, low_rank if ship else None)
         if self.ridge is None:
             return values, grad
         return objective.add_ridge(values, grad, (W, G), 1, self.ridge, self.ridge_rows)

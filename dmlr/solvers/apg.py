@@ -241,7 +241,12 @@ def sufficient_decrease(f_new: float, f_at: float, grad: np.ndarray, step: np.nd
 
     A relative slack of 1e-12 absorbs the rounding of sums over many rows.
     """
-    bound = f_at + float(np.vdot(grad, step)) + 0.5 * lipschitz * float(np.vdot(step, step))
+    return _sufficient_decrease(f_new, f_at, float(np.vdot(grad, step)), float(np.vdot(step, step)), lipschitz)
+
+
+def _sufficient_decrease(f_new: float, f_at: float, grad_step: float, step_step: float, lipschitz: float) -> bool:
+    """:func:`sufficient_decrease` from <grad f(y), x+ - y> and ||x+ - y||^2."""
+    bound = f_at + grad_step + 0.5 * lipschitz * step_step
     return f_new <= bound + 1e-12 * max(abs(bound), abs(f_new))
 
 
@@ -277,10 +282,14 @@ def local_curvature(f_new: float, f_at: float, grad: np.ndarray, step: np.ndarra
     The curvature of f along the step x+ - y, measured from values the
     speculative oracle call already returned (0 for a zero step).
     """
-    ss = float(np.vdot(step, step))
-    if ss == 0.0:
+    return _local_curvature(f_new, f_at, float(np.vdot(grad, step)), float(np.vdot(step, step)))
+
+
+def _local_curvature(f_new: float, f_at: float, grad_step: float, step_step: float) -> float:
+    """:func:`local_curvature` from <grad f(y), x+ - y> and ||x+ - y||^2."""
+    if step_step == 0.0:
         return 0.0
-    return 2.0 * (f_new - f_at - float(np.vdot(grad, step))) / ss
+    return 2.0 * (f_new - f_at - grad_step) / step_step
 
 
 def apg(
@@ -390,10 +399,14 @@ def apg(
     while True:
         step = 1.0 / L
         W_new, g_new = prox(G - step * grad, step)
-        do_restart = restart and hist and float(np.vdot(G - W_new, W_new - W)) > 0.0
+        # each d x l difference and product once (the solver's own work per iteration):
+        # D = W_new - G (so G - W_new = -D, exactly), E = W_new - W
+        D, E = W_new - G, W_new - W
+        dd = float(np.vdot(D, D))
+        do_restart = restart and hist and -float(np.vdot(D, E)) > 0.0
         b_next = 1.0 if do_restart else (1.0 + math.sqrt(1.0 + 4.0 * b * b)) / 2.0
         momentum = 0.0 if do_restart else (b - 1.0) / b_next
-        G_next = W_new + momentum * (W_new - W)
+        G_next = W_new + momentum * E
         want_grad = len(hist) + 1 < max_iter
         if want_grad:
             values, grad_next = oracle.extrapolated(W_new, W, momentum, G_next)
@@ -401,9 +414,10 @@ def apg(
             values, grad_next = oracle(W_new[None], -1)
         result.n_oracle_calls += 1
         f_W = float(values[0])
-        if backtracking and not sufficient_decrease(f_W, f_G, grad, W_new - G, L):
+        gd = float(np.vdot(grad, D)) if backtracking else 0.0
+        if backtracking and not _sufficient_decrease(f_W, f_G, gd, dd, L):
             if adaptive:  # up by eta, or straight to the curvature the step met
-                curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+                curvature = ADAPTIVE_MARGIN * _local_curvature(f_W, f_G, gd, dd)
                 L = _level_step(L, math.ceil(ADAPTIVE_LEVELS * math.log2(eta)))
                 L = max(L, _level_ceil(curvature)) if curvature > L else L
             else:
@@ -412,10 +426,10 @@ def apg(
             result.lipschitz = L
             continue
         if adaptive:  # never above L: only a failed test raises L (rounding noise near the optimum)
-            curvature = ADAPTIVE_MARGIN * local_curvature(f_W, f_G, grad, W_new - G)
+            curvature = ADAPTIVE_MARGIN * _local_curvature(f_W, f_G, gd, dd)
             L_next = max(_level_step(L, -1), min(L, _level_floor(curvature)))
         result.n_restarts += int(bool(do_restart))
-        mapping = L * float(np.linalg.norm(G - W_new))
+        mapping = L * math.sqrt(dd)
         reference_mapping = mapping if reference_mapping is None else reference_mapping
         obj = f_W + g_new
         hist.append(obj)

@@ -1,0 +1,228 @@
+"""Dask and client time per APG iteration of linear RBRL on the Bookmarks shape, by part.
+
+On a 2-worker local cluster (processes, 1 thread each), the Bookmarks-shaped
+synthetic train split (87,856 x 2,150 sparse, 208 labels), fits of
+``--iters`` iterations (``tol=0``, ``scaling=None``, the default step rule)
+at each ``alpha_nuclear`` of ``--alphas`` (the default 0.1 leaves W full
+rank; a large one makes it low rank). Two paths for the speculative call:
+
+* ``whole W``: W (d x l float64) is shipped to every worker
+  (``ChunkOracle.max_factor_fraction = 0``);
+* ``factors``: when the prox formed W from thin factors, the factors go
+  instead (:class:`dmlr.solvers.prox.LowRank`, the default), and each
+  worker forms W by the same product.
+
+Both paths give the same numbers, so one fit can take them in turns: the
+path alternates call by call within each fit, and every call is put beside
+its neighbours of the other path under the same load. Per APG step (an
+iteration, or a rejected step), in ms, medians over the steps of
+``--rounds`` fits:
+
+* step: from one prox's start to the next one's (the first two steps, the
+  blocks' first exchange, left out);
+* pass: that step's block calls timed on the workers, the slowest worker
+  (as ``benchmarks/rbrl_speed.py`` section 2 times them);
+* round trip: the client's speculative oracle call (ship, form W from the
+  factors, compute, gather, sum, ridge term) minus that pass;
+* prox: the client's nuclear-norm prox;
+* bookkeeping: step - oracle call - prox (APG's own d x l work);
+* Dask + client: step - pass (the issue's figure).
+
+Then the transport alone: a no-op block call on every worker carrying
+nothing, W or W's factors at the rank reached, and returning nothing or a
+d x l matrix, the variants in turns, median of ``--repeats`` calls each.
+The last table compares the models of fits made with one path only
+(largest coefficient difference over the largest coefficient).
+
+The machine has 2 cores shared with other jobs: the timings are noisy, hence
+the medians and the turns; the ratios between paths in one run are the
+figures to read.
+
+Usage: python benchmarks/dask_overhead.py [--iters 30] [--rounds 2] [--alphas 0.1,300] [--repeats 40] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cloudpickle  # noqa: E402
+import rbrl_speed  # noqa: E402
+
+import dmlr  # noqa: E402
+from dmlr.datasets import synthetic_store  # noqa: E402
+from dmlr.distributed.chunks import make_chunkset  # noqa: E402
+from dmlr.models import RBRL  # noqa: E402
+from dmlr.models import rbrl as rbrl_module  # noqa: E402
+from dmlr.solvers.prox import LowRank  # noqa: E402
+
+PATHS = {"whole W": 0.0, "factors": rbrl_module.ChunkOracle.max_factor_fraction}
+PARTS = ("step", "pass", "round trip", "prox", "bookkeeping", "Dask + client")
+
+
+class ClientTimer:
+    """Times the client's prox and speculative calls of the fits made while installed, paths in turns.
+
+    Call k ships factors when it can if ``k % 2`` (``factors`` path), W whole otherwise.
+    """
+
+    def __init__(self):
+        self.events = []  # (kind, start, end, path), in order
+
+    def __enter__(self):
+        self._prox, self._call = rbrl_module.prox_nuclear_norm, rbrl_module.ChunkOracle.extrapolated
+        calls = []
+
+        def prox(*args, **kwargs):
+            t = time.perf_counter()
+            out = self._prox(*args, **kwargs)
+            self.events.append(("prox", t, time.perf_counter(), None))
+            return out
+
+        def call(oracle, *args):
+            path = list(PATHS)[len(calls) % 2]
+            calls.append(path)
+            rbrl_module.ChunkOracle.max_factor_fraction = PATHS[path]
+            t = time.perf_counter()
+            out = self._call(oracle, *args)
+            self.events.append(("call", t, time.perf_counter(), path))
+            return out
+
+        rbrl_module.prox_nuclear_norm, rbrl_module.ChunkOracle.extrapolated = prox, call
+        return self
+
+    def __exit__(self, *exc):
+        rbrl_module.prox_nuclear_norm, rbrl_module.ChunkOracle.extrapolated = self._prox, self._call
+        rbrl_module.ChunkOracle.max_factor_fraction = PATHS["factors"]
+
+    def steps(self, skip=2):
+        """Per APG step, from one prox's start to the next's: (path, step, prox, call, call index), seconds.
+
+        The first ``skip`` steps (the blocks' first exchange) are left out.
+        """
+        index = {id(e): k for k, e in enumerate(e for e in self.events if e[0] == "call")}
+        starts = [i for i, e in enumerate(self.events) if e[0] == "prox"]
+        out = []
+        for a, b in zip(starts[skip:], starts[skip + 1 :]):
+            span = self.events[a:b]
+            calls = [e for e in span if e[0] == "call"]
+            if len(calls) == 1:
+                c = calls[0]
+                out.append((c[3], self.events[b][1] - span[0][1], span[0][2] - span[0][1], c[2] - c[1], index[id(c)]))
+        return out
+
+
+def measure(X, Y, client, iters, alpha_nuclear):
+    """({path: [(step, pass, round trip, prox, bookkeeping, Dask + client) ms per step]}, model, rank of W)."""
+    with ClientTimer() as timer:
+        model, passes = rbrl_speed.fit_with_pass_times(X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear)
+    steps = timer.steps()
+    n_calls = sum(e[0] == "call" for e in timer.events)
+    if len(passes) != n_calls:
+        raise RuntimeError(f"{len(passes)} timed block passes for {n_calls} speculative calls")
+    out = {p: [] for p in PATHS}
+    for path, step, prox, call, k in steps:
+        step, prox, call = 1000 * step, 1000 * prox, 1000 * call
+        out[path].append((step, passes[k], call - passes[k], prox, step - call - prox, step - passes[k]))
+    s = np.linalg.svd(model.coef_, compute_uv=False)
+    return out, model, int((s > 1e-12 * s[0]).sum())
+
+
+def _null_call(block, point, back):
+    """A block call that only receives ``point`` and returns a d x l matrix (``back``) or nothing."""
+    if isinstance(point, LowRank):
+        point = point.expand()  # as a block call does
+    return np.zeros(point.shape) if back else 0.0
+
+
+def transport_table(client, X, Y, ranks, repeats):
+    chunks = make_chunkset(X[:2048], Y[:2048], fit_intercept=True, backend="dask", client=client)
+    d, l = X.shape[1] + 1, Y.shape[1]
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(d, l))
+    tiny = np.zeros((1, 1))
+    variants = [("empty", tiny, False), ("W back", tiny, True), ("W out", W, False), ("W out, W back", W, True)]
+    for k in sorted(set(ranks)):
+        if (d + l) * k < d * l:
+            low = LowRank(rng.normal(size=(d, k)), np.ascontiguousarray(rng.normal(size=(l, k))).T)
+            variants += [(f"factors (rank {k}) out", low, False), (f"factors (rank {k}) out, W back", low, True)]
+    times = {v[0]: [] for v in variants}
+    for _ in range(repeats):  # the variants in turns, so that they share the machine's load
+        for label, point, back in variants:
+            t = time.perf_counter()
+            chunks.map_blocks(_null_call, point, back)
+            times[label].append(1000 * (time.perf_counter() - t))
+    chunks.close()
+    print(
+        f"\n| no-op call on {chunks.n_blocks} workers, variants in turns, median of {repeats} | out | back | ms "
+        "| ms above the empty call |"
+    )
+    print("|---|---|---|---|---|")
+    base = float(np.median(times["empty"]))
+    for label, point, back in variants:
+        out = "-" if point is tiny else f"{8 * point.size / 1e6:.2f} MB"
+        ms = float(np.median(times[label]))
+        print(f"| {label} | {out} | {'%.2f MB' % (8 * d * l / 1e6) if back else '-'} | {ms:.2f} | {ms - base:.2f} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--alphas", default="0.1,300", help="alpha_nuclear values, comma-separated")
+    ap.add_argument("--repeats", type=int, default=40, help="calls of each no-op variant")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
+    alphas = [float(a) for a in args.alphas.split(",")]
+    X, Y = dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")
+    cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block pass runs on the workers
+    from distributed import Client
+
+    from dmlr.distributed import local_cluster
+
+    steps = {(a, p): [] for a in alphas for p in PATHS}
+    ranks, models = {}, {}
+    with local_cluster(2, 1) as cluster, Client(cluster) as client:
+        for r in range(args.rounds):
+            for a in alphas:
+                out, model, ranks[a] = measure(X, Y, client, args.iters, a)
+                for p in PATHS:
+                    steps[(a, p)] += out[p]
+                print(f"round {r}, alpha_nuclear={a:g}: {model.n_iter_} iterations, rank {ranks[a]}", flush=True)
+        print(
+            f"\n| Bookmarks shape, 2 workers, ms per APG step (median over the steps of {args.rounds} fits of "
+            f"{args.iters} iterations, paths in turns) | rank of W | path | steps | " + " | ".join(PARTS) + " |"
+        )
+        print("|---|---|---|---|" + "---|" * len(PARTS))
+        for a in alphas:
+            med = {p: np.median(np.array(steps[(a, p)]), axis=0) for p in PATHS}
+            for p in PATHS:
+                cells = " | ".join(f"{v:.1f}" for v in med[p])
+                print(f"| alpha_nuclear={a:g} | {ranks[a]} | {p} | {len(steps[(a, p)])} | {cells} |")
+            ratio = " | ".join(f"{x / y:.2f}" for x, y in zip(med["factors"], med["whole W"]))
+            print(f"| alpha_nuclear={a:g} | | factors / whole W | | {ratio} |")
+        transport_table(client, X, Y, ranks.values(), args.repeats)
+        for a in alphas:  # one path per fit: the models must agree
+            for p, fraction in PATHS.items():
+                rbrl_module.ChunkOracle.max_factor_fraction = fraction
+                with dmlr.config_context(backend="dask", client=client):
+                    models[(a, p)] = RBRL(max_iter=args.iters, tol=0.0, scaling=None, alpha_nuclear=a).fit(X, Y)
+        rbrl_module.ChunkOracle.max_factor_fraction = PATHS["factors"]
+    print("\n| alpha_nuclear | max |coef (whole W) - coef (factors)| / max |coef| | iterations (both) |")
+    print("|---|---|---|")
+    for a in alphas:
+        old, new = (models[(a, p)] for p in PATHS)
+        diff = np.abs(old.coef_ - new.coef_).max() / np.abs(old.coef_).max()
+        print(f"| {a:g} | {diff:.2e} | {old.n_iter_}, {new.n_iter_} |")
+
+
+if __name__ == "__main__":
+    main()
