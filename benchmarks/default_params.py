@@ -8,6 +8,9 @@ the value chosen on each set and the most frequent choice, which is the model's 
 * ``linear``: :class:`dmlr.models.LinearMultiLabel` (defaults otherwise), ``alpha`` by
   :func:`dmlr.tuning.search` (its half-decade grid, widened at an edge; scoring: example-based
   average precision, the search's default).
+* ``ranksvm``: :class:`dmlr.models.RankSVM` (defaults otherwise), ``alpha`` as for ``linear``.
+* ``oml``: :class:`dmlr.models.OML` (defaults otherwise), ``k`` and ``aggregation`` on a grid
+  (:data:`OML_GRID`) by :func:`dmlr.model_selection.grid_search_cv` (average precision).
 * ``omf``: :class:`dmlr.models.OMF` (defaults otherwise), ``label_weight``, ``alpha``,
   ``eta0`` and ``n_components`` on a grid, then ``alpha_code`` and the label rule (top-k or a
   threshold) on the same fits, by :func:`dmlr.models.omf.cross_validate_omf` (scoring: micro-F1,
@@ -37,12 +40,16 @@ import numpy as np
 import dmlr
 from dmlr.datasets import staged_store
 from dmlr.metrics import multilabel_metrics
+from dmlr.models import OMF, OML, LinearMultiLabel, RankSVM
 
 SETS = ("emotions", "yeast", "scene", "enron", "medical")
+MODELS = {"linear": LinearMultiLabel, "ranksvm": RankSVM, "oml": OML, "omf": OMF}
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-default-params"
 
 #: The defaults before this table (for the before/after columns).
 OLD_DEFAULTS = {
+    "ranksvm": {"alpha": 1e-4},
+    "oml": {"k": 10, "aggregation": "vote"},
     "linear": {"solver": "sgd", "alpha": 1e-4, "n_epochs": 5, "learning_rate": "1/k", "tol": None},
     "omf": {
         "n_components": 10,
@@ -75,9 +82,13 @@ OMF_WIDE_GRID = {
 #: Parameters whose choice the table reports, per model.
 REPORTED = {
     "linear": ("alpha",),
+    "ranksvm": ("alpha",),
+    "oml": ("k", "aggregation"),
     "omf": ("n_components", "label_weight", "alpha", "eta0", "alpha_code", "label_rule", "top_k", "threshold"),
 }
-SCORE = {"linear": "average_precision", "omf": "f1_micro"}
+SCORE = {"linear": "average_precision", "ranksvm": "average_precision", "oml": "average_precision", "omf": "f1_micro"}
+#: OML's grid: neighbours and how their labels are aggregated.
+OML_GRID = {"k": [5, 10, 20, 40], "aggregation": ["vote", "mlknn"]}
 
 
 def load(name: str, workdir: Path, split: str):
@@ -89,13 +100,18 @@ def load(name: str, workdir: Path, split: str):
 
 def choose(model: str, X, Y, cv: int, seed: int, grid: str = "coarse") -> dict:
     """The CV choice on (X, Y): {param: value}."""
-    if model == "linear":
-        from dmlr.models import LinearMultiLabel
+    if model in ("linear", "ranksvm"):
         from dmlr.tuning import search
 
-        res = search(LinearMultiLabel(), X, Y, params=["alpha"], cv=cv, seed=seed, client="local", n_jobs=1)
+        res = search(MODELS[model](), X, Y, params=["alpha"], cv=cv, seed=seed, client="local", n_jobs=1)
         return dict(res.best_params)
-    from dmlr.models import OMF
+    if model == "oml":
+        from dmlr.model_selection import grid_search_cv
+
+        res = grid_search_cv(
+            MODELS[model](), X, Y, OML_GRID, cv=cv, seed=seed, scoring="average_precision", client="local", refit=False
+        )
+        return dict(res.best_params)
     from dmlr.models.omf import DEFAULT_THRESHOLDS, cross_validate_omf
 
     res = cross_validate_omf(
@@ -113,9 +129,7 @@ def choose(model: str, X, Y, cv: int, seed: int, grid: str = "coarse") -> dict:
 
 
 def test_score(model: str, params: dict, Xtr, Ytr, Xte, Yte) -> float:
-    from dmlr.models import OMF, LinearMultiLabel
-
-    cls = LinearMultiLabel if model == "linear" else OMF
+    cls = MODELS[model]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = cls(**params).fit(Xtr, Ytr)
@@ -144,11 +158,17 @@ def _cache(model: str, name: str, a) -> Path:
     return Path(a.workdir) / f"{model}-{name}-cv{a.cv}{tag}-s{a.seed}.json"
 
 
-def most_frequent(values):
-    """The most frequent value; ties go to the first set's order (the table's order)."""
+def most_frequent(values, former=None):
+    """The most frequent value; a tie goes to the tied value nearest the former default (log
+    scale for positive numbers), else to the first in the table's order."""
     counts = collections.Counter(json.dumps(v) for v in values)
     top = max(counts.values())
-    return next(v for v in values if counts[json.dumps(v)] == top)
+    tied = [v for v in dict.fromkeys(values, None) if counts[json.dumps(v)] == top]
+    if len(tied) > 1 and isinstance(former, (int, float)) and all(isinstance(v, (int, float)) for v in tied):
+        return min(tied, key=lambda v: abs(np.log(v / former)) if v > 0 and former > 0 else abs(v - former))
+    if len(tied) > 1 and former in tied:
+        return former
+    return tied[0]
 
 
 def table(model: str, results: list, a) -> tuple[str, dict]:
@@ -159,17 +179,14 @@ def table(model: str, results: list, a) -> tuple[str, dict]:
     for r in results:
         bp = r["best_params"]
         lines.append(f"{r['set']:<10}" + "".join(f"{_fmt(bp.get(k)):>14}" for k in keys) + f"{r['seconds']:>9.0f}")
-    # the default: the most frequent value of each parameter; the rule's own parameter among the sets
-    # whose rule is the default rule
     default = {}
     for k in keys:
-        rows = results
         if k in ("top_k", "threshold"):
-            rule = default.get("label_rule")
-            rows = [r for r in results if r["best_params"].get("label_rule") == rule]
-            if not rows or k != ("top_k" if rule == "top_k" else "threshold"):
-                continue
-        default[k] = most_frequent([r["best_params"][k] for r in rows if k in r["best_params"]])
+            continue  # OMF: the chosen thresholds differ on every set; the model learns its own
+        former = OLD_DEFAULTS[model].get(k)
+        default[k] = most_frequent([r["best_params"][k] for r in results if k in r["best_params"]], former)
+    if model == "omf":
+        default["threshold"] = "auto"
     lines.append(f"{'default':<10}" + "".join(f"{_fmt(default.get(k, '-')):>14}" for k in keys))
     return "\n".join(lines), default
 
@@ -182,7 +199,7 @@ def _fmt(v):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="linear,omf")
+    ap.add_argument("--models", default="linear,ranksvm,oml,omf")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--cv", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
