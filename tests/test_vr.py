@@ -380,3 +380,20 @@ def test_an_uncertified_fit_warns():
     assert not m.converged_
     with pytest.warns(ConvergenceWarning, match="after 2 epochs"):
         LinearMultiLabel(solver="svrg1", n_epochs=2, alpha=1e-6).fit(X, Y)
+
+
+def test_the_default_fit_is_the_same_in_process_and_on_the_cluster(client2):
+    """L-BFGS's gradients are sums over the blocks: 1 block, 3 blocks and 2 workers differ only
+    in the order of those sums, and each fit is certified within tol of the same optimum."""
+    X, Y = _data(n=700)
+    with dmlr.config_context(backend="local", n_blocks=1):
+        one = LinearMultiLabel().fit(X, Y)
+    with dmlr.config_context(backend="local", n_blocks=3):
+        three = LinearMultiLabel().fit(X, Y)
+    with dmlr.config_context(backend="dask", n_blocks=2, client=client2):
+        cluster = LinearMultiLabel().fit(X, Y)
+    assert cluster.backend_ == "dask"
+    for m in (one, three, cluster):
+        assert m.converged_
+        assert m.objective_history_[-1] == pytest.approx(one.objective_history_[-1], rel=2e-4)
+    np.testing.assert_allclose(three.coef_, one.coef_, rtol=0, atol=1e-6 * np.abs(one.coef_).max())

@@ -44,10 +44,10 @@ class LinearMultiLabel(LinearModel):
 
     Defaults. ``solver="lbfgs"`` with ``tol=1e-4`` reaches the optimum of the
     objective to a relative gap of at most 1e-4 (certified by the bound of
-    :mod:`dmlr.solvers.vr`, for the convex losses) on every smooth loss and
-    ridge weight; the paper's stochastic solvers, with a step 1/L that must
-    assume the worst row, do not within 100 epochs on most of them
-    (``benchmarks/linear_convergence.py``). ``alpha=1e-2`` is the value
+    :mod:`dmlr.solvers.vr`, for the convex losses) with every smooth loss on
+    the staged sets measured, at ridge weights 1e-4 to 1e-2; the paper's
+    stochastic solvers, with a step 1/L that must assume the worst row, do
+    not within 100 epochs on most of them (``benchmarks/linear_convergence.py``). ``alpha=1e-2`` is the value
     cross-validation picks most often on the staged small sets
     (``benchmarks/default_params.py``; the table is in the model's docs page).
 
