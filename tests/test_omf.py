@@ -227,8 +227,27 @@ def test_prediction_rules():
     np.testing.assert_array_equal(apply_rule(S, "top_k", top_k=9), np.ones((2, 4)))
     np.testing.assert_array_equal(apply_rule(S, "threshold", threshold=0.4), [[0, 1, 1, 1], [0, 0, 0, 0]])
     X, Y = _low_rank(n=100)
-    m = OMF(n_components=3, n_epochs=1, eta0=0.02, top_k=2).fit(X, Y)
+    m = OMF(n_components=3, n_epochs=1, eta0=0.02, label_rule="top_k", top_k=2).fit(X, Y)
     assert (m.predict(X).sum(axis=1) == 2).all()
+
+
+def test_the_default_threshold_is_the_best_micro_f1_threshold_on_the_training_rows():
+    """threshold="auto": threshold_ gives the best training micro-F1 of every cut between distinct
+    scores (scikit-learn's f1_score, brute force), and predict uses it; a number is kept as given."""
+    from sklearn.metrics import f1_score
+
+    X, Y = _low_rank(n=120)
+    m = OMF(n_components=3, n_epochs=2, eta0=0.02).fit(X, Y)
+    assert m.label_rule == "threshold" and m.threshold == "auto"
+    S = m.decision_function(X)
+    cuts = np.unique(S)
+    cuts = np.concatenate([[cuts[0] - 1.0], (cuts[:-1] + cuts[1:]) / 2])
+    best = max(f1_score(Y, (S > c).astype(int), average="micro", zero_division=0) for c in cuts)
+    got = f1_score(Y, m.predict(X), average="micro", zero_division=0)
+    assert got == pytest.approx(best, abs=1e-12)
+    np.testing.assert_array_equal(m.predict(X), (S > m.threshold_).astype(np.int8))
+    fixed = OMF(n_components=3, n_epochs=2, eta0=0.02, threshold=0.3).fit(X, Y)
+    assert fixed.threshold_ == 0.3
 
 
 def test_bad_input_gives_a_clear_error():

@@ -177,7 +177,9 @@ def test_fit_takes_no_execution_arguments_and_the_config_restores(data):
 
 def test_evaluate_a_pipeline_with_its_final_estimators_label_rule(data):
     X, Y = data
-    pipe = make_pipeline(StandardScaler(), OMF(n_components=4, n_epochs=5, eta0=0.05, top_k=2)).fit(X, Y)
+    pipe = make_pipeline(StandardScaler(), OMF(n_components=4, n_epochs=5, eta0=0.05, label_rule="top_k", top_k=2)).fit(
+        X, Y
+    )
     got = dmlr.evaluate(pipe, (X, Y), metrics=["f1_micro", "ranking_loss"])
     S = pipe.decision_function(X)
     want = multilabel_metrics(Y, S, pipe.predict(X), metrics=["f1_micro", "ranking_loss"])

@@ -192,7 +192,15 @@ def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
     np.testing.assert_array_equal(three["P"], runs[0]["P"])
     # the estimator runs this loop
     model = OMF(
-        3, label_weight=0.5, alpha=1e-3, n_epochs=3, batch_size=16, shuffle_window=64, random_state=5, scaling=None
+        3,
+        label_weight=0.5,
+        alpha=1e-3,
+        eta0=0.1,
+        n_epochs=3,
+        batch_size=16,
+        shuffle_window=64,
+        random_state=5,
+        scaling=None,
     ).fit(X, Y)
     np.testing.assert_allclose(model.P_, runs[0]["P"], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(model.Q_, runs[0]["Q"], rtol=1e-12, atol=1e-14)

@@ -45,6 +45,7 @@ from dmlr.config import config_context, get_config, stream_where
 from dmlr.data.arrays import is_dask
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
+from dmlr.metrics import micro_f1_threshold
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
 from dmlr.solvers.omf import omf_train_stream
@@ -86,11 +87,16 @@ class OMF(BaseModel):
         Rows per shuffling window (a multiple of ``batch_size``); 0: rows in stored order.
     init_scale : float > 0
         P^(0), Q^(0) entries ~ N(0, init_scale^2).
-    label_rule : {"top_k", "threshold"}
-        Algorithm 2's rule from scores to labels: the ``top_k`` highest
-        scores (SELECT-TOP), or the scores > ``threshold`` (THRESHOLD).
+    label_rule : {"threshold", "top_k"}
+        Algorithm 2's rule from scores to labels: the scores > ``threshold``
+        (THRESHOLD), or the ``top_k`` highest scores (SELECT-TOP).
     top_k : int >= 1
-    threshold : float
+    threshold : float or "auto"
+        "auto": learned by ``fit`` (and each ``partial_fit``) as the
+        threshold with the best micro-F1 on the training rows
+        (:func:`dmlr.metrics.micro_f1_threshold`), kept as ``threshold_``.
+        The scores' scale depends on the data and on every other parameter:
+        the best fixed threshold on the staged sets ranges from 0.02 to 0.35.
     fit_intercept : bool
         Append a constant-1 feature (not in the paper; off by default).
     random_state : int >= 0 or None
@@ -119,6 +125,8 @@ class OMF(BaseModel):
     n_updates_ : int
         SGD updates so far (the t of the step-size schedule).
     n_features_in_, n_labels_ : int
+    threshold_ : float
+        The ``"threshold"`` rule's threshold (``threshold``, or the learned one).
     fit_seconds_ : float
 
     Notes
@@ -143,7 +151,7 @@ class OMF(BaseModel):
 
     _expected_failed_checks = {
         "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-            rule="the top_k highest scores of each row (Algorithm 2's SELECT-TOP)"
+            rule="score > threshold_, learned on the training rows (threshold='auto'), or Algorithm 2's top_k"
         )
     }
     _fitted_arrays = ("P_", "Q_")
@@ -153,6 +161,7 @@ class OMF(BaseModel):
         "n_updates_",
         "n_features_in_",
         "n_labels_",
+        "threshold_",
         "fit_seconds_",
     )
     _parameter_constraints = {
@@ -168,7 +177,7 @@ class OMF(BaseModel):
         "init_scale": [Interval(Real, 0, None, closed="neither")],
         "label_rule": [StrOptions(set(RULES))],
         "top_k": [Interval(Integral, 1, None, closed="left")],
-        "threshold": [Real],
+        "threshold": [Real, StrOptions({"auto"})],
         "fit_intercept": ["boolean"],
         "random_state": SEED,
         "scaling": SCALING,
@@ -176,20 +185,20 @@ class OMF(BaseModel):
 
     def __init__(
         self,
-        n_components=10,
+        n_components=50,
         *,
-        label_weight=0.5,
-        alpha=1e-3,
+        label_weight=0.1,
+        alpha=1e-4,
         alpha_code=1.0,
         n_epochs=10,
         batch_size=32,
-        eta0=0.1,
+        eta0=1.0,
         decay=None,
         shuffle_window=4096,
         init_scale=0.1,
-        label_rule="top_k",
+        label_rule="threshold",
         top_k=1,
-        threshold=0.5,
+        threshold="auto",
         fit_intercept=False,
         random_state=0,
         scaling="auto",
@@ -286,6 +295,9 @@ class OMF(BaseModel):
         self.n_epochs_ = int(out["epoch"])
         self.n_labels_ = int(np.shape(Y)[1])
         self.fit_seconds_ = time.perf_counter() - start
+        # X is scaled already; one scoring pass over the training rows (map-reduced for dask)
+        auto = self.threshold == "auto"
+        self.threshold_ = micro_f1_threshold(Y, self._label_scores(X)) if auto else float(self.threshold)
         return self
 
     # -- prediction --------------------------------------------------------------------
@@ -303,11 +315,14 @@ class OMF(BaseModel):
         return self._map_rows(X, linear_scores, self.prediction_matrix(), bool(self.fit_intercept))
 
     def labels_from_scores(self, S):
-        """0/1 labels (int8, (n, n_labels)) by ``label_rule``: the ``top_k`` best scores or the
-        scores > ``threshold``."""
+        """0/1 labels (int8, (n, n_labels)) by ``label_rule``: the scores > ``threshold_`` or the
+        ``top_k`` best scores."""
+        check_is_fitted(self)
+        t = getattr(self, "threshold_", None)
+        t = float(self.threshold) if t is None else float(t)  # files written before threshold_
         if is_dask(S):
-            return S.map_blocks(apply_rule, self.label_rule, self.top_k, self.threshold, dtype=np.int8)
-        return apply_rule(S, self.label_rule, self.top_k, self.threshold)
+            return S.map_blocks(apply_rule, self.label_rule, self.top_k, t, dtype=np.int8)
+        return apply_rule(S, self.label_rule, self.top_k, t)
 
     # -- persistence -------------------------------------------------------------------
     def _validate_loaded(self, path) -> None:

@@ -281,6 +281,8 @@ class RankSVM(_OnlineRanker):
     ----------
     alpha : float
         lambda of eq. 5, the Frobenius weight (> 0 for the online solvers: their steps divide by it).
+        Default 10^-3.5: cross-validation's choices on the staged small sets
+        (``benchmarks/default_params.py``; the table is in the model's docs page).
     solver : {"ansgd", "sgd", "lbfgs"}
         Algorithm 1 (ANSGD), eq. 7 (subgradient SGD, eta_t = 1/(lambda (t + omega))),
         or the batch baseline (L-BFGS-B on the objective smoothed with ``smoothing``).
@@ -358,7 +360,7 @@ class RankSVM(_OnlineRanker):
 
     def __init__(
         self,
-        alpha=1e-4,
+        alpha=10**-3.5,
         solver="ansgd",
         *,
         n_updates=ONLINE_UPDATES,

@@ -496,17 +496,22 @@ class LBFGSResult:
     message: str
 
 
-def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LBFGSResult:
+def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=None) -> LBFGSResult:
     """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (the batch baseline).
 
     ``tol`` is scipy's ``gtol`` (projected gradient, max norm); the history
-    holds the objective after each iteration.
+    holds the objective after each iteration. ``stop(M, value, grad) -> bool``,
+    if given, is asked after every iteration and ends the run when it says
+    True (``converged`` is then True); it sees the value and gradient already
+    computed at the iterate.
     """
     from scipy.optimize import minimize
     from threadpoolctl import threadpool_info, threadpool_limits
 
     shape = x0.shape
     history = []
+    last = {}  # the latest evaluation: the accepted iterate is the line search's last point
+    stopped = []
     # L-BFGS-B's own BLAS calls are on vectors of length d*K: threads there only
     # cost synchronisation (much slower on a loaded machine), so they run single-threaded
     # and the objective evaluations get the original thread counts back.
@@ -515,10 +520,18 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LB
     def f(v):
         with threadpool_limits(limits=outer_limits):
             val, g = fun(v.reshape(shape))
+        last.update(v=v.copy(), val=val, g=g)
         return val, g.ravel()
 
     def cb(intermediate_result):
         history.append(float(intermediate_result.fun))
+        if stop is not None:
+            x = intermediate_result.x
+            if "v" not in last or not np.array_equal(last["v"], x):
+                f(x)
+            if stop(x.reshape(shape), last["val"], last["g"]):
+                stopped.append(True)
+                raise StopIteration
 
     # ``ftol`` = 0: stop on the objective only when a step no longer reduces it,
     # so that ``tol`` decides. With ftol tied to tol the stop depends on the BLAS's
@@ -541,6 +554,6 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8) -> LB
         fun=float(res.fun),
         objective_history=history,
         n_iter=int(res.nit),
-        converged=bool(res.success),
+        converged=bool(res.success) or bool(stopped),
         message=str(res.message),
     )
