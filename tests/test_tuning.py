@@ -231,6 +231,7 @@ def test_checkpoint_of_another_search_is_refused(tmp_path):
 
 
 def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeypatch):
+    import dask.array as da
     import scipy.sparse as sp
 
     from dmlr import api
@@ -244,6 +245,10 @@ def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeyp
     nystroem = dmlr.fit((X, Y), search=False)
     assert type(nystroem) is KernelRBRL and nystroem.landmarks_.shape == (50, 10)
     assert type(dmlr.fit((sp.csr_matrix(X), Y), search=False)) is RBRL
+    mostly_zero = np.where(np.abs(X) > 1.0, X, 0.0)  # about 32% nonzero, stored dense
+    assert type(dmlr.fit((mostly_zero, Y), search=False)) is RBRL
+    lazy = (da.from_array(X, chunks=(50, 10)), da.from_array(Y, chunks=(50, 4)))
+    assert type(dmlr.fit(lazy, search=False)) is KernelRBRL
     monkeypatch.setattr(api, "AUTO_KERNEL_MAX_ROWS", 100)
     assert type(dmlr.fit((X, Y), search=False)) is RBRL
     with pytest.raises(ValueError, match="gamma"):
