@@ -53,13 +53,13 @@ def fit_scaling(X, method: str) -> tuple[np.ndarray, np.ndarray]:
     method : {"standard", "maxabs"}
     """
     d = X.shape[1]
-    if is_dask(X) and X.dtype != np.float64:  # float64 sums, as for validated in-memory input
-        X = X.astype(np.float64)
     if method == "standard":
         if is_dask(X):
             import dask
 
-            mean, std = dask.compute(X.mean(axis=0), X.std(axis=0))
+            # float64 sums, as for validated in-memory input; asked of the reductions rather
+            # than by casting the chunks first, which would hold a float64 copy of each
+            mean, std = dask.compute(X.mean(axis=0, dtype=np.float64), X.std(axis=0, dtype=np.float64))
         else:
             mean, std = X.mean(axis=0), X.std(axis=0)
         offset, scale = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
@@ -97,8 +97,11 @@ def _scale_block(X, offset, inv_scale, center: bool):
         return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
     if sp.issparse(X):
         return sp.csr_matrix(sp.csr_matrix(X, dtype=np.float64) @ sp.diags(inv_scale))
-    X = np.asarray(X, dtype=np.float64)
-    return (X - offset) * inv_scale if center else X * inv_scale
+    X = np.array(X, dtype=np.float64)  # the chunk's one float64 copy, scaled in place
+    if center:
+        X -= offset
+    X *= inv_scale
+    return X
 
 
 def apply_scaling(X, offset: np.ndarray, scale: np.ndarray, method: str):

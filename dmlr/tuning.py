@@ -438,15 +438,35 @@ def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
     from threadpoolctl import threadpool_limits
 
     train_idx, val_idx = splits[fold]
+    rows = (lambda A, idx: A[idx]) if in_process else _chunk_rows
     with contextlib.ExitStack() as stack:
         if in_process:
             stack.enter_context(config_context(**UNIT_CONFIG))
             stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
         est.set_params(**{name: value})
-        est.fit(X[train_idx], Y[train_idx])
-        S = est.decision_function(X[val_idx])
-        values = multilabel_metrics(Y[val_idx], S, est.labels_from_scores(S), metrics=[scoring])
+        est.fit(rows(X, train_idx), rows(Y, train_idx))
+        X_val, Y_val = rows(X, val_idx), rows(Y, val_idx)
+        S = est.decision_function(X_val)
+        values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=[scoring])
     return float(values[scoring]), int(getattr(est, "n_iter_", 0)), est
+
+
+def _chunk_rows(A, idx):
+    """Rows ``idx`` (sorted) of dask ``A``, selected within each row chunk: a row mask over the chunks.
+
+    Output chunk i holds the selected rows of A's chunk i (chunks without any
+    are left out), computed where that chunk is read. Dask's own ``A[idx]``
+    may regroup the rows into other chunks, made by concatenating pieces of
+    several input chunks: larger chunks, and copies, in the workers' memory.
+    """
+    import dask.array as da
+
+    if not is_dask(A):
+        return A[idx]
+    edges = np.cumsum((0,) + tuple(A.chunks[0]))
+    cuts = np.searchsorted(idx, edges)
+    parts = [A.blocks[i][idx[lo:hi] - edges[i]] for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
+    return da.concatenate(parts, axis=0)
 
 
 def _oriented(fold_scores, greater: bool) -> float:

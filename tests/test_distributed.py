@@ -4,6 +4,7 @@ import logging
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import dmlr
 from dmlr.datasets import make_multilabel
@@ -416,3 +417,63 @@ def test_solver_keeps_its_blas_threads_only_when_no_worker_shares_its_machine(sm
         with cs.solver_context():
             assert blas_threads() == 2
         cs.close()
+
+
+@pytest.mark.parametrize("kind", ["dense32", "dense64", "csr", "gcxs"])
+def test_block_built_in_one_pass_equals_stacking_then_the_bias(kind):
+    # concat_blocks writes the parts and the bias column into one allocation: the same
+    # matrix as stacking the parts and appending the bias (same CSR entries, in order)
+    import sparse
+
+    from dmlr.data.arrays import as_matrix
+    from dmlr.data.blocks import append_bias, concat_blocks
+
+    rng = np.random.default_rng(0)
+    parts, labels = [], []
+    for m in (5, 0, 7, 3):
+        A = rng.random((m, 6)) * (rng.random((m, 6)) < 0.3)
+        if m:
+            A[1] = 0.0  # an empty row
+        parts.append(
+            {
+                "dense32": lambda a: a.astype(np.float32),
+                "dense64": lambda a: a,
+                "csr": sp.csr_matrix,
+                "gcxs": lambda a: sparse.GCXS.from_numpy(a, compressed_axes=(0,)),
+            }[kind](A)
+        )
+        labels.append(rng.integers(0, 2, (m, 3)))
+    for bias in (False, True):
+        stacked = [as_matrix(p) for p in parts]
+        X = sp.vstack(stacked, format="csr") if sp.issparse(stacked[0]) else np.concatenate(stacked)
+        X = append_bias(X) if bias else X
+        block = concat_blocks(parts, labels, bias)
+        if sp.issparse(X):
+            assert block.X.format == "csr" and block.X.has_sorted_indices
+            for name in ("indptr", "indices", "data"):
+                np.testing.assert_array_equal(getattr(block.X, name), getattr(X, name))
+        else:
+            assert block.X.dtype == np.float64 and block.X.flags.c_contiguous
+            np.testing.assert_array_equal(block.X, X)
+        assert block.Y.dtype == np.int8
+        np.testing.assert_array_equal(block.Y, np.concatenate(labels))
+
+
+def test_dask_scores_carry_the_model_once_not_in_every_task():
+    # decision_function on dask X: the model (its coef_) is a key of the graph of its own, sent
+    # once to a worker, not a copy inlined in every chunk's task (a worker holds the copies of
+    # all the tasks it was given)
+    import cloudpickle
+    import dask.array as da
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 300))
+    Y = (X[:, :20] > 0).astype(np.int8)
+    model = RBRL(max_iter=5).fit(X, Y)
+    Xd = da.from_array(X, chunks=(50, -1))
+    S = model.decision_function(Xd)
+    data_keys = set(Xd.__dask_graph__())  # the chunks of X themselves
+    tasks = [t for k, t in dict(S.__dask_graph__()).items() if k not in data_keys]
+    sizes = sorted(len(cloudpickle.dumps(t)) for t in tasks)
+    assert len(sizes) > 8 and sum(s > model.coef_.nbytes for s in sizes) <= 1, sizes
+    np.testing.assert_allclose(S.compute(), model.decision_function(X), rtol=1e-12)

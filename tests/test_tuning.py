@@ -181,6 +181,79 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     )
 
 
+def _nbytes(obj) -> int:
+    """Bytes of the arrays in a (nested) result the client received."""
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    if hasattr(obj, "indptr"):
+        return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
+    return int(getattr(obj, "nbytes", 0))
+
+
+def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
+    # Every result the client receives from the cluster (Client._gather: computes, futures'
+    # results) is recorded: on the chunked path none holds the rows of a fold. The in-process
+    # path, which computes X into memory first, is caught by the same spy.
+    import dask.array as da
+    from distributed import Client
+
+    received = []
+    gather = Client._gather
+
+    async def spy(self, futures, *args, **kwargs):
+        out = await gather(self, futures, *args, **kwargs)
+        received.append(_nbytes(out))
+        return out
+
+    monkeypatch.setattr(Client, "_gather", spy)
+    monkeypatch.setitem(tuning.SEARCH_SPACES, "RBRL", (Axis("alpha", (-1.0, -2.0), per_row=True),))
+    X, Y = _synthetic(n=600, d=40)
+    Xd, Yd = da.from_array(X, chunks=(100, -1)), da.from_array(Y, chunks=(100, -1))
+    one_fold = (X.nbytes + Y.nbytes) // 3
+    with dmlr.config_context(backend="dask", client=client2):
+        result = search(RBRL(max_iter=20), Xd, Yd, cv=3, max_widen=0)
+    assert result.backend == "chunks" and result.n_fits == 6
+    assert received and max(received) < one_fold / 10, max(received)
+    received.clear()
+    with dmlr.config_context(client=client2):
+        search(RBRL(max_iter=20), Xd, Yd, cv=3, max_widen=0, client=client2)  # data held in memory
+    assert max(received) >= X.nbytes
+
+
+def test_chunked_folds_are_row_masks_over_the_chunks(monkeypatch):
+    # The fits and scores of a chunked search see the selected rows of each input chunk,
+    # chunk for chunk: no chunk gathers rows of several (a larger chunk, a copy on the workers).
+    import dask.array as da
+
+    seen = []
+
+    class Probe(KnownBest):
+        def fit(self, X, Y):
+            seen.append((X.chunks[0], Y.chunks[0]))
+            return super().fit(X, Y)
+
+        def decision_function(self, X):
+            seen.append((X.chunks[0],))
+            return super().decision_function(X)
+
+    monkeypatch.setitem(tuning.SEARCH_SPACES, "Probe", (Axis("alpha", GRID[:2]),))
+    X, Y = _known_data(n=400)
+    Xd, Yd = da.from_array(X, chunks=(50, -1)), da.from_array(Y, chunks=(50, -1))
+    with dmlr.config_context(backend="dask"):
+        result = search(Probe(), Xd, Yd, cv=4, max_widen=0)
+    assert result.backend == "chunks" and seen
+    splits = dmlr.model_selection.kfold_indices(400, 4, 0)
+    expected = set()
+    for train, val in splits:
+        for rows in (train, val):
+            expected.add(tuple(int(c) for c in np.bincount(rows // 50, minlength=8) if c))
+    for chunks in seen:
+        for c in chunks:
+            assert tuple(c) in expected
+
+
 # -- checkpoints -----------------------------------------------------------------------
 
 _KILLED_SCRIPT = """

@@ -52,17 +52,83 @@ def append_bias(X):
 
 def make_block(X, Y, fit_intercept: bool) -> Block:
     """Build a :class:`Block` from any chunk type, appending the bias column if asked."""
-    X = as_matrix(X)
-    if fit_intercept:
-        X = append_bias(X)
-    return Block(X=X, Y=np.ascontiguousarray(np.asarray(Y), dtype=np.int8))
+    return concat_blocks([X], [Y], fit_intercept)
 
 
 def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
-    """Concatenate adjacent chunks into one block (order kept)."""
-    Xs = [as_matrix(x) for x in parts_X]
-    X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs, axis=0)
-    return make_block(X, np.concatenate([np.asarray(y) for y in parts_Y], axis=0), fit_intercept)
+    """Concatenate adjacent chunks into one block (order kept), the bias column appended if asked.
+
+    The block's X is allocated once, at its final size, and the parts are
+    converted (:func:`dmlr.data.arrays.as_matrix`) and copied into it one
+    at a time: a worker building a block holds the parts, the block and one
+    part's conversion, where stacking the parts and then appending the bias
+    would hold the parts and two more copies of the block at once. One part
+    that needs neither is kept as it is (no copy).
+
+    Parameters
+    ----------
+    parts_X : list of (m_i, d) ndarray, scipy.sparse or pydata sparse
+        Dense or sparse as the first part is.
+    parts_Y : list of (m_i, l) array-like of 0/1
+    fit_intercept : bool
+
+    Returns
+    -------
+    Block
+        X float64 (sum m_i, d + fit_intercept), dense C-contiguous or CSR
+        with sorted indices when the parts' are sorted; Y int8.
+    """
+    Y = np.asarray(parts_Y[0]) if len(parts_Y) == 1 else np.concatenate([np.asarray(y) for y in parts_Y], axis=0)
+    Y = np.ascontiguousarray(Y, dtype=np.int8)
+    if len(parts_X) == 1 and not fit_intercept:
+        return Block(X=as_matrix(parts_X[0]), Y=Y)
+    sparse = sp.issparse(parts_X[0]) or hasattr(parts_X[0], "to_scipy_sparse")
+    X = _stack_csr(parts_X, fit_intercept) if sparse else _stack_dense(parts_X, fit_intercept)
+    return Block(X=X, Y=Y)
+
+
+def _stack_dense(parts, bias: bool) -> np.ndarray:
+    m, d = sum(int(p.shape[0]) for p in parts), int(parts[0].shape[1])
+    out = np.empty((m, d + int(bias)))
+    a = 0
+    for p in parts:
+        b = a + int(p.shape[0])
+        out[a:b, :d] = as_matrix(p) if sp.issparse(p) or hasattr(p, "to_scipy_sparse") else p
+        a = b
+    if bias:
+        out[:, d] = 1.0
+    return out
+
+
+def _stack_csr(parts, bias: bool) -> sp.csr_matrix:
+    """CSR rows of ``parts`` in order, with a last column of ones when ``bias``.
+
+    The bias entry is each row's last stored entry (the largest column index,
+    so sorted rows stay sorted).
+    """
+    m, d = sum(int(p.shape[0]) for p in parts), int(parts[0].shape[1])
+    nnz = sum(int(p.nnz) for p in parts) + m * int(bias)
+    idx_dtype = np.int32 if max(nnz, d + 1) < np.iinfo(np.int32).max else np.int64
+    data, indices = np.empty(nnz), np.empty(nnz, dtype=idx_dtype)
+    indptr = np.empty(m + 1, dtype=idx_dtype)
+    indptr[0] = 0
+    row, at = 0, 0
+    for p in parts:
+        c = as_matrix(p)
+        rows, lengths = c.shape[0], np.diff(c.indptr)
+        shift = np.arange(rows + 1) if bias else 0
+        indptr[row + 1 : row + rows + 1] = at + c.indptr[1:] + (shift[1:] if bias else 0)
+        if bias:
+            # entry j of row i moves i places right; the bias takes each row's last place
+            dest = at + np.arange(c.nnz) + np.repeat(shift[:-1], lengths)
+            data[dest], indices[dest] = c.data, c.indices
+            last = at + c.indptr[1:] + shift[1:] - 1
+            data[last], indices[last] = 1.0, d
+        else:
+            data[at : at + c.nnz], indices[at : at + c.nnz] = c.data, c.indices
+        row, at = row + rows, int(indptr[row + rows])
+        del c
+    return sp.csr_matrix((data, indices, indptr), shape=(m, d + int(bias)), copy=False)
 
 
 def _stack(parts_X, parts_Y) -> Block:

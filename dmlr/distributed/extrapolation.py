@@ -102,7 +102,10 @@ def answer_block(block, step_fn, wants_pair_fn, W, momentum, prev_key, key, sent
     held = entry[1] if entry is not None and prev_key is not None and entry[0] == prev_key else None
     if held is None and sent is None:
         return BlockReply(None, None, Resend.POINT_PAIR if wants_pair_fn(block) else Resend.PREVIOUS_POINT)
-    block.state.pop(STATE_KEY, None)  # a failed call leaves nothing that a later key could name
+    # a failed call leaves nothing that a later key could name; and a point not used is let go
+    # before the step makes the new one (a dense block's scores are as large as its X)
+    del entry
+    block.state.pop(STATE_KEY, None)
     step = step_fn(block, W, momentum, held, sent, sender != PROCESS_TOKEN, *args)
     if step.held is not None:
         block.state[STATE_KEY] = (key, step.held)

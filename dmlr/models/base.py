@@ -179,13 +179,23 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
 
     def _map_rows(self, X, fn, *args):
         """``fn(block, *args)`` -> (m, n_labels) float64 scores, on in-memory X or on each row chunk
-        of dask X (dask out; the arguments travel once, with the graph)."""
+        of dask X (dask out).
+
+        On dask X, ``fn`` (a bound method carries the whole model) and the array arguments
+        are keys of the graph of their own, sent once to each worker that scores a chunk:
+        inlined in every chunk's task, each task would carry its own copy, and a worker
+        holds the copies of all the tasks it has been given at once.
+        """
         if not is_dask(X):
             return fn(X, *args)
+        import dask
+
         if len(X.chunks[1]) > 1:
             X = X.rechunk({1: -1})
+        args = [dask.delayed(a, pure=False) if isinstance(a, np.ndarray) else a for a in args]
         return X.map_blocks(
-            fn,
+            _apply_to_block,
+            dask.delayed(fn, pure=False),
             *args,
             dtype=np.float64,
             chunks=(X.chunks[0], (len(self.classes_),)),
@@ -254,6 +264,11 @@ NOT_A_ZERO_THRESHOLD = (
 
 def _classes_of_max(S, classes):
     return classes[np.argmax(S, axis=1)]
+
+
+def _apply_to_block(block, fn, *args):
+    """``fn(block, *args)``: a chunk's task of :meth:`BaseModel._map_rows`."""
+    return fn(block, *args)
 
 
 def linear_scores(X, W, fit_intercept: bool):
