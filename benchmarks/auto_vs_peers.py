@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import warnings
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from docs_output import machine
 
 import dmlr
 from dmlr.data.store import write_dataset
@@ -136,18 +136,6 @@ def run_peer(store: Path):
     S = gs.decision_function(X_te)
     values = multilabel_metrics(Y_te, S, gs.predict(X_te), metrics=list(METRICS))
     return values, seconds, f"C={gs.best_params_['onevsrestclassifier__estimator__C']:.3g}"
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, dmlr {dmlr.__version__}"
 
 
 def main(argv=None) -> int:

@@ -32,6 +32,7 @@ import dmlr
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.models import LinearMultiLabel
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
+from dmlr.preprocessing import scaled_by
 from dmlr.solvers.sgd import lbfgs
 
 CONFIGS = {
@@ -44,7 +45,7 @@ CONFIGS = {
 
 def optimum(model: LinearMultiLabel, X, Y) -> tuple[float, int]:
     """(F*, L-BFGS iterations) of ``model``'s objective on (X, Y), scaled by its fitted scaling."""
-    Xs = model._scaled(X)
+    Xs = scaled_by(model, X)
     chunks = make_chunkset(Xs, Y, fit_intercept=model.fit_intercept, backend="local", align_rows=model.group_rows)
     try:
         pb = LinearMultiLabelProblem(chunks, model.loss, model.alpha, model.group_rows)

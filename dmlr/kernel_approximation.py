@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec
 from dmlr.models.base import SCALING, SEED
-from dmlr.preprocessing import apply_scaling, fit_scaling, resolve_scaling
+from dmlr.preprocessing import fit_scaling_of, scaled_by
 from dmlr.validation import check_X
 
 
@@ -107,10 +107,7 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         """Sample the landmarks (Nystroem) or draw the random features (Fourier). Returns self."""
         self._validate_params()
         X = check_X(self, X, reset=True)
-        self.scaling_ = resolve_scaling(self.scaling, X)
-        if self.scaling_ is not None:
-            self.feature_offset_, self.feature_scale_ = fit_scaling(X, self.scaling_)
-            X = self._scaled(X)
+        X = fit_scaling_of(self, X)
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
         if self.method == "nystroem":
             fmap = nystroem_features(X, spec, int(self.n_components), self.random_state)
@@ -126,12 +123,7 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         """Features of the rows of X: float64 (m, D), or a dask array with X's row chunks."""
         check_is_fitted(self, "projection_")
         X = check_X(self, X, reset=False)
-        return self._map().transform(self._scaled(X))
-
-    def _scaled(self, X):
-        if self.scaling_ is None:
-            return X
-        return apply_scaling(X, self.feature_offset_, self.feature_scale_, self.scaling_)
+        return self._map().transform(scaled_by(self, X))
 
     def _map(self) -> KernelFeatureMap:
         spec = KernelSpec.resolve(self.kernel, self.gamma_, self.degree, self.coef0, self.n_features_in_)

@@ -104,6 +104,26 @@ def _scale_block(X, offset, inv_scale, center: bool):
     return X
 
 
+def fit_scaling_of(est, X):
+    """Fit ``est.scaling`` on X, as every estimator (and ``KernelFeatures``) does in ``fit``.
+
+    Sets ``est.scaling_`` ("auto" resolved by X's storage) and, unless it is
+    None, ``est.feature_offset_`` and ``est.feature_scale_``; returns X scaled
+    (:func:`scaled_by`).
+    """
+    est.scaling_ = resolve_scaling(est.scaling, X)
+    if est.scaling_ is not None:
+        est.feature_offset_, est.feature_scale_ = fit_scaling(X, est.scaling_)
+    return scaled_by(est, X)
+
+
+def scaled_by(est, X):
+    """X scaled by the scaling :func:`fit_scaling_of` fitted on ``est`` (X itself when none)."""
+    if getattr(est, "scaling_", None) is None:
+        return X
+    return apply_scaling(X, est.feature_offset_, est.feature_scale_, est.scaling_)
+
+
 def apply_scaling(X, offset: np.ndarray, scale: np.ndarray, method: str):
     """X scaled by a fitted (offset, scale): same type as X (dask in, dask out, row chunks kept)."""
     inv = 1.0 / scale

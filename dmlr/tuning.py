@@ -438,21 +438,21 @@ def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
     from threadpoolctl import threadpool_limits
 
     train_idx, val_idx = splits[fold]
-    rows = (lambda A, idx: A[idx]) if in_process else _chunk_rows
     with contextlib.ExitStack() as stack:
         if in_process:
             stack.enter_context(config_context(**UNIT_CONFIG))
             stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
         est.set_params(**{name: value})
-        est.fit(rows(X, train_idx), rows(Y, train_idx))
-        X_val, Y_val = rows(X, val_idx), rows(Y, val_idx)
+        est.fit(_chunk_rows(X, train_idx), _chunk_rows(Y, train_idx))
+        X_val, Y_val = _chunk_rows(X, val_idx), _chunk_rows(Y, val_idx)
         S = est.decision_function(X_val)
         values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=[scoring])
     return float(values[scoring]), int(getattr(est, "n_iter_", 0)), est
 
 
 def _chunk_rows(A, idx):
-    """Rows ``idx`` (sorted) of dask ``A``, selected within each row chunk: a row mask over the chunks.
+    """Rows ``idx`` (sorted) of ``A``; of a dask ``A``, selected within each row chunk: a row mask
+    over the chunks.
 
     Output chunk i holds the selected rows of A's chunk i (chunks without any
     are left out), computed where that chunk is read. Dask's own ``A[idx]``

@@ -38,7 +38,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.data.arrays import is_dask
 from dmlr.errors import DmlrInputError
-from dmlr.preprocessing import SCALINGS, apply_scaling, fit_scaling, resolve_scaling
+from dmlr.preprocessing import SCALINGS, fit_scaling_of, scaled_by
 from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 MODEL_FORMAT = "dmlr-model"
@@ -107,26 +107,18 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         """Validated (X, Y) for ``fit`` (:func:`dmlr.validation.check_fit_data`), X scaled by
         ``scaling`` fitted on it (:mod:`dmlr.preprocessing`)."""
         X, Y = check_fit_data(self, X, y, classes=classes)
-        self.scaling_ = resolve_scaling(self.scaling, X)
-        if self.scaling_ is not None:
-            self.feature_offset_, self.feature_scale_ = fit_scaling(X, self.scaling_)
-        return self._scaled(X), Y
+        return fit_scaling_of(self, X), Y
 
     def _partial_fit_data(self, X, y, *, classes=None):
         """(X, Y) of a ``partial_fit`` call: the first fits the scaling, later ones apply it."""
         if not hasattr(self, "target_type_"):
             return self._fit_data(X, y, classes=classes)
         X, Y = check_partial_fit_data(self, X, y)
-        return self._scaled(X), Y
+        return scaled_by(self, X), Y
 
     def _predict_data(self, X):
         """Validated and scaled features for a fitted model's predict-type method."""
-        return self._scaled(check_predict_X(self, X))
-
-    def _scaled(self, X):
-        if getattr(self, "scaling_", None) is None:
-            return X
-        return apply_scaling(X, self.feature_offset_, self.feature_scale_, self.scaling_)
+        return scaled_by(self, check_predict_X(self, X))
 
     # -- scores and labels ------------------------------------------------------
     def decision_function(self, X):

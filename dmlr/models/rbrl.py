@@ -162,13 +162,11 @@ class _RBRLBase(BaseModel):
         rows = self._penalized_rows()
 
         def prox(V, scaling):
+            Z, penalty, low_rank = prox_nuclear_norm(V[rows], lam3, scaling, factors=True)
             if rows != slice(None):  # the bias row passes through, below the low-rank part
-                Z, penalty, low_rank = prox_nuclear_norm(V[rows], lam3, scaling, factors=True)
                 tail = V[rows.stop :]
                 Z = np.vstack([Z, tail])
-                oracle.note_factors(Z, None if low_rank is None else low_rank._replace(tail=tail))
-                return Z, penalty
-            Z, penalty, low_rank = prox_nuclear_norm(V, lam3, scaling, factors=True)
+                low_rank = None if low_rank is None else low_rank._replace(tail=tail)
             oracle.note_factors(Z, low_rank)
             return Z, penalty
 
@@ -606,8 +604,17 @@ class KernelRBRL(_RBRLBase):
         previous = self._feature_map() if self.warm_start and hasattr(self, "landmarks_") else None
         D = min(int(self.n_components), int(X.shape[0]))
         fmap = nystroem_features(X, spec, D, self.random_state, reuse=previous)
-        names = ("alpha", "alpha_rank", "alpha_nuclear", "max_iter", "tol", "gradient_tol", "step_rule", "restart")
-        names += ("verbose",)
+        names = (
+            "alpha",
+            "alpha_rank",
+            "alpha_nuclear",
+            "max_iter",
+            "tol",
+            "gradient_tol",
+            "step_rule",
+            "restart",
+            "verbose",
+        )
         linear = RBRL(**{k: getattr(self, k) for k in names}, warm_start=self.warm_start, scaling="standard")
         if self.warm_start and getattr(self, "coef_", None) is not None:
             linear.coef_ = self.coef_
