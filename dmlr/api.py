@@ -31,7 +31,7 @@ MODELS = {
 
 #: ``model="auto"`` (the default of :func:`dmlr.fit`): dense training sets of at most this
 #: many rows get the RBF kernel model (exact, or on a Nystroem approximation beyond
-#: :data:`AUTO_KERNEL_COMPONENTS` rows); larger or sparse ones the linear RBRL. On the
+#: :data:`AUTO_EXACT_KERNEL_MAX_ROWS` rows); larger or sparse ones the linear RBRL. On the
 #: staged dense sets (emotions, yeast, scene) the RBF model beats both the linear RBRL and
 #: a tuned one-vs-rest logistic regression on ranking loss and average precision
 #: (``benchmarks/auto_vs_peers.py``). Beyond this size its O(n D l) iterations make its
@@ -43,17 +43,23 @@ AUTO_KERNEL_MAX_ROWS = 10_000
 #: the tuned logistic regression on both ranking loss and average precision, the kernel
 #: model on ranking loss only.
 AUTO_KERNEL_MIN_DENSITY = 0.5
-#: Landmarks of the default kernel model's Nystroem form. Up to this many training rows
-#: the exact kernel is used: a Nystroem map would take every row as a landmark, at the
-#: exact kernel's cost.
-AUTO_KERNEL_COMPONENTS = 1024
+#: Up to this many training rows the default kernel model is the exact kernel (an n x n
+#: kernel matrix per fit); beyond, its Nystroem form with :data:`AUTO_KERNEL_COMPONENTS`
+#: landmarks.
+AUTO_EXACT_KERNEL_MAX_ROWS = 1024
+#: Landmarks of the default kernel model's Nystroem form. Each iteration costs O(n D l) and
+#: each fold's map O(D^3), so the search's time falls with D faster than linearly. On yeast
+#: and scene 256 landmarks still beat the tuned logistic regression on test ranking loss and
+#: average precision (``benchmarks/auto_vs_peers.py``); 1,024 gained up to 0.006 in
+#: ranking loss at several times the search's time (docs/auto_fit.md).
+AUTO_KERNEL_COMPONENTS = 256
 
 
 def auto_model(X, seed: int | None = 0) -> BaseModel:
     """The model ``model="auto"`` fits on training features X (see :data:`AUTO_KERNEL_MAX_ROWS`).
 
     Returns an unfitted RBF ``KernelRBRL()`` for dense X with at most
-    ``AUTO_KERNEL_COMPONENTS`` rows, ``KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS)``
+    ``AUTO_EXACT_KERNEL_MAX_ROWS`` rows, ``KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS)``
     (Nystroem landmarks drawn with ``seed``) for dense X with at most
     ``AUTO_KERNEL_MAX_ROWS`` rows, else ``RBRL()``; "dense" means stored dense with at
     least :data:`AUTO_KERNEL_MIN_DENSITY` of its entries nonzero (one pass over the
@@ -67,7 +73,7 @@ def auto_model(X, seed: int | None = 0) -> BaseModel:
         nonzero = nonzero.compute()
     if float(nonzero) < AUTO_KERNEL_MIN_DENSITY * n * int(X.shape[1]):
         return RBRL()
-    if n <= AUTO_KERNEL_COMPONENTS:
+    if n <= AUTO_EXACT_KERNEL_MAX_ROWS:
         return KernelRBRL()
     return KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS, random_state=seed)
 

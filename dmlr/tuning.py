@@ -55,11 +55,24 @@ from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materia
 __all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space"]
 
 #: Without a cluster, in-memory units run in this process until a round of them (one
-#: path value on every fold) takes longer than this; then in ``n_jobs`` processes. The
-#: first rounds are the most regularized, cheapest fits, so a search whose first round
-#: is this slow has many times this left, against a few seconds to start the processes
-#: (each imports dmlr); a small search never pays for them.
-POOL_MIN_ROUND_SECONDS = 0.3
+#: path value on every fold) takes longer than this; then in ``n_jobs`` processes.
+#: Starting the processes (each imports dmlr and loads its compiled kernels) costs 2-5
+#: seconds, and ``n_jobs`` processes save at most ``(1 - 1/n_jobs)`` of each later
+#: round. Rounds grow along a path (less regularized fits take more iterations) and at
+#: least ``patience`` of them follow, so a round this slow leaves enough to pay for the
+#: processes; a small search never starts them.
+POOL_MIN_ROUND_SECONDS = 2.0
+
+#: Default ``tol`` of the cross-validation fits (:func:`search`'s ``tol``): a fit whose
+#: own ``tol`` is tighter stops at this one inside the search, and the refit on the whole
+#: training split uses the estimator's own. A validation score needs fewer digits than the
+#: model. At 1e-5 against RBRL's default 1e-6 the search chose the same value on the RBF
+#: kernel model (emotions, the reference's split; scene) and the linear one (tmc2007_500)
+#: in 0.45-0.7 of the time (``benchmarks/search_tol.py``). Looser is not safe: at 1e-4
+#: warm-started fits along a path stop short of their optimum where the objective moves
+#: little (the relative-change test), which acts as extra regularization and moved the
+#: linear model's choice on tmc2007_500 half a decade down.
+SEARCH_TOL = 1e-5
 
 #: Default scoring of :func:`search`: a ranking metric (every model of dmlr ranks labels), the
 #: ranking loss, which RBRL's pairwise term (eq. 16) bounds. Chosen by it, ``alpha`` gave
@@ -211,6 +224,7 @@ def search(
     seed: int | None = 0,
     client=None,
     patience: int | None = 2,
+    tol: float | None = SEARCH_TOL,
     widen_by: int = 2,
     max_widen: int = 3,
     n_jobs: int | None = None,
@@ -243,6 +257,10 @@ def search(
         Early abandonment: a path stops once its mean validation score (over
         the folds) has failed to beat its best for ``patience`` consecutive
         values (None: every path runs to its end).
+    tol : float or None
+        Stopping tolerance of the cross-validation fits of an estimator that
+        has a ``tol`` parameter tighter than this (None: the estimator's own);
+        see :data:`SEARCH_TOL`.
     widen_by, max_widen : int
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
@@ -281,14 +299,20 @@ def search(
         X, Y = _materialize(X, Y)
     splits = kfold_indices(int(X.shape[0]), int(cv), seed)
     n_train = min(len(tr) for tr, _ in splits)
-    store = _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring)) if checkpoint else None
+    base = estimator.get_params()
+    cv_params = {"tol": float(tol)} if tol is not None and "tol" in base and base["tol"] < tol else {}
+    store = (
+        _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params))
+        if checkpoint
+        else None
+    )
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     # Processes start at the first round that is slow enough to pay for them (see _run_units).
     runner = UnitRunner((X, Y, splits), client, n_jobs=1)
     runner.pool_jobs = n_jobs
     result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits))
     result.backend = "chunks" if chunked else runner.backend
-    ctx = _Context(estimator, X, Y, splits, scoring, not chunked, runner, store, result, verbose)
+    ctx = _Context(estimator, cv_params, X, Y, splits, scoring, not chunked, runner, store, result, verbose)
     try:
         for axis in space:
             _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
@@ -310,6 +334,7 @@ def search(
 @dataclass
 class _Context:
     estimator: object
+    cv_params: dict  # parameters of the cross-validation fits only (tol)
     X: object
     Y: object
     splits: list
@@ -373,7 +398,7 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
     before = [_oriented(s, greater) for s in scores.values()]
     run: list[float] = []
     base = ctx.estimator.get_params()
-    warm = {"warm_start": True} if "warm_start" in base else {}
+    warm = {"warm_start": True, **ctx.cv_params} if "warm_start" in base else dict(ctx.cv_params)
     if "verbose" in base:
         warm["verbose"] = 0  # the search reports progress, not each fit
     for k, value in enumerate(values):
@@ -485,10 +510,10 @@ def _best(scores: dict, greater: bool) -> float:
 # ----------------------------------------------------------------------------
 
 
-def _fingerprint(estimator, X, Y, cv, seed, scoring) -> dict:
+def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params) -> dict:
     from dask.base import tokenize
 
-    params = {k: v for k, v in estimator.get_params().items() if k not in ("verbose",)}
+    params = {k: v for k, v in {**estimator.get_params(), **cv_params}.items() if k not in ("verbose",)}
     return {
         "format": SEARCH_FORMAT_VERSION,
         "estimator": type(estimator).__name__,

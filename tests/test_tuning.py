@@ -108,7 +108,7 @@ def test_search_agrees_with_exhaustive_cross_validation():
     # The warm-started, abandoning search chooses what an exhaustive cold grid search of
     # the same values, on the same folds and metric, chooses; the choice is interior.
     X, Y = _synthetic()
-    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision")
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None)
     n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
     values = [n_train * 10.0**e for e in tuning.SEARCH_SPACES["RBRL"][0].exponents]
     exhaustive = grid_search_cv(
@@ -119,6 +119,19 @@ def test_search_agrees_with_exhaustive_cross_validation():
     by_value = {r["params"]["alpha"]: r["mean_score"] for r in exhaustive.results}
     for r in result.results:
         assert r["mean_score"] == pytest.approx(by_value[r["value"]], abs=1e-9)
+
+
+def test_cross_validation_fits_stop_at_the_search_tol_unless_their_own_is_looser():
+    X, Y = _synthetic()
+    own = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, patience=None, tol=None)
+    loose = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, patience=None, tol=1e-4)
+    assert [r["value"] for r in loose.results] == [r["value"] for r in own.results]
+    for fast, slow in zip(loose.results, own.results):
+        assert fast["mean_n_iter"] < slow["mean_n_iter"]
+    # an estimator's own tol looser than the search's is kept
+    kept = search(RBRL(**{**SOLVER, "tol": 1e-3}), X, Y, n_jobs=1, max_widen=0, patience=None, tol=1e-4)
+    as_is = search(RBRL(**{**SOLVER, "tol": 1e-3}), X, Y, n_jobs=1, max_widen=0, patience=None, tol=None)
+    assert kept.results == as_is.results
 
 
 def test_unknown_parameter_and_scoring_are_errors():
@@ -314,6 +327,7 @@ def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeyp
     exact = dmlr.fit((X, Y), **SOLVER)  # model="auto", searched
     assert type(exact) is KernelRBRL and exact.n_components is None and exact.dual_coef_.shape == (120, 4)
     assert set(exact.best_params_) == {"alpha"}
+    monkeypatch.setattr(api, "AUTO_EXACT_KERNEL_MAX_ROWS", 100)
     monkeypatch.setattr(api, "AUTO_KERNEL_COMPONENTS", 50)
     nystroem = dmlr.fit((X, Y), search=False)
     assert type(nystroem) is KernelRBRL and nystroem.landmarks_.shape == (50, 10)
