@@ -189,3 +189,40 @@ def test_nuclear_norm_leaves_the_unpenalized_bias_row_out():
     np.testing.assert_allclose(data_grad[-1], 0.0, atol=1e-6)
     paper = RBRL(alpha=1.0, alpha_nuclear=1e6, tol=0, max_iter=300, scaling=None, penalize_intercept=True).fit(X, Y)
     np.testing.assert_array_equal(paper.coef_, 0.0)
+
+
+def _objective(model, X, Y):
+    """RBRL's objective (eq. 8) at the model's coefficients, unpenalized bias row, in numpy."""
+    W = model.coef_
+    value, _ = smooth_value_and_grad(X, Y, W, 0.0, model.alpha_rank)
+    feat = W[:-1]
+    return value + model.alpha / 2 * (feat**2).sum() + model.alpha_nuclear * np.linalg.svd(feat, compute_uv=False).sum()
+
+
+@pytest.mark.parametrize("alpha_nuclear", [0.5, 30.0])  # full rank at the optimum; rank-deficient
+def test_lbfgs_step_rule_reaches_the_proximal_optimum(alpha_nuclear):
+    from dmlr.models import KernelRBRL
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(90, 7))
+    Y = (X @ rng.normal(size=(7, 5)) + rng.normal(size=(90, 5)) > 0.5).astype(np.int8)
+    params = dict(alpha=2.0, alpha_rank=0.3, alpha_nuclear=alpha_nuclear, scaling=None, max_iter=20000)
+    tight = RBRL(step_rule="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
+    quasi = RBRL(step_rule="lbfgs", tol=1e-12, **params).fit(X, Y)
+    rank = np.linalg.matrix_rank(tight.coef_[:-1], tol=1e-6)
+    assert rank == 5 if alpha_nuclear < 1 else 0 < rank < 5
+    assert quasi.converged_
+    assert _objective(quasi, X, Y) == pytest.approx(_objective(tight, X, Y), rel=1e-9)
+    np.testing.assert_allclose(quasi.coef_, tight.coef_, atol=1e-4)
+    # the kernel model's variable (dual coefficients) too
+    k_tight = KernelRBRL(step_rule="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
+    k_quasi = KernelRBRL(step_rule="lbfgs", tol=1e-12, **params).fit(X, Y)
+    assert k_quasi.objective_history_[-1] <= k_tight.objective_history_[-1] * (1 + 1e-9)
+    np.testing.assert_allclose(k_quasi.decision_function(X), k_tight.decision_function(X), atol=1e-3)
+
+
+def test_lbfgs_step_rule_refuses_checkpoints(tmp_path):
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    Y = (X[:, :2] > 0).astype(np.int8)
+    with pytest.raises(ValueError, match="does not checkpoint"):
+        RBRL(step_rule="lbfgs").fit(X, Y, checkpoint=tmp_path / "c")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from problems import least_squares_nuclear
 
-from dmlr.solvers import apg, prox_nuclear_norm
+from dmlr.solvers import apg, lbfgs, prox_nuclear_norm
 from dmlr.solvers.prox import nuclear_norm
 
 
@@ -253,3 +253,70 @@ def test_adaptive_stop_waits_for_a_window_after_a_warm_start():
     f0 = float(oracle(start[None], -1)[0][0]) + prox(start, 0.0)[1]
     gap0, gap = f0 - best.objective_history[-1], warm.objective_history[-1] - best.objective_history[-1]
     assert gap < 0.01 * gap0
+
+
+# -- L-BFGS on the smooth form of the nuclear norm (dmlr.solvers.lbfgs) --------------
+
+
+@pytest.mark.parametrize("shape", [(9, 4), (4, 9)])
+def test_nuclear_gradient_is_u_vt_of_the_svd(shape):
+    from dmlr.solvers.lbfgs import nuclear_value_and_grad
+
+    W = np.random.default_rng(0).normal(size=shape)
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    norm, grad, smallest = nuclear_value_and_grad(W)
+    assert norm == pytest.approx(s.sum(), rel=1e-12)
+    np.testing.assert_allclose(grad, U @ Vt, atol=1e-10)
+    assert smallest == pytest.approx(s[-1] / s[0], rel=1e-10)
+    assert nuclear_value_and_grad(np.zeros(shape))[0] == 0.0
+
+
+def _tight_apg(oracle, prox, shape):
+    kw = dict(lipschitz=1.0, max_iter=20000, tol=1e-15, gradient_tol=1e-12, backtracking=True, restart=True)
+    return apg(oracle, prox, np.zeros(shape), **kw)
+
+
+def _regression(seed):
+    """A, B = A W + noise with a full-rank W of unit scale: min 1/2 ||A W - B||^2 + lam ||W||_*."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(40, 8))
+    return A, A @ rng.normal(size=(8, 5)) + 0.1 * rng.normal(size=(40, 5))
+
+
+def test_lbfgs_reaches_the_proximal_optimum_where_it_has_full_rank():
+    A, B = _regression(2)
+    oracle, prox = least_squares_nuclear(A, B, 0.5)
+    reference = _tight_apg(oracle, prox, (8, 5))
+    assert np.linalg.svd(reference.x, compute_uv=False).min() > 0.1  # full rank: the smooth case
+    res = lbfgs(oracle, np.zeros((8, 5)), nuclear=0.5, tol=1e-13, max_iter=500)
+    assert res.converged and res.n_iter == len(res.objective_history) < 200
+    assert min(res.objective_history) == pytest.approx(reference.objective_history[-1], rel=1e-10)
+    np.testing.assert_allclose(res.x, reference.x, atol=1e-5)
+
+
+def test_lbfgs_does_not_claim_a_rank_deficient_optimum():
+    # a large nuclear weight zeroes directions of W: the gradient U V^T jumps there
+    A, B = _regression(2)
+    oracle, prox = least_squares_nuclear(A, B, 150.0)
+    reference = _tight_apg(oracle, prox, (8, 5))
+    assert 0 < np.linalg.matrix_rank(reference.x, tol=1e-6) < 5
+    res = lbfgs(oracle, np.zeros((8, 5)), nuclear=150.0, tol=1e-13, max_iter=500)
+    assert not res.converged
+
+
+def test_lbfgs_leaves_rows_out_of_the_nuclear_norm_and_stops_at_max_iter_and_callback():
+    A, B = _regression(4)
+    oracle, _ = least_squares_nuclear(A, B, 0.0)
+    rows = slice(0, 7)  # the last row (a bias) unpenalized
+
+    def prox(V, s):
+        Z, penalty = prox_nuclear_norm(V[rows], 0.5, s)
+        return np.vstack([Z, V[7:]]), penalty
+
+    reference = _tight_apg(oracle, prox, (8, 5))
+    res = lbfgs(oracle, np.zeros((8, 5)), nuclear=0.5, rows=rows, tol=1e-13, max_iter=500)
+    assert min(res.objective_history) == pytest.approx(reference.objective_history[-1], rel=1e-10)
+    assert lbfgs(oracle, np.zeros((8, 5)), nuclear=0.5, rows=rows, max_iter=7).n_iter == 7
+    seen = []
+    stopped = lbfgs(oracle, np.zeros((8, 5)), nuclear=0.5, rows=rows, callback=lambda t, f, s: seen.append(t) or t == 3)
+    assert stopped.n_iter == 3 and seen == [1, 2, 3] and not stopped.converged

@@ -40,10 +40,11 @@ from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, Oracle, apg
+from dmlr.solvers.lbfgs import lbfgs
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
-STEP_RULES = ("paper", "backtracking", "spectral", "adaptive")
+STEP_RULES = ("paper", "backtracking", "spectral", "adaptive", "lbfgs")
 #: The default ``step_rule`` of :class:`RBRL` and :class:`KernelRBRL`.
 DEFAULT_STEP_RULE = "adaptive"
 
@@ -170,6 +171,16 @@ class _RBRLBase(BaseModel):
             oracle.note_factors(Z, low_rank)
             return Z, penalty
 
+        if self.step_rule == "lbfgs":
+            if ckpt is not None:
+                raise ValueError(
+                    "step_rule='lbfgs' does not checkpoint (scipy's L-BFGS-B cannot resume); "
+                    "use step_rule='adaptive' with checkpoint="
+                )
+            self.backend_, self.resumed_from_iteration_ = chunks.backend, 0
+            with chunks.solver_context():
+                return self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol)
+
         store, saved = None, None
         if ckpt is not None:
             path, every, resume = ckpt
@@ -229,6 +240,61 @@ class _RBRLBase(BaseModel):
             store.save_final(res, int(self.max_iter))
         return res
 
+    def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol):
+        """L-BFGS on the smooth form of the objective (:func:`dmlr.solvers.lbfgs.lbfgs`), finished
+        by the adaptive APG from its last point when the optimum is not smooth (a rank-deficient
+        W) or the line search fails; the histories are joined."""
+        max_iter, tol = int(self.max_iter), float(self.tol)
+        callback = ProgressReporter(int(self.verbose), max_iter=max_iter, tol=tol) if self.verbose else None
+        stopped = []
+
+        def report(t, obj, seconds):
+            stop = callback(t, obj, seconds) if callback is not None else False
+            if stop:
+                stopped.append(t)
+            return stop
+
+        res = lbfgs(
+            oracle,
+            x0,
+            nuclear=float(self.alpha_nuclear),
+            rows=rows,
+            tol=tol,
+            gradient_tol=gradient_tol,
+            max_iter=max_iter,
+            callback=report,
+        )
+        if not res.converged and not stopped and res.n_iter < max_iter:
+            L_paper = paper_L()
+            rest = apg(
+                oracle,
+                prox,
+                res.x,
+                lipschitz=L_paper / 1024.0,
+                max_iter=max_iter - res.n_iter,
+                tol=tol,
+                backtracking=True,
+                restart=True,
+                gradient_tol=gradient_tol,
+                adaptive=True,
+                tol_lipschitz=L_paper,
+            )
+            offset = res.seconds[-1] if res.seconds else 0.0
+            res = APGResult(
+                x=rest.x,
+                objective_history=res.objective_history + rest.objective_history,
+                n_iter=res.n_iter + rest.n_iter,
+                converged=rest.converged,
+                seconds=res.seconds + [offset + s for s in rest.seconds],
+                lipschitz=rest.lipschitz,
+                n_backtracks=rest.n_backtracks,
+                n_restarts=rest.n_restarts,
+                n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
+            )
+        if callback is not None:
+            callback.finish(res.converged)
+        return res
+
     def _check_loaded_arrays(self, arrays: dict, path) -> None:
         for name, (arr, expected) in arrays.items():
             if arr.ndim != len(expected) or arr.dtype.kind != "f":
@@ -247,6 +313,7 @@ _AUTO_GRADIENT_TOL = {
     "backtracking": lambda tol: tol,
     "spectral": lambda tol: tol,
     "adaptive": lambda tol: float(np.sqrt(tol)),
+    "lbfgs": lambda tol: float(np.sqrt(tol)),
 }
 
 _COMMON_PARAMETERS = """
@@ -271,7 +338,7 @@ _COMMON_PARAMETERS = """
         gradient-mapping accuracy that matches an objective accuracy of
         ``tol``, so a cold fit still stops on the relative change), ``tol``
         for the others.
-    step_rule : {"adaptive", "paper", "backtracking", "spectral"}
+    step_rule : {"adaptive", "paper", "backtracking", "spectral", "lbfgs"}
         How APG chooses its step 1/L. "adaptive" (default): L follows the
         curvature f has along the steps, on levels 2^(j/8), falling by at
         most one level an iteration and raised again by backtracking when a step fails the
@@ -286,7 +353,11 @@ _COMMON_PARAMETERS = """
         "backtracking": Beck & Teboulle's backtracking from L = (paper L)
         / 1024. "spectral": L = the largest eigenvalue of a bound on the
         Hessian (Lanczos over the chunks), with backtracking kept as a
-        safety net.
+        safety net. "lbfgs": not APG but a quasi-Newton method on the
+        objective with the nuclear norm's gradient, which exists where W has
+        full rank (:mod:`dmlr.solvers.lbfgs`), finished by the "adaptive" APG
+        from its last point where the optimum is rank-deficient; each oracle
+        call counts as an iteration; no checkpoints.
     restart : bool, optional
         Adaptive momentum restart (O'Donoghue & Candes); default: on for
         every rule but "paper".
