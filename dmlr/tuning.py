@@ -68,11 +68,18 @@ POOL_MIN_ROUND_SECONDS = 2.0
 #: training split uses the estimator's own. A validation score needs fewer digits than the
 #: model. At 1e-5 against RBRL's default 1e-6 the search chose the same value on the RBF
 #: kernel model (emotions, the reference's split; scene) and the linear one (tmc2007_500)
-#: in 0.45-0.7 of the time (``benchmarks/search_tol.py``). Looser is not safe: at 1e-4
+#: in 0.45-0.7 of the time (``benchmarks/search_settings.py``). Looser is not safe: at 1e-4
 #: warm-started fits along a path stop short of their optimum where the objective moves
 #: little (the relative-change test), which acts as extra regularization and moved the
 #: linear model's choice on tmc2007_500 half a decade down.
 SEARCH_TOL = 1e-5
+
+#: Default ``step_rule`` of the cross-validation fits (:func:`search`'s ``step_rule``) of a
+#: model that has one: the quasi-Newton method (:mod:`dmlr.solvers.lbfgs`), which needs
+#: about half the adaptive APG's oracle calls along a warm-started path, but does not
+#: checkpoint a fit; the search checkpoints whole units instead, and the refit uses the
+#: model's own rule (``benchmarks/search_settings.py``).
+SEARCH_STEP_RULE = "lbfgs"
 
 #: Default scoring of :func:`search`: a ranking metric (every model of dmlr ranks labels), the
 #: ranking loss, which RBRL's pairwise term (eq. 16) bounds. Chosen by it, ``alpha`` gave
@@ -225,6 +232,7 @@ def search(
     client=None,
     patience: int | None = 2,
     tol: float | None = SEARCH_TOL,
+    step_rule: str | None = SEARCH_STEP_RULE,
     widen_by: int = 2,
     max_widen: int = 3,
     n_jobs: int | None = None,
@@ -261,6 +269,10 @@ def search(
         Stopping tolerance of the cross-validation fits of an estimator that
         has a ``tol`` parameter tighter than this (None: the estimator's own);
         see :data:`SEARCH_TOL`.
+    step_rule : str or None
+        Step rule of the cross-validation fits of an estimator that has a
+        ``step_rule`` parameter (None: the estimator's own); see
+        :data:`SEARCH_STEP_RULE`. The refit uses the estimator's own.
     widen_by, max_widen : int
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
@@ -301,6 +313,8 @@ def search(
     n_train = min(len(tr) for tr, _ in splits)
     base = estimator.get_params()
     cv_params = {"tol": float(tol)} if tol is not None and "tol" in base and base["tol"] < tol else {}
+    if step_rule is not None and "step_rule" in base:
+        cv_params["step_rule"] = step_rule
     store = (
         _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params))
         if checkpoint
@@ -334,7 +348,7 @@ def search(
 @dataclass
 class _Context:
     estimator: object
-    cv_params: dict  # parameters of the cross-validation fits only (tol)
+    cv_params: dict  # parameters of the cross-validation fits only (tol, step_rule)
     X: object
     Y: object
     splits: list

@@ -108,7 +108,7 @@ def test_search_agrees_with_exhaustive_cross_validation():
     # The warm-started, abandoning search chooses what an exhaustive cold grid search of
     # the same values, on the same folds and metric, chooses; the choice is interior.
     X, Y = _synthetic()
-    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None, step_rule=None)
     n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
     values = [n_train * 10.0**e for e in tuning.SEARCH_SPACES["RBRL"][0].exponents]
     exhaustive = grid_search_cv(
@@ -132,6 +132,36 @@ def test_cross_validation_fits_stop_at_the_search_tol_unless_their_own_is_looser
     kept = search(RBRL(**{**SOLVER, "tol": 1e-3}), X, Y, n_jobs=1, max_widen=0, patience=None, tol=1e-4)
     as_is = search(RBRL(**{**SOLVER, "tol": 1e-3}), X, Y, n_jobs=1, max_widen=0, patience=None, tol=None)
     assert kept.results == as_is.results
+
+
+class RecordsSolver(KnownBest):
+    """KnownBest with solver settings; every fit records the ones it ran with."""
+
+    fits: list = []
+
+    def __init__(self, alpha=1.0, best=1.0, warm_start=False, tol=1e-6, step_rule="adaptive"):
+        super().__init__(alpha=alpha, best=best, warm_start=warm_start)
+        self.tol = tol
+        self.step_rule = step_rule
+
+    def fit(self, X, Y):
+        RecordsSolver.fits.append((self.tol, self.step_rule))
+        return super().fit(X, Y)
+
+
+def test_cross_validation_fits_use_the_search_solver_and_the_refit_the_models(monkeypatch):
+    monkeypatch.setitem(tuning.SEARCH_SPACES, "RecordsSolver", (Axis("alpha", GRID),))
+    monkeypatch.setattr(RecordsSolver, "fits", [])
+    X, Y = _known_data()
+    model = dmlr.fit((X, Y), RecordsSolver(best=10**0.5), search=True)
+    assert model.best_params_["alpha"] == pytest.approx(10**0.5, rel=1e-12)
+    *cv_fits, refit = RecordsSolver.fits
+    assert len(cv_fits) == model.search_.n_fits > 0
+    assert set(cv_fits) == {(tuning.SEARCH_TOL, tuning.SEARCH_STEP_RULE)}
+    assert refit == (1e-6, "adaptive")
+    monkeypatch.setattr(RecordsSolver, "fits", [])
+    search(RecordsSolver(best=10**0.5), X, Y, n_jobs=1, tol=None, step_rule=None)
+    assert set(RecordsSolver.fits) == {(1e-6, "adaptive")}
 
 
 def test_unknown_parameter_and_scoring_are_errors():

@@ -19,7 +19,8 @@ without claiming convergence, and the caller continues with
 :func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(step_rule="lbfgs")``
 does), whose proximal step handles the nonsmooth term exactly.
 
-The iterations are the two-loop recursion with a backtracking (Armijo) line
+The iterations are the two-loop recursion
+(:func:`dmlr.kernels.quasi_newton.two_loop`) with a backtracking (Armijo) line
 search (Nocedal & Wright, Algorithms 7.4-7.5), written here rather than taken
 from scipy's L-BFGS-B: that one's bound-constrained machinery (Cauchy point,
 subspace minimization) took 45% of a fit of the RBF kernel model on emotions
@@ -35,6 +36,7 @@ import time
 
 import numpy as np
 
+from dmlr.kernels.quasi_newton import two_loop
 from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
@@ -182,13 +184,14 @@ MAX_BACKTRACKS = 30
 def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, memory, last) -> None:
     """The L-BFGS iterations from x; sets ``result.converged`` when the stopping test holds."""
     f, g = value_and_grad(x)
-    pairs: list[tuple[np.ndarray, np.ndarray, float]] = []  # (s, y, 1 / s.y), oldest first
+    S, Yb, rho = np.empty((memory, x.size)), np.empty((memory, x.size)), np.empty(memory)
+    newest, count = -1, 0  # the pairs: circular buffers, newest at row `newest`
     step = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # first step: unit length along -g
     while result.n_iter < max_iter:
-        d = -_two_loop(g, pairs)
+        d = -two_loop(g, S, Yb, rho, newest, count)
         slope = float(g @ d)
         if slope >= 0.0:  # not a descent direction (rounding): restart from the gradient
-            pairs.clear()
+            count = 0
             d, slope = -g, -float(g @ g)
         t = step
         for _ in range(MAX_BACKTRACKS):
@@ -204,28 +207,11 @@ def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, 
         s_k, y_k = x_new - x, g_new - g
         sy = float(s_k @ y_k)
         if sy > 1e-12 * float(np.linalg.norm(s_k)) * float(np.linalg.norm(y_k)):  # curvature: keep the pair
-            pairs.append((s_k, y_k, 1.0 / sy))
-            if len(pairs) > memory:
-                pairs.pop(0)
+            newest = (newest + 1) % memory
+            S[newest], Yb[newest], rho[newest] = s_k, y_k, 1.0 / sy
+            count = min(count + 1, memory)
         changed = relative_change(f_new, f) <= tol
         x, f, g, step = x_new, f_new, g_new, 1.0
         if changed and (gradient_tol is None or last["grad_norm"] <= gradient_tol * reference()):
             result.converged = True
             return
-
-
-def _two_loop(g: np.ndarray, pairs: list) -> np.ndarray:
-    """H g for the L-BFGS inverse-Hessian model of ``pairs`` (Nocedal & Wright, Algorithm 7.4)."""
-    q = g.copy()
-    alphas = []
-    for s_k, y_k, rho in reversed(pairs):
-        a = rho * float(s_k @ q)
-        alphas.append(a)
-        q -= a * y_k
-    if pairs:
-        s_k, y_k, rho = pairs[-1]
-        q *= 1.0 / (rho * float(y_k @ y_k))  # H0 = (s.y / y.y) I
-    for (s_k, y_k, rho), a in zip(pairs, reversed(alphas)):
-        b = rho * float(y_k @ q)
-        q += (a - b) * s_k
-    return q
