@@ -70,7 +70,7 @@ def main(argv=None):
     print()
     print("Online update and prediction per row (ms), against Table II")
     print(f"{'n (|D|)':>8} {'d':>4} {'update ms':>10} {'active':>7} {'OML predict ms':>15} {'KNN predict ms':>15}")
-    base = OML(random_state=0, init_fraction=0.5).fit(Xtr[:4000], Ytr[:4000])
+    base = OML(k=10, aggregation="vote", random_state=0, init_fraction=0.5).fit(Xtr[:4000], Ytr[:4000])
     d = base.n_components_
     Q = Xte[: args.queries]
     for n in sizes:
@@ -79,7 +79,7 @@ def main(argv=None):
         stream = ChunkStream(Xtr[rows], Ytr[rows])
         params = {"lambda_min": 1e-5, "lambda_max": 1e5, "lambda_rule": "exact"}
         t_upd, res = best_of(lambda: oml_train_stream(stream, base.P_, base.V_, mem, None, n, params))
-        m = OML(random_state=0)
+        m = OML(k=10, aggregation="vote", random_state=0)
         m.set_params()
         for attr in (
             "P_",

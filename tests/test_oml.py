@@ -131,7 +131,7 @@ def toy(seed=0, n=300, p=15, q=6):
 
 def test_oml_fit_predict_and_determinism():
     X, Y = toy()
-    m = OML(scaling=None, random_state=3).fit(X[:200], Y[:200])
+    m = OML(scaling=None, k=10, aggregation="vote", random_state=3).fit(X[:200], Y[:200])
     assert m.n_updates_ == 160 and len(m.objective_history_) >= 1 and m.n_active_ > 0
     S = m.decision_function(X[200:])
     assert S.shape == (100, 6) and ((S >= 0) & (S <= 1)).all()
@@ -180,7 +180,7 @@ def test_mlknn_rule_and_knn_baseline(tmp_path):
     knn = KNN(scaling=None, k=5).fit(X[:200], Y[:200])
     nn = NearestNeighbors(n_neighbors=5, algorithm="brute").fit(X[:200]).kneighbors(X[200:])[1]
     np.testing.assert_allclose(knn.decision_function(X[200:]), Y[:200][nn].mean(axis=1))
-    m = OML(scaling=None, aggregation="mlknn", random_state=0).fit(X[:200], Y[:200])
+    m = OML(scaling=None, k=10, aggregation="mlknn", random_state=0).fit(X[:200], Y[:200])
     S = m.decision_function(X[200:])
     assert ((S > 0) & (S < 1)).all() and m.mlknn_cond_pos_.shape == (11, 6)
     m.save(tmp_path / "m.npz")
@@ -287,3 +287,9 @@ def test_projection_is_least_squares_on_the_chosen_rows(rows):
     assert m.ridge_used_ == 0
     np.testing.assert_allclose(m.P_, P, rtol=1e-8, atol=1e-10)
     assert OML(scaling=None).projection_rows == "all"
+
+
+def test_defaults_are_the_cross_validated_pair():
+    """docs/models/oml.md: the (k, aggregation) pair CV picks most often; KNN keeps the paper's."""
+    assert (OML().k, OML().aggregation) == (5, "mlknn")
+    assert (KNN().k, KNN().aggregation) == (10, "vote")

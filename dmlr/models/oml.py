@@ -5,9 +5,9 @@ maps both into a d-dimensional code space; the learned distance of two
 instances is ``(P^T x_j - P^T x_t)^T Q (P^T x_j - P^T x_t)`` with Q = V V^T
 (Sec. III-C), i.e. the Euclidean distance of the embeddings ``z = x P V``.
 Prediction takes the k nearest memory rows in that metric and combines their
-labels (the paper is silent on the rule: ``rule="vote"``, the default, is a
-per-label majority vote; ``rule="mlknn"`` is the ML-kNN posterior of Zhang &
-Zhou 2007, the paper's ref. [33]).
+labels (the paper is silent on the rule: ``aggregation="vote"`` is a per-label
+majority vote; ``aggregation="mlknn"``, OML's default, is the ML-kNN posterior
+of Zhang & Zhou 2007, the paper's ref. [33]).
 
 * P solves ``min_P ||P^T X^T - Y^T||_F^2`` (Sec. III-B) from X^T X and X^T Y,
   map-reduced over row chunks, over every training row by default
@@ -122,7 +122,7 @@ class _NeighbourModel(BaseModel):
 
     _expected_failed_checks = {
         "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-            rule="score > threshold (0.5 of the neighbours' votes)"
+            rule="score > threshold (0.5: a majority vote, or an ML-kNN posterior above 1/2)"
         )
     }
 
@@ -352,7 +352,10 @@ class OML(_NeighbourModel):
     Parameters
     ----------
     k : int
-        Neighbours used for prediction (10, the paper's).
+        Neighbours used for prediction (5). With ``aggregation="mlknn"``,
+        the pair cross-validation picks most often on the staged small sets
+        (docs/models/oml.md); the paper's setting is ``k=10,
+        aggregation="vote"``.
     n_components : int, optional
         d, the code dimension (the paper requires d < q and gives no value);
         default :func:`~dmlr.models.oml.default_code_dim`.
@@ -366,10 +369,13 @@ class OML(_NeighbourModel):
         constraint of eq. 2 then holds with equality) or of the paper's
         cubic approximation (D9).
     aggregation : {"vote", "mlknn"}
-        Scores from the k neighbours: per-label vote fractions (the default;
-        the paper does not say) or the ML-kNN posterior.
+        Scores from the k neighbours: per-label vote fractions or the ML-kNN
+        posterior P(label | neighbours with it) ("mlknn", the default, see
+        ``k``; the paper does not say). The posterior's tables are counted at
+        ``fit`` from the leave-one-out neighbours of every memory row.
     threshold : float
-        ``predict``: label where score > threshold (0.5).
+        ``predict``: label where score > threshold (0.5: posterior above 1/2,
+        or a strict majority of the neighbours).
     alpha : float
         Relative ridge on P, added to X^T X when it is singular (see
         :func:`~dmlr.models.oml.solve_projection`); ``ridge_used_`` records the absolute value.
@@ -442,14 +448,14 @@ class OML(_NeighbourModel):
 
     def __init__(
         self,
-        k=10,
+        k=5,
         n_components=None,
         *,
         init_fraction=0.2,
         lambda_min=LAMBDA_MIN,
         lambda_max=LAMBDA_MAX,
         lambda_rule="exact",
-        aggregation="vote",
+        aggregation="mlknn",
         threshold=0.5,
         alpha=1e-6,
         projection_rows="all",
