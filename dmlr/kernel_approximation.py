@@ -46,7 +46,7 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         Polynomial kernel (gamma x.y + coef0) ** degree.
     random_state : int or None
         Seed of the landmark sample / random features.
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted on the rows ``fit`` sees and applied before
         the map (:mod:`dmlr.preprocessing`, as the estimators' own
         ``scaling``): an RBF kernel compares distances, which unscaled

@@ -87,3 +87,38 @@ def test_a_tampered_scale_is_refused(tmp_path):
     _rewrite(path, **{"feature_scale_.npy": _npy(np.zeros(6))})
     with pytest.raises(DmlrInputError, match="positive"):
         dmlr.load(path)
+
+
+def test_tfidf_scaling_is_scikit_learns_tfidf_whatever_the_chunks(tmp_path):
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    rng = np.random.default_rng(1)
+    counts = rng.poisson(0.4, size=(120, 9)).astype(np.float64)
+    counts[:, 8] = 0.0  # a word in no document
+    counts[7] = 0.0  # an empty document
+    expected = TfidfTransformer().fit_transform(sp.csr_matrix(counts)).toarray()
+    for X in (counts, sp.csr_matrix(counts)):
+        offset, scale = fit_scaling(X, "tfidf")
+        got = apply_scaling(X, offset, scale, "tfidf")
+        assert sp.issparse(got) == sp.issparse(X)
+        np.testing.assert_allclose(got.toarray() if sp.issparse(got) else got, expected, rtol=1e-6, atol=1e-12)
+    import sparse as pydata_sparse
+
+    for chunks, kind in ((17, "scipy"), (120, "scipy"), (17, "pydata")):
+        if kind == "scipy":
+            source = sp.csr_matrix(counts)
+        else:
+            source = pydata_sparse.GCXS.from_numpy(counts, compressed_axes=(0,))
+        lazy = da.from_array(source, chunks=(chunks, -1), asarray=False)
+        o, s = fit_scaling(lazy, "tfidf")
+        np.testing.assert_array_equal(s, fit_scaling(counts, "tfidf")[1])  # integer counts: the same bits
+        got = apply_scaling(lazy, o, s, "tfidf").compute()
+        got = got.toarray() if hasattr(got, "toarray") else got.todense()
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
+    Y = (counts[:, :3] > 0).astype(np.int8)
+    model = RBRL(scaling="tfidf", max_iter=50).fit(sp.csr_matrix(counts), Y)
+    plain = RBRL(scaling=None, max_iter=50).fit(sp.csr_matrix(expected), Y)
+    np.testing.assert_allclose(model.coef_, plain.coef_, rtol=1e-5, atol=1e-8)
+    again = dmlr.load(model.save(tmp_path / "m.npz"))
+    assert again.scaling_ == "tfidf"
+    np.testing.assert_array_equal(again.decision_function(counts), model.decision_function(counts))

@@ -395,7 +395,8 @@ def _check_loaded_scaling(model, path) -> None:
         if method is not None:
             raise DmlrInputError(f"scaling_={method!r} in a model with scaling=None", path=path)
         return
-    if method not in ("standard", "maxabs") or (model.scaling != "auto" and method != model.scaling):
+    allowed = ("standard", "maxabs") if model.scaling == "auto" else (model.scaling,)
+    if method not in allowed:
         raise DmlrInputError(f"scaling_={method!r} does not match scaling={model.scaling!r}", path=path)
     for name in SCALING_ARRAYS:
         arr = getattr(model, name)

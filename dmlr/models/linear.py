@@ -96,7 +96,7 @@ class LinearMultiLabel(LinearModel):
         after every epoch or iteration; a ``ConvergenceWarning`` when the cap
         comes first. Needs ``alpha > 0``. None: the stochastic solvers run
         ``n_epochs`` epochs, L-BFGS stops by scipy's own test.
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute

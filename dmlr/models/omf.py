@@ -101,7 +101,7 @@ class OMF(BaseModel):
         Append a constant-1 feature (not in the paper; off by default).
     random_state : int >= 0 or None
         Seed of P^(0), Q^(0) and of the window permutations (None: 0).
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute

@@ -297,7 +297,7 @@ class KNN(_NeighbourModel):
         ``predict``: label where score > threshold (0.5).
     mlknn_smoothing : float
         ML-kNN's Laplace smoothing s (1).
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute
@@ -388,7 +388,7 @@ class OML(_NeighbourModel):
         Seed of the initial memory and of V_1.
     record_every : int
         ``objective_history_`` gets the running mean of l_t every this many updates.
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute

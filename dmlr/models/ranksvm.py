@@ -321,7 +321,7 @@ class RankSVM(_OnlineRanker):
         Score threshold of ``predict``. "auto": learned by ``fit`` (and each
         ``partial_fit``, on its rows), the one with the best micro-F1 on the
         training rows (:func:`dmlr.metrics.micro_f1_threshold`).
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute

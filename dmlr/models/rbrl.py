@@ -366,7 +366,7 @@ _COMMON_PARAMETERS = """
         (regularization paths).
     verbose : int
         Print progress every ``verbose`` iterations (0: quiet).
-    scaling : {"auto", "standard", "maxabs"} or None
+    scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute
