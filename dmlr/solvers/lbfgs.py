@@ -25,7 +25,7 @@ search (Nocedal & Wright, Algorithms 7.4-7.5), written here rather than taken
 from scipy's L-BFGS-B: that one's bound-constrained machinery (Cauchy point,
 subspace minimization) took 45% of a fit of the RBF kernel model on emotions
 with no bound to enforce, where the two-loop recursion costs 4 m n flops. The
-stopping test is the one :func:`apg` uses, so that both stop at the same
+stopping test is the one :func:`~dmlr.solvers.apg.apg` uses, so that both stop at the same
 accuracy. It knows nothing of Dask: the oracle does the sums over row blocks.
 """
 
@@ -107,10 +107,10 @@ def lbfgs(
         Rows of W under the nuclear norm (RBRL leaves its bias row out).
     tol : float
         Stop when the objective's relative change over an iteration is at most
-        ``tol`` (as :func:`apg`'s test), and the gradient test holds.
+        ``tol`` (as :func:`~dmlr.solvers.apg.apg`'s test), and the gradient test holds.
     gradient_tol : float, optional
         Also require ``||grad F|| <= gradient_tol * ||grad f(0)||``: the
-        relative change alone can stop a warm start early, as in :func:`apg`.
+        relative change alone can stop a warm start early, as in :func:`~dmlr.solvers.apg.apg`.
     max_iter : int
         Oracle calls at most (each one round trip over the row blocks).
     memory : int
