@@ -361,12 +361,16 @@ def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeyp
     monkeypatch.setattr(api, "AUTO_KERNEL_COMPONENTS", 50)
     nystroem = dmlr.fit((X, Y), search=False)
     assert type(nystroem) is KernelRBRL and nystroem.landmarks_.shape == (50, 10)
-    assert type(dmlr.fit((sp.csr_matrix(X), Y), search=False)) is RBRL
+    linear = {"alpha_rank": api.AUTO_LINEAR_ALPHA_RANK, "scaling": "tfidf"}
+    text = dmlr.fit((sp.csr_matrix(X), Y), search=False)  # bag-of-words features: tf-idf
+    assert type(text) is RBRL and {k: text.get_params()[k] for k in linear} == linear and text.scaling_ == "tfidf"
     mostly_zero = np.where(np.abs(X) > 1.0, X, 0.0)  # about 32% nonzero, stored dense
-    assert type(dmlr.fit((mostly_zero, Y), search=False)) is RBRL
+    text_dense = dmlr.fit((mostly_zero, Y), search=False)
+    assert type(text_dense) is RBRL and {k: text_dense.get_params()[k] for k in linear} == linear
     lazy = (da.from_array(X, chunks=(50, 10)), da.from_array(Y, chunks=(50, 4)))
     assert type(dmlr.fit(lazy, search=False)) is KernelRBRL
     monkeypatch.setattr(api, "AUTO_KERNEL_MAX_ROWS", 100)
-    assert type(dmlr.fit((X, Y), search=False)) is RBRL
+    large = dmlr.fit((X, Y), search=False)  # dense beyond the kernel's rows: standardized
+    assert type(large) is RBRL and large.alpha_rank == api.AUTO_LINEAR_ALPHA_RANK and large.scaling_ == "standard"
     with pytest.raises(ValueError, match="gamma"):
         dmlr.fit((sp.csr_matrix(X), Y), gamma=0.1)  # a kernel parameter for the linear model
