@@ -44,10 +44,20 @@ from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
 #: found with such a direction is handed to the proximal method).
 SMOOTH_MIN_RELATIVE = 1e-6
 
-#: Correction pairs kept (scipy's ``maxcor``). On the RBF kernel model of emotions (the
-#: RBRL reference's split) 30 pairs reached the paper step's optimum in 0.22 of its
-#: iterations, 10 pairs in 0.30; linear models need fewer.
-MEMORY = 30
+#: Correction pairs kept, at most (scipy's ``maxcor``). The RBF kernel models' Hessians are
+#: ill-conditioned and a long memory pays: to the paper step's optimum, 100 pairs took
+#: 0.095 of its iterations on emotions (the reference's split), 0.086 on scene, 0.15 on
+#: yeast, against 0.23, 0.22, 0.25 with 30 pairs (``benchmarks/step_rules.py --rules lbfgs``).
+MEMORY = 100
+#: ... and at most this many bytes of pairs (2 vectors of W's size each): the two-loop
+#: recursion costs 4 m n flops a call, which for a large W (enron's 1,002 x 53 took longer
+#: with 100 pairs than with 30) outgrows the oracle call, and the pairs live on the client.
+MEMORY_BYTES = 32 * 2**20
+
+
+def memory_pairs(size: int, memory: int = MEMORY) -> int:
+    """Pairs kept for a variable of ``size`` floats: ``memory``, capped by :data:`MEMORY_BYTES` (at least 5)."""
+    return int(max(5, min(memory, MEMORY_BYTES // (16 * max(size, 1)))))
 
 
 def nuclear_value_and_grad(W: np.ndarray) -> tuple[float, np.ndarray, float]:
@@ -89,7 +99,7 @@ def lbfgs(
     tol: float = 1e-6,
     gradient_tol: float | None = None,
     max_iter: int = 1000,
-    memory: int = MEMORY,
+    memory: int | None = None,
     callback=None,
 ) -> APGResult:
     """Minimize ``f + nuclear * ||W[rows]||_*`` by L-BFGS (see the module).
@@ -113,8 +123,8 @@ def lbfgs(
         relative change alone can stop a warm start early, as in :func:`~dmlr.solvers.apg.apg`.
     max_iter : int
         Oracle calls at most (each one round trip over the row blocks).
-    memory : int
-        Correction pairs kept.
+    memory : int, optional
+        Correction pairs kept (default: :func:`memory_pairs` of W's size).
     callback : callable, optional
         ``callback(t, objective, seconds)`` after each oracle call; a true
         return value stops the run.
@@ -132,6 +142,7 @@ def lbfgs(
     if not isinstance(oracle, Oracle):
         oracle = _FunctionOracle(oracle)
     shape = x0.shape
+    memory = memory_pairs(x0.size) if memory is None else int(memory)
     result = APGResult(x=np.array(x0, dtype=np.float64))
     start = time.perf_counter()
     reference = None
