@@ -99,9 +99,8 @@ def _column_nonzeros(X) -> np.ndarray:
     if hasattr(X, "to_scipy_sparse"):
         X = X.to_scipy_sparse()
     if sp.issparse(X):
-        X = sp.csr_matrix(X)
-        X.eliminate_zeros()
-        counts = np.bincount(X.indices, minlength=X.shape[1])
+        X = sp.csr_matrix(X)  # shares the caller's arrays: read them, never prune them in place
+        counts = np.bincount(X.indices[X.data != 0], minlength=X.shape[1])
     else:
         counts = np.count_nonzero(X, axis=0)
     return np.asarray(counts, dtype=np.int64).reshape(1, -1)

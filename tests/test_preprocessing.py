@@ -115,6 +115,14 @@ def test_tfidf_scaling_is_scikit_learns_tfidf_whatever_the_chunks(tmp_path):
         got = apply_scaling(lazy, o, s, "tfidf").compute()
         got = got.toarray() if hasattr(got, "toarray") else got.todense()
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
+    stored_zero = sp.csr_matrix(counts)
+    stored_zero.data[0] = 0.0  # an explicit zero: no document count, and the caller's matrix kept
+    kept = (stored_zero.data.copy(), stored_zero.indices.copy(), stored_zero.indptr.copy())
+    with_zero = counts.copy()
+    with_zero[np.nonzero(counts)[0][0], np.nonzero(counts)[1][0]] = 0.0
+    np.testing.assert_array_equal(fit_scaling(stored_zero, "tfidf")[1], fit_scaling(with_zero, "tfidf")[1])
+    for before, after in zip(kept, (stored_zero.data, stored_zero.indices, stored_zero.indptr)):
+        np.testing.assert_array_equal(before, after)
     Y = (counts[:, :3] > 0).astype(np.int8)
     model = RBRL(scaling="tfidf", max_iter=50).fit(sp.csr_matrix(counts), Y)
     plain = RBRL(scaling=None, max_iter=50).fit(sp.csr_matrix(expected), Y)
