@@ -74,18 +74,21 @@ def auto_model(X, seed: int | None = 0) -> BaseModel:
     over the chunks of a dask X); "sparse", stored sparse or not dense.
     """
     n = int(X.shape[0])
-    if not is_sparse(X):
-        nonzero = (X != 0).sum()
-        if is_dask(X):
-            nonzero = nonzero.compute()
-        dense = float(nonzero) >= AUTO_KERNEL_MIN_DENSITY * n * int(X.shape[1])
-    if is_sparse(X) or not dense:
+    if is_sparse(X) or not _mostly_nonzero(X):
         return RBRL(alpha_rank=AUTO_LINEAR_ALPHA_RANK, scaling="tfidf")
     if n > AUTO_KERNEL_MAX_ROWS:
         return RBRL(alpha_rank=AUTO_LINEAR_ALPHA_RANK)
     if n <= AUTO_EXACT_KERNEL_MAX_ROWS:
         return KernelRBRL()
     return KernelRBRL(n_components=AUTO_KERNEL_COMPONENTS, random_state=seed)
+
+
+def _mostly_nonzero(X) -> bool:
+    """At least :data:`AUTO_KERNEL_MIN_DENSITY` of dense X's entries are nonzero (one pass over a dask X)."""
+    nonzero = (X != 0).sum()
+    if is_dask(X):
+        nonzero = nonzero.compute()
+    return float(nonzero) >= AUTO_KERNEL_MIN_DENSITY * int(X.shape[0]) * int(X.shape[1])
 
 
 def _as_dataset(data):

@@ -79,8 +79,8 @@ SEARCH_TOL = 1e-5
 #: :data:`SEARCH_TOL`) the searches of emotions, scene, yeast, enron and medical took
 #: 0.40-0.71 of the time at the model's own settings, with the same choice on four and
 #: half a decade apart on medical, whose validation curve is flat there (fold means within
-#: 1.3e-3 of the other run's; ``benchmarks/search_settings.py``). It does not checkpoint a fit; the search
-#: checkpoints whole units instead, and the refit uses the model's own rule.
+#: 1.3e-3 of the other run's; ``benchmarks/search_settings.py``). It does not checkpoint a
+#: fit; the search checkpoints whole units instead, and the refit uses the model's own rule.
 SEARCH_STEP_RULE = "lbfgs"
 
 #: Default scoring of :func:`search`: a ranking metric (every model of dmlr ranks labels), the
@@ -414,7 +414,9 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
     before = [_oriented(s, greater) for s in scores.values()]
     run: list[float] = []
     base = ctx.estimator.get_params()
-    warm = {"warm_start": True, **ctx.cv_params} if "warm_start" in base else dict(ctx.cv_params)
+    warm = dict(ctx.cv_params)
+    if "warm_start" in base:
+        warm["warm_start"] = True
     if "verbose" in base:
         warm["verbose"] = 0  # the search reports progress, not each fit
     for k, value in enumerate(values):

@@ -174,7 +174,7 @@ class _RBRLBase(BaseModel):
         if self.step_rule == "lbfgs":
             if ckpt is not None:
                 raise ValueError(
-                    "step_rule='lbfgs' does not checkpoint (scipy's L-BFGS-B cannot resume); "
+                    "step_rule='lbfgs' does not checkpoint (its correction pairs are not saved); "
                     "use step_rule='adaptive' with checkpoint="
                 )
             self.backend_, self.resumed_from_iteration_ = chunks.backend, 0

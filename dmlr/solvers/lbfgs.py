@@ -43,6 +43,9 @@ from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
 #: is treated as nonsmooth there (its gradient omits that direction, and a minimizer
 #: found with such a direction is handed to the proximal method).
 SMOOTH_MIN_RELATIVE = 1e-6
+#: A minimizer whose smallest singular value is below this fraction of the largest is not
+#: claimed as converged: the nuclear norm's kink is near, and the proximal method finishes.
+CONVERGED_MIN_RELATIVE = 1e-3
 
 #: Correction pairs kept, at most (scipy's ``maxcor``). The RBF kernel models' Hessians are
 #: ill-conditioned and a long memory pays: to the paper step's optimum, 100 pairs took
@@ -145,20 +148,16 @@ def lbfgs(
     memory = memory_pairs(x0.size) if memory is None else int(memory)
     result = APGResult(x=np.array(x0, dtype=np.float64))
     start = time.perf_counter()
-    reference = None
-    if gradient_tol is not None and np.any(x0):  # a cold start's first call is at the origin
+    reference = None  # ||grad f(0)||; a cold start's first call gives it (grad F(0) = grad f(0))
+    if gradient_tol is not None and np.any(x0):
         _, g0 = oracle(np.zeros((1, *shape)), 0)
         reference = float(np.linalg.norm(g0))
         result.n_oracle_calls += 1
     best = [math.inf, 0.0]  # objective, smallest relative singular value at the best point
-    last = {}
 
     def value_and_grad(w):
-        nonlocal reference
         W = w.reshape(shape)
         values, g = oracle(W[None], 0)
-        if reference is None and gradient_tol is not None:  # the cold start: W = 0
-            reference = float(np.linalg.norm(g))
         norm, G, smallest = nuclear_value_and_grad(W[rows])
         grad = np.array(g, dtype=np.float64)
         grad[rows] += nuclear * G
@@ -170,16 +169,15 @@ def lbfgs(
         if obj < best[0]:
             best[:] = [obj, smallest]
             result.x = W.copy()
-        last["grad_norm"] = float(np.linalg.norm(grad))
         if callback is not None and callback(result.n_iter, obj, result.seconds[-1]):
             raise StopIteration
         return obj, grad.ravel()
 
     try:
-        _iterate(value_and_grad, result.x.ravel(), result, tol, gradient_tol, lambda: reference, max_iter, memory, last)
+        _iterate(value_and_grad, result.x.ravel(), result, tol, gradient_tol, reference, max_iter, memory)
     except StopIteration:  # the callback asked to stop
         pass
-    if best[1] <= SMOOTH_MIN_RELATIVE * 1e3:  # a direction near zero: not a smooth optimum
+    if best[1] <= CONVERGED_MIN_RELATIVE:  # a direction near zero: not a smooth optimum
         result.converged = False
     return result
 
@@ -192,9 +190,12 @@ BACKTRACK = 0.5
 MAX_BACKTRACKS = 30
 
 
-def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, memory, last) -> None:
-    """The L-BFGS iterations from x; sets ``result.converged`` when the stopping test holds."""
+def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, memory) -> None:
+    """The L-BFGS iterations from x; sets ``result.converged`` when the stopping test holds
+    (``reference``: the gradient test's scale, None: the gradient at x, the origin)."""
     f, g = value_and_grad(x)
+    if reference is None:
+        reference = float(np.linalg.norm(g))
     S, Yb, rho = np.empty((memory, x.size)), np.empty((memory, x.size)), np.empty(memory)
     newest, count = -1, 0  # the pairs: circular buffers, newest at row `newest`
     step = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # first step: unit length along -g
@@ -223,6 +224,6 @@ def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, 
             count = min(count + 1, memory)
         changed = relative_change(f_new, f) <= tol
         x, f, g, step = x_new, f_new, g_new, 1.0
-        if changed and (gradient_tol is None or last["grad_norm"] <= gradient_tol * reference()):
+        if changed and (gradient_tol is None or float(np.linalg.norm(g)) <= gradient_tol * reference):
             result.converged = True
             return
