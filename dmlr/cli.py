@@ -240,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--step-rule",
         dest="step_rule",
-        choices=["adaptive", "paper", "backtracking", "spectral"],
-        help="RBRL: APG step rule (default adaptive)",
+        choices=["lbfgs", "adaptive", "paper", "backtracking", "spectral"],
+        help="RBRL: solver / APG step rule (default lbfgs)",
     )
     f.add_argument(
         "--param",

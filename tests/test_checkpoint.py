@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -34,9 +35,10 @@ from dmlr.datasets import make_multilabel
 from dmlr.kernel_approximation import KernelFeatures
 from dmlr.models import RBRL, KernelRBRL
 from dmlr.models import checkpoint as ckpt_mod
-from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError
+from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError, Handover
 from dmlr.solvers import apg
 from dmlr.solvers.apg import APGState
+from dmlr.solvers.lbfgs import LBFGSState, lbfgs
 
 # ---------------------------------------------------------------------------
 # Solver level (numpy, no cluster)
@@ -131,6 +133,48 @@ def test_apg_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(rule
             continue
         bad = apg(oracle, prox, x0, state=APGState(**{**state.__dict__, field: value}), **kw)
         assert bad.objective_history != full.objective_history, field
+
+
+@pytest.mark.parametrize("memory", [5, 100])  # the pairs' buffer wraps around; it does not
+def test_lbfgs_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(memory):
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(60, 8)) * np.linspace(0.2, 2.0, 8)
+    B = A @ rng.normal(size=(8, 5)) + 3.0 * rng.normal(size=(60, 5))
+    oracle, _ = least_squares_nuclear(A, B, 0.0)
+    x0 = 0.1 * rng.normal(size=(8, 5))  # a warm start: the gradient test's reference is a call at 0
+    kw = dict(nuclear=0.5, tol=1e-13, gradient_tol=1e-9, max_iter=400, memory=memory)
+    full = lbfgs(oracle, x0, **kw)
+    assert full.converged and 30 < full.n_iter < 400
+    assert np.linalg.matrix_rank(full.x, tol=1e-6) == 5  # a smooth optimum: no handover
+
+    states = []
+    lbfgs(oracle, x0, checkpoint=(7, states.append), **kw)
+    calls = [s.n_iter for s in states]
+    assert len(calls) > 3 and all(b - a >= 7 for a, b in zip(calls, calls[1:], strict=False))
+    pairs = len(states[-1].S)  # with 5 kept, the buffer has wrapped around
+    assert (pairs == 5 and states[-1].newest < 4) if memory == 5 else 5 < pairs < memory
+    for state in (states[0], states[len(states) // 2], states[-1]):
+        saved = copy.deepcopy(state)  # a fresh process knows only the state: no x0 values
+        res = lbfgs(oracle, np.full_like(x0, np.nan), state=saved, **kw)
+        assert res.objective_history == full.objective_history  # bitwise, the whole history
+        assert np.array_equal(res.x, full.x) and res.converged
+        assert (res.n_iter, res.n_oracle_calls) == (full.n_iter, full.n_oracle_calls)
+
+    # the comparison is sharp: losing any part of the state changes the iterates
+    state = states[len(states) // 2]
+    for changed in (
+        {"SY": state.SY * (1 + 1e-6)},
+        {"YY": state.YY * (1 + 1e-6)},
+        {"S": state.S * (1 + 1e-6)},
+        {"step": state.step / 2},
+        {"reference": state.reference * 1e6},
+    ):
+        bad = lbfgs(oracle, x0, state=dataclasses.replace(state, **changed), **kw)
+        assert bad.objective_history != full.objective_history, sorted(changed)
+    with pytest.raises(ValueError, match="max_iter"):
+        lbfgs(oracle, x0, state=state, **{**kw, "max_iter": state.n_iter})
+    with pytest.raises(ValueError, match="shape"):
+        lbfgs(oracle, np.zeros((8, 4)), state=state, **kw)
 
 
 def test_apg_state_is_checked():
@@ -272,6 +316,43 @@ def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_
     assert again.resumed_from_iteration_ == ref.n_iter_
     assert np.array_equal(getattr(again, attr), getattr(ref, attr))
     assert again.objective_history_ == ref.objective_history_
+
+
+@pytest.mark.parametrize(
+    "alpha_nuclear, kind",
+    [(0.1, LBFGSState), (100.0, Handover)],  # full rank at the optimum; rank-deficient: handed to APG
+)
+def test_lbfgs_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(
+    store, tmp_path, monkeypatch, alpha_nuclear, kind
+):
+    params = {**PARAMS, "step_rule": "lbfgs", "tol": 1e-7, "max_iter": 400, "alpha_nuclear": alpha_nuclear}
+    with dmlr.config_context(backend="local"):
+        ref = dmlr.fit(store, RBRL(**params))
+    assert ref.converged_ and ref.n_iter_ > 15
+    assert np.isfinite(ref.lipschitz_) == (kind is Handover)  # APG ran after L-BFGS
+    ck = tmp_path / "ck"
+    save, hit = Checkpoint.save_state, []
+
+    def save_then_die(self, state):  # the first checkpoint of that kind from iteration 10 on
+        save(self, state)
+        if isinstance(state, kind) and state.n_iter >= 10:
+            hit.append(state.n_iter)
+            raise _Interrupted
+
+    monkeypatch.setattr(Checkpoint, "save_state", save_then_die)
+    with pytest.raises(_Interrupted):
+        with dmlr.config_context(backend="local"):
+            dmlr.fit(store, RBRL(**params), checkpoint=ck, checkpoint_every=EVERY)
+    monkeypatch.undo()
+    assert Checkpoint(ck).states() == hit and isinstance(Checkpoint(ck).load(), kind)
+
+    with dmlr.config_context(backend="local"):
+        model = dmlr.fit(store, RBRL(**params), checkpoint=ck, checkpoint_every=EVERY, resume=True)
+    assert model.resumed_from_iteration_ == hit[0]
+    assert np.array_equal(model.coef_, ref.coef_)  # in process: bit for bit
+    assert model.objective_history_ == ref.objective_history_
+    _assert_same_model(model, ref)
+    assert Checkpoint(ck).info()["complete"]
 
 
 def test_resume_without_a_checkpoint_starts_from_scratch(store, reference, tmp_path):

@@ -295,7 +295,9 @@ def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, c
     from dmlr.models.rbrl import ChunkOracle
 
     X, Y = problem(sparse, seed=6, n=400 if kernel else 900, d=40, l=16)
-    params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0)
+    params = dict(
+        alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0, step_rule="adaptive"
+    )
 
     def model():
         return KernelRBRL(kernel, **params) if kernel else RBRL(**params)

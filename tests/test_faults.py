@@ -48,7 +48,8 @@ from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import ClusterChunks
 
 # tol=0: the fit runs exactly max_iter iterations
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0)
+#: APG's adaptive rule: its speculative calls are what the kills interrupt (L-BFGS: below).
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, step_rule="adaptive")
 KILL_AT = 10  # the kill comes at about this iteration
 N_WORKERS = 3
 #: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
@@ -211,6 +212,22 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
     assert len(computed) == N_WORKERS, computed
     assert computed[killed["block"]] >= 2, f"the lost block was not recomputed: {computed}"
     _assert_same_model(model, local_model)
+
+
+def test_lbfgs_fit_survives_a_killed_worker(store, cluster3, monkeypatch):
+    # the default solver's plain oracle calls; the reference sums over the same 3 blocks: the
+    # quasi-Newton model magnifies the rounding of other block sums beyond 1e-10 in 60 calls
+    params = {**PARAMS, "step_rule": "lbfgs"}
+    with dmlr.config_context(backend="local", n_blocks=N_WORKERS):
+        reference = dmlr.fit(store, "rbrl", **params)
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    killed = _kill_at(monkeypatch, "between_calls", pids)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **params)
+    _assert_victim_gone(client, pids, killed)
+    assert counter.computed[BLOCK_TASK][killed["block"]] >= 2
+    _assert_same_model(model, reference)
 
 
 #: A nuclear weight that leaves W of rank <= 2 of 10 labels through the fit, so that its

@@ -320,3 +320,39 @@ def test_lbfgs_leaves_rows_out_of_the_nuclear_norm_and_stops_at_max_iter_and_cal
     seen = []
     stopped = lbfgs(oracle, np.zeros((8, 5)), nuclear=0.5, rows=rows, callback=lambda t, f, s: seen.append(t) or t == 3)
     assert stopped.n_iter == 3 and seen == [1, 2, 3] and not stopped.converged
+
+
+def _two_loop(g, pairs):
+    """H g by the two-loop recursion (Nocedal & Wright, Algorithm 7.4), pairs oldest first."""
+    q, alphas = g.copy(), []
+    for s, y in reversed(pairs):
+        a = (s @ q) / (s @ y)
+        alphas.append(a)
+        q -= a * y
+    s, y = pairs[-1]
+    q *= (s @ y) / (y @ y)
+    for (s, y), a in zip(pairs, reversed(alphas), strict=True):
+        q += (a - (y @ q) / (s @ y)) * s
+    return q
+
+
+@pytest.mark.parametrize("memory", [3, 8])  # the buffer wraps around; it does not
+def test_lbfgs_compact_direction_is_the_two_loop_recursions(memory):
+    from importlib import import_module
+
+    Pairs = import_module("dmlr.solvers.lbfgs").Pairs
+    rng = np.random.default_rng(2)
+    n = 40
+    A = rng.normal(size=(n, n))
+    H = A @ A.T + n * np.eye(n)  # curvature pairs of a convex quadratic: y = H s, s . y > 0
+    pairs, buffers = [], Pairs.empty(memory, n)
+    for k in range(6):
+        s = rng.normal(size=n)
+        pairs.append((s, H @ s))
+        buffers.add(s, H @ s)
+        g = rng.normal(size=n)
+        expected = -_two_loop(g, pairs[-memory:])
+        np.testing.assert_allclose(buffers.direction(g), expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
+    assert buffers.count == min(6, memory)
+    buffers.reset()
+    np.testing.assert_array_equal(buffers.direction(g), -g)

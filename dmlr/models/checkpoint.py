@@ -3,8 +3,9 @@
 ``RBRL().fit(X, Y, checkpoint=PATH, checkpoint_every=k)`` (or
 ``dmlr.fit(..., checkpoint=PATH, checkpoint_every=k)``, or
 ``dmlr fit ... --checkpoint PATH --checkpoint-every k``) writes the solver's
-full state (:class:`dmlr.solvers.apg.APGState`) to ``PATH`` every ``k``
-iterations; after the process is killed, the same call with ``resume=True``
+full state (:class:`dmlr.solvers.apg.APGState`, or
+:class:`dmlr.solvers.lbfgs.LBFGSState` under ``step_rule="lbfgs"``) to
+``PATH`` every ``k`` iterations; after the process is killed, the same call with ``resume=True``
 continues from the last complete checkpoint and ends at the model the
 uninterrupted fit gives (the same iterates: nothing is recomputed).
 
@@ -22,6 +23,16 @@ Layout (format version 1)
         grad                 float64 (d, l)  grad f(G_{t+1})                         } final state
         objective_history    float64 (t,)
         seconds              float64 (t,)
+
+An L-BFGS state (``step_rule="lbfgs"``; t counts oracle calls) has attrs
+``solver: "lbfgs"``, f, step, reference, best_objective, best_smallest and
+n_oracle_calls, and the arrays x, grad (the current iterate and its
+gradient), S, Y (m, d * l) and SY, YY (m, m) (the correction pairs in their
+buffer slots, the newest in slot ``newest``, an attribute, and their inner products),
+best_x, objective_history and seconds. Where L-BFGS handed over to APG (a
+rank-deficient optimum), the APG states carry ``handover: {n_iter,
+n_oracle_calls}`` (the L-BFGS part), and their histories are the whole fit's
+(:class:`Handover`).
 
 Floats in the attributes are JSON numbers, which round-trip float64 exactly;
 arrays are float64 with Zarr's lossless default codecs. Nothing is pickled.
@@ -69,6 +80,7 @@ uninterrupted model, not bit for bit).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -78,11 +90,13 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import zarr
 
 from dmlr.solvers.apg import APGResult, APGState
+from dmlr.solvers.lbfgs import LBFGSState
 
 CHECKPOINT_FORMAT_VERSION = 1
 _KIND = "checkpoint"
@@ -92,6 +106,20 @@ _PARTIAL_PREFIX = ".partial-"
 #: Arrays of an unfinished / final state.
 STATE_ARRAYS = ("W", "G", "grad", "objective_history", "seconds")
 FINAL_ARRAYS = ("W", "objective_history", "seconds")
+LBFGS_ARRAYS = ("x", "grad", "S", "Y", "SY", "YY", "best_x", "objective_history", "seconds")
+
+
+class Handover(NamedTuple):
+    """The state of a fit that L-BFGS handed to APG (``RBRL(step_rule="lbfgs")`` on a
+    rank-deficient optimum): what L-BFGS did, and the APG state after it."""
+
+    before: APGResult
+    state: APGState
+
+    @property
+    def n_iter(self) -> int:
+        """Iterations of the whole fit so far (L-BFGS's oracle calls and APG's iterations)."""
+        return self.before.n_iter + self.state.n_iter
 
 
 class CheckpointMismatchError(ValueError):
@@ -320,7 +348,9 @@ class Checkpoint:
         return dict(zarr.open_group(str(self.path / _state_name(t)), mode="r").attrs)["dmlr"]
 
     def load(self):
-        """The current state: None, an :class:`~dmlr.solvers.apg.APGState`, or (complete) ``(APGResult, attrs)``."""
+        """The current state: None, an :class:`~dmlr.solvers.apg.APGState`, an
+        :class:`~dmlr.solvers.lbfgs.LBFGSState`, a :class:`Handover`, or (complete)
+        ``(APGResult, attrs)``."""
         t = self.latest()
         if t is None:
             return None
@@ -344,8 +374,34 @@ class Checkpoint:
                 n_oracle_calls=int(a["n_oracle_calls"]),
             )
             return res, a
+        if a.get("solver") == "lbfgs":
+            arrays = {name: _read_array(g, name, where) for name in LBFGS_ARRAYS}
+            arrays["objective_history"], arrays["seconds"] = hist, seconds
+            return LBFGSState(
+                n_iter=t,
+                f=float(a["f"]),
+                step=float(a["step"]),
+                reference=float(a["reference"]),
+                best_objective=float(a["best_objective"]),
+                best_smallest=float(a["best_smallest"]),
+                n_oracle_calls=int(a["n_oracle_calls"]),
+                newest=int(a["newest"]),
+                **arrays,
+            )
         ref = a.get("reference_mapping")
-        return APGState(
+        handover = a.get("handover")
+        if handover is not None:  # split the joined history at the handover
+            k = int(handover["n_iter"])
+            offset = seconds[k - 1] if k else 0.0
+            before = APGResult(
+                x=_read_array(g, "W", where),
+                objective_history=hist[:k],
+                n_iter=k,
+                seconds=seconds[:k],
+                n_oracle_calls=int(handover["n_oracle_calls"]),
+            )
+            t, hist, seconds = t - k, hist[k:], [s - offset for s in seconds[k:]]
+        state = APGState(
             n_iter=t,
             W=_read_array(g, "W", where),
             G=_read_array(g, "G", where),
@@ -360,6 +416,7 @@ class Checkpoint:
             n_oracle_calls=int(a["n_oracle_calls"]),
             reference_mapping=None if ref is None else float(ref),
         )
+        return state if handover is None else Handover(before, state)
 
     # -- writing -----------------------------------------------------------
     def create(self, fingerprint: dict) -> None:
@@ -415,9 +472,26 @@ class Checkpoint:
             if (m and int(m.group(1)) < t) or entry.name.startswith(_PARTIAL_PREFIX):
                 shutil.rmtree(entry, ignore_errors=True)
 
-    def save_state(self, state: APGState) -> None:
-        """Write an unfinished state (the solver's ``checkpoint`` hook)."""
+    def save_state(self, state) -> None:
+        """Write an unfinished state (the solver's ``checkpoint`` hook): an
+        :class:`~dmlr.solvers.apg.APGState`, an :class:`~dmlr.solvers.lbfgs.LBFGSState`
+        or a :class:`Handover`."""
+        if isinstance(state, LBFGSState):
+            self._save_lbfgs(state)
+            return
+        handover = None
+        if isinstance(state, Handover):  # one joined history, and where the APG part starts
+            before, state = state
+            offset = before.seconds[-1] if before.seconds else 0.0
+            handover = {"n_iter": int(before.n_iter), "n_oracle_calls": int(before.n_oracle_calls)}
+            state = dataclasses.replace(
+                state,
+                n_iter=before.n_iter + state.n_iter,
+                objective_history=list(before.objective_history) + list(state.objective_history),
+                seconds=list(before.seconds) + [offset + s for s in state.seconds],
+            )
         attrs = {
+            "handover": handover,
             "complete": False,
             "converged": False,
             "b": float(state.b),
@@ -442,6 +516,25 @@ class Checkpoint:
             },
             attrs,
         )
+
+    def _save_lbfgs(self, state: LBFGSState) -> None:
+        attrs = {
+            "complete": False,
+            "converged": False,
+            "solver": "lbfgs",
+            "f": float(state.f),
+            "step": float(state.step),
+            "reference": float(state.reference),
+            "best_objective": float(state.best_objective),
+            "best_smallest": float(state.best_smallest),
+            "n_oracle_calls": int(state.n_oracle_calls),
+            "newest": int(state.newest),
+        }
+        for key in ("f", "step", "reference", "best_objective", "best_smallest"):
+            if not math.isfinite(attrs[key]):
+                raise ValueError(f"cannot checkpoint a non-finite {key} ({attrs[key]})")
+        arrays = {name: np.asarray(getattr(state, name)) for name in LBFGS_ARRAYS}
+        self._write_state(state.n_iter, arrays, attrs)
 
     def save_final(self, result: APGResult, max_iter: int) -> None:
         """Mark the checkpoint complete: write the fit's result as the last state."""
@@ -507,9 +600,9 @@ def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
     -------
     checkpoint : Checkpoint
         Created (empty) unless resumed.
-    saved : None, APGState or APGResult
+    saved : None, APGState, LBFGSState, Handover or APGResult
         None: start from scratch (no checkpoint, or no state in it yet, or
-        ``resume=False``); an :class:`~dmlr.solvers.apg.APGState` to continue from; the final
+        ``resume=False``); a state to continue from; the final
         :class:`~dmlr.solvers.apg.APGResult` of a complete checkpoint (nothing left to do).
 
     Raises
@@ -543,7 +636,7 @@ def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
             f"cannot resume from {ckpt.path}: it was written for a different problem: " + "; ".join(diffs)
         )
     saved = ckpt.load()
-    if isinstance(saved, tuple):
+    if isinstance(saved, tuple) and not isinstance(saved, Handover):
         result, attrs = saved
         if not (result.n_iter == max_iter or (result.converged and result.n_iter < max_iter)):
             how = "converged" if result.converged else f"max_iter={attrs.get('max_iter')}"

@@ -46,7 +46,7 @@ from dmlr.solvers.prox import prox_nuclear_norm
 #: ``step_rule=`` values; see :class:`RBRL`.
 STEP_RULES = ("paper", "backtracking", "spectral", "adaptive", "lbfgs")
 #: The default ``step_rule`` of :class:`RBRL` and :class:`KernelRBRL`.
-DEFAULT_STEP_RULE = "adaptive"
+DEFAULT_STEP_RULE = "lbfgs"
 
 
 class _RBRLBase(BaseModel):
@@ -171,16 +171,6 @@ class _RBRLBase(BaseModel):
             oracle.note_factors(Z, low_rank)
             return Z, penalty
 
-        if self.step_rule == "lbfgs":
-            if ckpt is not None:
-                raise ValueError(
-                    "step_rule='lbfgs' does not checkpoint (its correction pairs are not saved); "
-                    "use step_rule='adaptive' with checkpoint="
-                )
-            self.backend_, self.resumed_from_iteration_ = chunks.backend, 0
-            with chunks.solver_context():
-                return self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol)
-
         store, saved = None, None
         if ckpt is not None:
             path, every, resume = ckpt
@@ -200,35 +190,15 @@ class _RBRLBase(BaseModel):
             else None
         )
         writer = ckpt_store.BackgroundWriter(store.save_state) if store is not None else None
+        checkpoint = (every, writer) if writer is not None else None
         try:
             with chunks.solver_context():
-                backtracking = self.step_rule != "paper"
-                adaptive = self.step_rule == "adaptive"
-                L_paper = paper_L() if adaptive or (state is None and self.step_rule != "spectral") else None
-                if state is not None:  # L is in the state (it changes under backtracking)
-                    L = state.lipschitz
-                elif self.step_rule == "spectral":
-                    L = spectral_L()
-                elif self.step_rule in ("backtracking", "adaptive"):
-                    L = L_paper / 1024.0
+                if self.step_rule == "lbfgs":
+                    res = self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint)
                 else:
-                    L = L_paper
-                res = apg(
-                    oracle,
-                    prox,
-                    x0,
-                    lipschitz=L,
-                    max_iter=int(self.max_iter),
-                    tol=float(self.tol),
-                    callback=callback,
-                    backtracking=backtracking,
-                    restart=restart,
-                    gradient_tol=gradient_tol,
-                    state=state,
-                    checkpoint=(every, writer) if writer is not None else None,
-                    adaptive=adaptive,
-                    tol_lipschitz=L_paper if adaptive else None,
-                )
+                    res = self._solve_apg(
+                        oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint
+                    )
         except BaseException:
             if writer is not None:  # let the checkpoint being written land; the fit's error wins
                 writer.wait(raise_error=False)
@@ -240,12 +210,46 @@ class _RBRLBase(BaseModel):
             store.save_final(res, int(self.max_iter))
         return res
 
-    def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol):
+    def _solve_apg(self, oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint):
+        """APG with this estimator's step rule (not ``"lbfgs"``), from ``state`` if given."""
+        backtracking = self.step_rule != "paper"
+        adaptive = self.step_rule == "adaptive"
+        L_paper = paper_L() if adaptive or (state is None and self.step_rule != "spectral") else None
+        if state is not None:  # L is in the state (it changes under backtracking)
+            L = state.lipschitz
+        elif self.step_rule == "spectral":
+            L = spectral_L()
+        elif self.step_rule in ("backtracking", "adaptive"):
+            L = L_paper / 1024.0
+        else:
+            L = L_paper
+        return apg(
+            oracle,
+            prox,
+            x0,
+            lipschitz=L,
+            max_iter=int(self.max_iter),
+            tol=float(self.tol),
+            callback=callback,
+            backtracking=backtracking,
+            restart=restart,
+            gradient_tol=gradient_tol,
+            state=state,
+            checkpoint=checkpoint,
+            adaptive=adaptive,
+            tol_lipschitz=L_paper if adaptive else None,
+        )
+
+    def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint):
         """L-BFGS on the smooth form of the objective (:func:`dmlr.solvers.lbfgs.lbfgs`), finished
         by the adaptive APG from its last point when the optimum is not smooth (a rank-deficient
-        W) or the line search fails; the histories are joined."""
+        W) or the line search fails; the histories are joined.
+
+        ``state``: None, an :class:`~dmlr.solvers.lbfgs.LBFGSState` or a
+        :class:`~dmlr.models.checkpoint.Handover` (the APG part had started);
+        ``checkpoint``: ``(every, fn)`` as the solvers take it.
+        """
         max_iter, tol = int(self.max_iter), float(self.tol)
-        callback = ProgressReporter(int(self.verbose), max_iter=max_iter, tol=tol) if self.verbose else None
         stopped = []
 
         def report(t, obj, seconds):
@@ -254,46 +258,54 @@ class _RBRLBase(BaseModel):
                 stopped.append(t)
             return stop
 
-        res = lbfgs(
-            oracle,
-            x0,
-            nuclear=float(self.alpha_nuclear),
-            rows=rows,
-            tol=tol,
-            gradient_tol=gradient_tol,
-            max_iter=max_iter,
-            callback=report,
-        )
-        if not res.converged and not stopped and res.n_iter < max_iter:
-            L_paper = paper_L()
-            rest = apg(
+        if isinstance(state, ckpt_store.Handover):
+            res, apg_state = state
+        else:
+            res = lbfgs(
                 oracle,
-                prox,
-                res.x,
-                lipschitz=L_paper / 1024.0,
-                max_iter=max_iter - res.n_iter,
+                x0,
+                nuclear=float(self.alpha_nuclear),
+                rows=rows,
                 tol=tol,
-                backtracking=True,
-                restart=True,
                 gradient_tol=gradient_tol,
-                adaptive=True,
-                tol_lipschitz=L_paper,
+                max_iter=max_iter,
+                callback=report,
+                checkpoint=checkpoint,
+                state=state,
             )
-            offset = res.seconds[-1] if res.seconds else 0.0
-            res = APGResult(
-                x=rest.x,
-                objective_history=res.objective_history + rest.objective_history,
-                n_iter=res.n_iter + rest.n_iter,
-                converged=rest.converged,
-                seconds=res.seconds + [offset + s for s in rest.seconds],
-                lipschitz=rest.lipschitz,
-                n_backtracks=rest.n_backtracks,
-                n_restarts=rest.n_restarts,
-                n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
-            )
-        if callback is not None:
-            callback.finish(res.converged)
-        return res
+            apg_state = None
+            if res.converged or stopped or res.n_iter >= max_iter:
+                return res
+        every, save = checkpoint if checkpoint is not None else (None, None)
+        L_paper = paper_L()
+        rest = apg(
+            oracle,
+            prox,
+            res.x if apg_state is None else apg_state.W,
+            lipschitz=L_paper / 1024.0,
+            max_iter=max_iter - res.n_iter,
+            tol=tol,
+            callback=None if callback is None else (lambda t, obj, seconds: callback(res.n_iter + t, obj, seconds)),
+            backtracking=True,
+            restart=True,
+            gradient_tol=gradient_tol,
+            state=apg_state,
+            checkpoint=None if save is None else (every, lambda s: save(ckpt_store.Handover(res, s))),
+            adaptive=True,
+            tol_lipschitz=L_paper,
+        )
+        offset = res.seconds[-1] if res.seconds else 0.0
+        return APGResult(
+            x=rest.x,
+            objective_history=res.objective_history + rest.objective_history,
+            n_iter=res.n_iter + rest.n_iter,
+            converged=rest.converged,
+            seconds=res.seconds + [offset + s for s in rest.seconds],
+            lipschitz=rest.lipschitz,
+            n_backtracks=rest.n_backtracks,
+            n_restarts=rest.n_restarts,
+            n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
+        )
 
     def _check_loaded_arrays(self, arrays: dict, path) -> None:
         for name, (arr, expected) in arrays.items():
@@ -338,26 +350,27 @@ _COMMON_PARAMETERS = """
         gradient-mapping accuracy that matches an objective accuracy of
         ``tol``, so a cold fit still stops on the relative change), ``tol``
         for the others.
-    step_rule : {"adaptive", "paper", "backtracking", "spectral", "lbfgs"}
-        How APG chooses its step 1/L. "adaptive" (default): L follows the
+    step_rule : {"lbfgs", "adaptive", "paper", "backtracking", "spectral"}
+        How the objective is minimized. "lbfgs" (default): a quasi-Newton
+        method on the objective with the nuclear norm's gradient, which
+        exists where W has full rank (:mod:`dmlr.solvers.lbfgs`), finished by
+        the "adaptive" APG from its last point where the optimum is
+        rank-deficient; each oracle call counts as an iteration. It needs
+        about a tenth of the paper step's iterations
+        (``benchmarks/step_rules.py``). The other rules are APG with a
+        choice of step 1/L. "adaptive": L follows the
         curvature f has along the steps, on levels 2^(j/8), falling by at
         most one level an iteration and raised again by backtracking when a step fails the
         sufficient-decrease test (:func:`dmlr.solvers.apg.apg`,
         ``adaptive``), from (paper L) / 1024; and the relative-change test
         is calibrated to the paper's step (``tol_lipschitz``), so that the
         fit stops near the accuracy at which the paper's step stops with
-        ``tol``, not at a tighter one (``benchmarks/step_rules.py --rules
-        adaptive,spectral,backtracking`` compares the rules with the paper's
-        step). "paper": the paper's bound (eq. 23 / 33), the reference's
+        ``tol``, not at a tighter one. "paper": the paper's bound (eq. 23 / 33), the reference's
         iterates exactly.
         "backtracking": Beck & Teboulle's backtracking from L = (paper L)
         / 1024. "spectral": L = the largest eigenvalue of a bound on the
         Hessian (Lanczos over the chunks), with backtracking kept as a
-        safety net. "lbfgs": not APG but a quasi-Newton method on the
-        objective with the nuclear norm's gradient, which exists where W has
-        full rank (:mod:`dmlr.solvers.lbfgs`), finished by the "adaptive" APG
-        from its last point where the optimum is rank-deficient; each oracle
-        call counts as an iteration; no checkpoints.
+        safety net. Every rule checkpoints (``fit(checkpoint=...)``).
     restart : bool, optional
         Adaptive momentum restart (O'Donoghue & Candes); default: on for
         every rule but "paper".

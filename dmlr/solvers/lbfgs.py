@@ -19,12 +19,12 @@ without claiming convergence, and the caller continues with
 :func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(step_rule="lbfgs")``
 does), whose proximal step handles the nonsmooth term exactly.
 
-The iterations are the two-loop recursion
-(:func:`dmlr.kernels.quasi_newton.two_loop`) with a backtracking (Armijo) line
-search (Nocedal & Wright, Algorithms 7.4-7.5), written here rather than taken
-from scipy's L-BFGS-B: that one's bound-constrained machinery (Cauchy point,
-subspace minimization) took 45% of a fit of the RBF kernel model on emotions
-with no bound to enforce, where the two-loop recursion costs 4 m n flops. The
+The iterations apply the L-BFGS model in its compact form (:meth:`Pairs.direction`)
+with a backtracking (Armijo) line search (Nocedal & Wright, Algorithm 7.5),
+written here rather than taken from scipy's L-BFGS-B: that one's
+bound-constrained machinery (Cauchy point, subspace minimization) took 45% of
+a fit of the RBF kernel model on emotions with no bound to enforce, where the
+model's product costs 4 m n flops. The
 stopping test is the one :func:`~dmlr.solvers.apg.apg` uses, so that both stop at the same
 accuracy. It knows nothing of Dask: the oracle does the sums over row blocks.
 """
@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
-from dmlr.kernels.quasi_newton import two_loop
 from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
@@ -93,6 +94,64 @@ def nuclear_value_and_grad(W: np.ndarray) -> tuple[float, np.ndarray, float]:
     return float(s.sum()), (M @ W if wide else W @ M), float(s[0] / top)
 
 
+@dataclass
+class LBFGSState:
+    """Everything :func:`lbfgs` needs to continue after an accepted step.
+
+    Saved by ``checkpoint=`` and taken by ``state=``: the resumed run makes
+    the same oracle calls at the same points as the uninterrupted one.
+
+    Attributes
+    ----------
+    n_iter : int
+        Oracle calls so far (= len(objective_history)).
+    x : float64 (d, l)
+        The current iterate (the last accepted point).
+    f : float
+        F(x).
+    grad : float64 (d, l)
+        grad F(x) (the smooth part's gradient plus lambda3 ``U V^T``).
+    S, Y : float64 (m, d * l)
+        The correction pairs (steps and gradient changes) in their buffer
+        slots: m <= memory pairs, the newest in slot ``newest``, the older
+        ones before it cyclically.
+    SY, YY : float64 (m, m)
+        Their inner products by slot (:class:`Pairs`).
+    newest : int
+        Slot of the newest pair (-1: none).
+    step : float
+        The first trial step of the next line search.
+    reference : float
+        The gradient test's scale, ||grad f(0)||.
+    best_x : float64 (d, l)
+        The point of the lowest objective seen (the result if the run stopped here).
+    best_objective, best_smallest : float
+        Its objective and smallest relative singular value.
+    objective_history, seconds : list of float
+        F at each oracle call and the wall time since the start (on resume the
+        clock continues from ``seconds[-1]``).
+    n_oracle_calls : int
+    """
+
+    n_iter: int
+    x: np.ndarray
+    f: float
+    grad: np.ndarray
+    S: np.ndarray
+    Y: np.ndarray
+    SY: np.ndarray
+    YY: np.ndarray
+    newest: int
+    step: float
+    reference: float
+    best_x: np.ndarray
+    best_objective: float
+    best_smallest: float
+    objective_history: list
+    seconds: list
+    n_oracle_calls: int
+
+
 def lbfgs(
     oracle,
     x0: np.ndarray,
@@ -104,6 +163,8 @@ def lbfgs(
     max_iter: int = 1000,
     memory: int | None = None,
     callback=None,
+    checkpoint=None,
+    state: LBFGSState | None = None,
 ) -> APGResult:
     """Minimize ``f + nuclear * ||W[rows]||_*`` by L-BFGS (see the module).
 
@@ -131,6 +192,14 @@ def lbfgs(
     callback : callable, optional
         ``callback(t, objective, seconds)`` after each oracle call; a true
         return value stops the run.
+    checkpoint : (int, callable), optional
+        ``(every, fn)``: ``fn(state)`` with the :class:`LBFGSState` at the
+        first accepted step after every ``every`` oracle calls. ``fn`` must
+        not modify the arrays.
+    state : LBFGSState, optional
+        Continue from this state (``x0`` then only gives the shape). The
+        other arguments must be those of the interrupted run for the same
+        iterates, except ``max_iter``, which must exceed ``state.n_iter``.
 
     Returns
     -------
@@ -144,16 +213,27 @@ def lbfgs(
     """
     if not isinstance(oracle, Oracle):
         oracle = _FunctionOracle(oracle)
+    if checkpoint is not None:
+        every, save_state = checkpoint
+        if not (isinstance(every, (int, np.integer)) and every >= 1 and callable(save_state)):
+            raise ValueError(f"checkpoint must be (every >= 1, callable), got {checkpoint!r}")
     shape = x0.shape
     memory = memory_pairs(x0.size) if memory is None else int(memory)
-    result = APGResult(x=np.array(x0, dtype=np.float64))
-    start = time.perf_counter()
-    reference = None  # ||grad f(0)||; a cold start's first call gives it (grad F(0) = grad f(0))
-    if gradient_tol is not None and np.any(x0):
-        _, g0 = oracle(np.zeros((1, *shape)), 0)
-        reference = float(np.linalg.norm(g0))
-        result.n_oracle_calls += 1
-    best = [math.inf, 0.0]  # objective, smallest relative singular value at the best point
+    if state is None:
+        result = APGResult(x=np.array(x0, dtype=np.float64))
+        best = [math.inf, 0.0]  # objective, smallest relative singular value at the best point
+        start = time.perf_counter()
+    else:
+        _check_state(state, shape, memory, max_iter)
+        result = APGResult(
+            x=state.best_x,
+            objective_history=[float(v) for v in state.objective_history],
+            n_iter=int(state.n_iter),
+            seconds=[float(v) for v in state.seconds],
+            n_oracle_calls=int(state.n_oracle_calls),
+        )
+        best = [float(state.best_objective), float(state.best_smallest)]
+        start = time.perf_counter() - (result.seconds[-1] if result.seconds else 0.0)
 
     def value_and_grad(w):
         W = w.reshape(shape)
@@ -173,13 +253,94 @@ def lbfgs(
             raise StopIteration
         return obj, grad.ravel()
 
+    def snapshot(x, f, g, pairs, step, reference):
+        return LBFGSState(
+            n_iter=result.n_iter,
+            x=x.reshape(shape),
+            f=f,
+            grad=g.reshape(shape),
+            S=pairs.S[: pairs.count].copy(),
+            Y=pairs.Y[: pairs.count].copy(),
+            SY=pairs.SY[: pairs.count, : pairs.count].copy(),
+            YY=pairs.YY[: pairs.count, : pairs.count].copy(),
+            newest=pairs.newest,
+            step=step,
+            reference=reference,
+            best_x=result.x,
+            best_objective=best[0],
+            best_smallest=best[1],
+            objective_history=list(result.objective_history),
+            seconds=list(result.seconds),
+            n_oracle_calls=result.n_oracle_calls,
+        )
+
     try:
-        _iterate(value_and_grad, result.x.ravel(), result, tol, gradient_tol, reference, max_iter, memory)
+        if state is None:
+            reference = None  # ||grad f(0)||; a cold start's first call gives it (grad F(0) = grad f(0))
+            if gradient_tol is not None and np.any(x0):
+                _, g0 = oracle(np.zeros((1, *shape)), 0)
+                reference = float(np.linalg.norm(g0))
+                result.n_oracle_calls += 1
+            x = result.x.ravel()
+            f, g = value_and_grad(x)
+            if reference is None:
+                reference = float(np.linalg.norm(g))
+            pairs = Pairs.empty(memory, x.size)
+            step = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # first step: unit length along -g
+        else:
+            x, f, g = state.x.ravel().copy(), float(state.f), state.grad.ravel().copy()
+            pairs = Pairs.empty(memory, x.size)
+            count = pairs.count = len(state.S)
+            pairs.S[:count], pairs.Y[:count] = state.S, state.Y
+            pairs.SY[:count, :count], pairs.YY[:count, :count] = state.SY, state.YY
+            pairs.newest = int(state.newest)
+            step, reference = float(state.step), float(state.reference)
+        save = None
+        if checkpoint is not None:
+            saved_at = [result.n_iter]
+
+            def save(*args):
+                if result.n_iter - saved_at[0] >= every:
+                    saved_at[0] = result.n_iter
+                    save_state(snapshot(*args))
+
+        _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save)
     except StopIteration:  # the callback asked to stop
         pass
     if best[1] <= CONVERGED_MIN_RELATIVE:  # a direction near zero: not a smooth optimum
         result.converged = False
     return result
+
+
+def _check_state(state: LBFGSState, shape, memory: int, max_iter: int) -> None:
+    """Check a saved state against this run."""
+    t = int(state.n_iter)
+    if t < 1 or len(state.objective_history) != t or len(state.seconds) != t:
+        raise ValueError(
+            f"inconsistent L-BFGS state: n_iter={t} with {len(state.objective_history)} objective "
+            f"values and {len(state.seconds)} times"
+        )
+    for name in ("x", "grad", "best_x"):
+        if np.shape(getattr(state, name)) != tuple(shape):
+            raise ValueError(
+                f"L-BFGS state {name} has shape {np.shape(getattr(state, name))}, the problem's is {shape}"
+            )
+    count = len(state.S)
+    size = math.prod(shape)
+    if (
+        count > memory
+        or np.shape(state.S) != (count, size)
+        or np.shape(state.Y) != (count, size)
+        or np.shape(state.SY) != (count, count)
+        or np.shape(state.YY) != (count, count)
+        or not (-1 <= state.newest < count and (state.newest == count - 1 or count == memory))
+    ):
+        raise ValueError(
+            f"L-BFGS state holds {count} pairs of shapes {np.shape(state.S)}, {np.shape(state.Y)}, "
+            f"newest in slot {state.newest}; this run keeps at most {memory} pairs of {size} floats"
+        )
+    if t >= max_iter:
+        raise ValueError(f"the saved state is at oracle call {t}; max_iter={max_iter} leaves nothing to do")
 
 
 #: Armijo's sufficient-decrease constant and the backtracking factor of the line search.
@@ -190,20 +351,78 @@ BACKTRACK = 0.5
 MAX_BACKTRACKS = 30
 
 
-def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, memory) -> None:
-    """The L-BFGS iterations from x; sets ``result.converged`` when the stopping test holds
-    (``reference``: the gradient test's scale, None: the gradient at x, the origin)."""
-    f, g = value_and_grad(x)
-    if reference is None:
-        reference = float(np.linalg.norm(g))
-    S, Yb, rho = np.empty((memory, x.size)), np.empty((memory, x.size)), np.empty(memory)
-    newest, count = -1, 0  # the pairs: circular buffers, newest at row `newest`
-    step = 1.0 / max(float(np.linalg.norm(g)), 1e-300)  # first step: unit length along -g
+class Pairs:
+    """The correction pairs in circular buffers, with their inner products (the compact form).
+
+    Slots fill from 0; after :meth:`reset` or until ``memory`` pairs are held,
+    the pairs are slots ``0 .. count - 1`` (a contiguous view for BLAS).
+    ``SY[i, j] = s_i . y_j`` for pair i not newer than pair j (the
+    compact form needs no other) and ``YY[i, j] = y_i . y_j``, by slot.
+    """
+
+    def __init__(self, S, Y, SY, YY, newest, count):
+        self.S, self.Y, self.SY, self.YY, self.newest, self.count = S, Y, SY, YY, newest, count
+
+    @classmethod
+    def empty(cls, memory: int, size: int) -> Pairs:
+        """No pair yet, room for ``memory`` pairs of ``size`` floats."""
+        S, Y = np.empty((memory, size)), np.empty((memory, size))
+        return cls(S, Y, np.zeros((memory, memory)), np.zeros((memory, memory)), -1, 0)
+
+    def reset(self) -> None:
+        """Forget every pair (H = I)."""
+        self.newest, self.count = -1, 0
+
+    def add(self, s_k: np.ndarray, y_k: np.ndarray) -> None:
+        """Keep the pair (overwriting the oldest when full) and its inner products with the others."""
+        memory = len(self.S)
+        self.newest = (self.newest + 1) % memory
+        self.count = min(self.count + 1, memory)
+        k, c = self.newest, self.count
+        self.S[k], self.Y[k] = s_k, y_k
+        self.SY[:c, k] = self.S[:c] @ y_k
+        self.YY[:c, k] = self.YY[k, :c] = self.Y[:c] @ y_k
+
+    def direction(self, g: np.ndarray) -> np.ndarray:
+        """-H g for the L-BFGS inverse-Hessian model, H0 = (s.y / y.y) I from the newest pair.
+
+        The compact representation (Byrd, Nocedal & Schnabel 1994, eq. 3.13)::
+
+            H = gamma I + [S  gamma Y] [[R^-T (D + gamma Y^T Y) R^-1, -R^-T], [-R^-1, 0]] [S^T; gamma Y^T]
+
+        with R the upper triangle of S^T Y (pairs oldest first) and D its
+        diagonal: the same H as the two-loop recursion (Nocedal & Wright,
+        Algorithm 7.4), from 4 passes of BLAS matrix-vector products over the
+        pairs, where the recursion's 4 passes are dependent vector updates
+        (several times slower for large pairs, which do not fit in cache).
+        """
+        c = self.count
+        if c == 0:
+            return -g
+        order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
+        S, Y = self.S[:c], self.Y[:c]
+        a, b = (S @ g)[order], (Y @ g)[order]
+        SY, YY = self.SY[np.ix_(order, order)], self.YY[np.ix_(order, order)]
+        R = np.triu(SY)
+        gamma = SY[-1, -1] / YY[-1, -1]
+        u = solve_triangular(R, a)
+        p = solve_triangular(R, np.diag(SY) * u + gamma * (YY @ u) - gamma * b, trans="T")
+        ps, us = np.empty(c), np.empty(c)
+        ps[order], us[order] = p, u
+        return -(gamma * g + S.T @ ps - gamma * (Y.T @ us))
+
+
+def _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save) -> None:
+    """The L-BFGS iterations from x (F(x) = f, gradient g); sets ``result.converged`` when the
+    stopping test holds. ``pairs``: :class:`Pairs`; ``save``: called with the loop's variables
+    before each line search."""
     while result.n_iter < max_iter:
-        d = -two_loop(g, S, Yb, rho, newest, count)
+        if save is not None:
+            save(x, f, g, pairs, step, reference)
+        d = pairs.direction(g)
         slope = float(g @ d)
         if slope >= 0.0:  # not a descent direction (rounding): restart from the gradient
-            count = 0
+            pairs.reset()
             d, slope = -g, -float(g @ g)
         t = step
         for _ in range(MAX_BACKTRACKS):
@@ -219,9 +438,7 @@ def _iterate(value_and_grad, x, result, tol, gradient_tol, reference, max_iter, 
         s_k, y_k = x_new - x, g_new - g
         sy = float(s_k @ y_k)
         if sy > 1e-12 * float(np.linalg.norm(s_k)) * float(np.linalg.norm(y_k)):  # curvature: keep the pair
-            newest = (newest + 1) % memory
-            S[newest], Yb[newest], rho[newest] = s_k, y_k, 1.0 / sy
-            count = min(count + 1, memory)
+            pairs.add(s_k, y_k)
         changed = relative_change(f_new, f) <= tol
         x, f, g, step = x_new, f_new, g_new, 1.0
         if changed and (gradient_tol is None or float(np.linalg.norm(g)) <= gradient_tol * reference):
