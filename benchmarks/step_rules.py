@@ -1,4 +1,4 @@
-"""Step rules of RBRL's APG: the default (adaptive) rule against the paper's step, to the stop and to the optimum.
+"""Step rules of RBRL: the default rule (L-BFGS) and others against the paper's step, to the stop and to the optimum.
 
 For every data set: fit with ``step_rule="paper"`` (the reference's iterates, stop at
 1e-6 relative change); its final objective is the target, "the paper optimum". Then

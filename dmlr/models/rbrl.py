@@ -397,7 +397,8 @@ _COMMON_ATTRIBUTES = """
     n_iter_ : int
     converged_ : bool
     lipschitz_ : float
-        The constant whose inverse was the last step.
+        The constant whose inverse was the last APG step (NaN when
+        ``step_rule="lbfgs"`` needed no APG).
     n_backtracks_, n_restarts_ : int
     n_features_in_, n_labels_ : int
     classes_ : ndarray
