@@ -146,7 +146,7 @@ SEARCH_SPACES = {
     ),
     "KernelRBRL": (Axis("alpha", _half_decades(0.0, -4.0), per_row=True),),
     "LinearMultiLabel": (Axis("alpha", _half_decades(-1.0, -6.0)),),
-    "RankSVM": (Axis("alpha", _half_decades(-1.0, -6.0), default=False),),
+    "RankSVM": (Axis("alpha", _half_decades(-1.0, -6.0)),),
     "OMF": (Axis("alpha", _half_decades(-1.0, -5.0), default=False),),
 }
 

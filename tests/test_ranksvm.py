@@ -359,9 +359,10 @@ def test_dmlr_fit_by_name_equals_the_estimator(tmp_path):
     store = make_multilabel(tmp_path / "s.zarr", n_samples=400, n_features=8, n_labels=5, seed=2)
     X, Y = dmlr.open_dataset(store).arrays("train")
     X, Y = np.asarray(X.compute()), np.asarray(Y.compute())
-    for name, cls in (("ranksvm", RankSVM), ("mmp", MMP)):
-        by_name = dmlr.fit(store, model=name, n_updates=3000, random_state=4)  # a store streams
-        direct = cls(n_updates=3000, random_state=4, sampling="stream").fit(X, Y)
+    # a store streams; alpha given: dmlr.fit searches Rank-SVM's alpha otherwise
+    for name, cls, params in (("ranksvm", RankSVM, {"alpha": 1e-3}), ("mmp", MMP, {})):
+        by_name = dmlr.fit(store, model=name, n_updates=3000, random_state=4, **params)
+        direct = cls(n_updates=3000, random_state=4, sampling="stream", **params).fit(X, Y)
         assert type(by_name) is cls
         np.testing.assert_array_equal(by_name.coef_, direct.coef_)
 

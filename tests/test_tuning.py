@@ -194,6 +194,16 @@ def test_fit_searches_by_default_and_explicit_values_skip_it():
     assert asked.alpha == auto.alpha
 
 
+def test_fit_searches_rank_svm_alpha_by_default():
+    # cross-validation picks a different alpha on every staged set (docs/models/ranksvm.md),
+    # so no fixed default serves: dmlr.fit searches it unless it is given
+    X, Y = _synthetic()
+    auto = dmlr.fit((X, Y), "ranksvm", n_updates=2000, random_state=0)
+    assert set(auto.best_params_) == {"alpha"} and auto.alpha == auto.best_params_["alpha"]
+    explicit = dmlr.fit((X, Y), "ranksvm", alpha=1e-3, n_updates=2000, random_state=0)
+    assert not hasattr(explicit, "best_params_") and explicit.alpha == 1e-3
+
+
 def test_searched_model_saves_and_reloads(tmp_path):
     X, Y = _synthetic()
     model = dmlr.fit((X, Y), "rbrl", **SOLVER)
