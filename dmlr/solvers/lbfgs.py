@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
+from dmlr.kernels.quasi_newton import compact_coefficients
 from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
@@ -401,14 +401,7 @@ class Pairs:
             return -g
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
-        a, b = (S @ g)[order], (Y @ g)[order]
-        SY, YY = self.SY[np.ix_(order, order)], self.YY[np.ix_(order, order)]
-        R = np.triu(SY)
-        gamma = SY[-1, -1] / YY[-1, -1]
-        u = solve_triangular(R, a)
-        p = solve_triangular(R, np.diag(SY) * u + gamma * (YY @ u) - gamma * b, trans="T")
-        ps, us = np.empty(c), np.empty(c)
-        ps[order], us[order] = p, u
+        ps, us, gamma = compact_coefficients(S @ g, Y @ g, self.SY, self.YY, order)
         return -(gamma * g + S.T @ ps - gamma * (Y.T @ us))
 
 

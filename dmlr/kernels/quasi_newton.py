@@ -1,0 +1,69 @@
+"""Numba kernel of the L-BFGS model's small algebra (:class:`dmlr.solvers.lbfgs.Pairs`).
+
+The compact form of the L-BFGS inverse Hessian needs, besides 4 BLAS
+matrix-vector products over the m stored pairs, two triangular solves and a
+product with m x m matrices. As numpy and scipy calls from Python these cost
+more than their flops for the pair counts RBRL uses (m <= 100): compiled, they
+take a few microseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def compact_coefficients(a, b, SY, YY, order):
+    """The coefficients of ``H g = gamma g + S^T p - gamma Y^T u`` (the compact form).
+
+    With the pairs in chronological order ``order`` (slots, oldest first), R
+    the upper triangle of S^T Y and D its diagonal (Byrd, Nocedal & Schnabel
+    1994, eq. 3.13)::
+
+        u = R^-1 a,    p = R^-T (D u + gamma Y^T Y u - gamma b),    gamma = s.y / y.y (newest)
+
+    Parameters
+    ----------
+    a, b : float64 (c,)
+        S g and Y g, by slot.
+    SY, YY : float64 (m, m)
+        ``SY[i, j] = s_i . y_j`` (i not newer than j) and ``YY[i, j] = y_i . y_j``, by slot.
+    order : int64 (c,)
+        The slots of the c pairs, oldest first.
+
+    Returns
+    -------
+    p, u : float64 (c,)
+        By slot.
+    gamma : float
+    """
+    c = order.shape[0]
+    newest = order[c - 1]
+    gamma = SY[newest, newest] / YY[newest, newest]
+    u = np.empty(c)  # chronological
+    for i in range(c - 1, -1, -1):  # back substitution: R u = a
+        oi = order[i]
+        acc = a[oi]
+        for j in range(i + 1, c):
+            acc -= SY[oi, order[j]] * u[j]
+        u[i] = acc / SY[oi, oi]
+    rhs = np.empty(c)
+    for i in range(c):
+        oi = order[i]
+        acc = SY[oi, oi] * u[i] - gamma * b[oi]
+        for j in range(c):
+            acc += gamma * YY[oi, order[j]] * u[j]
+        rhs[i] = acc
+    p = np.empty(c)
+    for i in range(c):  # forward substitution: R^T p = rhs
+        oi = order[i]
+        acc = rhs[i]
+        for j in range(i):
+            acc -= SY[order[j], oi] * p[j]
+        p[i] = acc / SY[oi, oi]
+    ps, us = np.empty(c), np.empty(c)
+    for i in range(c):
+        ps[order[i]] = p[i]
+        us[order[i]] = u[i]
+    return ps, us, gamma
