@@ -475,22 +475,30 @@ def apg(
             )
 
 
-def _restore(state: APGState, x0: np.ndarray, max_iter: int):
-    """Check a saved state against this run; the loop variables and the result so far."""
+def check_saved_state(kind: str, state, names, shape, max_iter: int) -> int:
+    """Check what every solver's saved state holds: histories as long as its ``n_iter``, the
+    arrays ``names`` of the problem's ``shape``, and iterations left before ``max_iter``.
+    Returns ``n_iter``."""
     t = int(state.n_iter)
     if t < 1 or len(state.objective_history) != t or len(state.seconds) != t:
         raise ValueError(
-            f"inconsistent APG state: n_iter={t} with {len(state.objective_history)} objective "
+            f"inconsistent {kind} state: n_iter={t} with {len(state.objective_history)} objective "
             f"values and {len(state.seconds)} times"
         )
-    for name in ("W", "G", "grad"):
+    for name in names:
         a = getattr(state, name)
-        if a is None or np.shape(a) != np.shape(x0):
-            raise ValueError(f"APG state {name} has shape {np.shape(a)}, the problem's is {np.shape(x0)}")
-    if not (state.lipschitz > 0 and math.isfinite(state.lipschitz)):
-        raise ValueError(f"APG state lipschitz constant must be positive and finite, got {state.lipschitz}")
+        if a is None or np.shape(a) != tuple(shape):
+            raise ValueError(f"{kind} state {name} has shape {np.shape(a)}, the problem's is {tuple(shape)}")
     if t >= max_iter:
         raise ValueError(f"the saved state is at iteration {t}; max_iter={max_iter} leaves nothing to do")
+    return t
+
+
+def _restore(state: APGState, x0: np.ndarray, max_iter: int):
+    """Check a saved state against this run; the loop variables and the result so far."""
+    t = check_saved_state("APG", state, ("W", "G", "grad"), np.shape(x0), max_iter)
+    if not (state.lipschitz > 0 and math.isfinite(state.lipschitz)):
+        raise ValueError(f"APG state lipschitz constant must be positive and finite, got {state.lipschitz}")
     L = float(state.lipschitz)
     result = APGResult(
         x=state.W,

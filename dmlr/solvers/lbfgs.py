@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmlr.kernels.quasi_newton import compact_coefficients
-from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, relative_change
+from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, check_saved_state, relative_change
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
 #: is treated as nonsmooth there (its gradient omits that direction, and a minimizer
@@ -314,17 +314,7 @@ def lbfgs(
 
 def _check_state(state: LBFGSState, shape, memory: int, max_iter: int) -> None:
     """Check a saved state against this run."""
-    t = int(state.n_iter)
-    if t < 1 or len(state.objective_history) != t or len(state.seconds) != t:
-        raise ValueError(
-            f"inconsistent L-BFGS state: n_iter={t} with {len(state.objective_history)} objective "
-            f"values and {len(state.seconds)} times"
-        )
-    for name in ("x", "grad", "best_x"):
-        if np.shape(getattr(state, name)) != tuple(shape):
-            raise ValueError(
-                f"L-BFGS state {name} has shape {np.shape(getattr(state, name))}, the problem's is {shape}"
-            )
+    check_saved_state("L-BFGS", state, ("x", "grad", "best_x"), shape, max_iter)
     count = len(state.S)
     size = math.prod(shape)
     if (
@@ -339,8 +329,6 @@ def _check_state(state: LBFGSState, shape, memory: int, max_iter: int) -> None:
             f"L-BFGS state holds {count} pairs of shapes {np.shape(state.S)}, {np.shape(state.Y)}, "
             f"newest in slot {state.newest}; this run keeps at most {memory} pairs of {size} floats"
         )
-    if t >= max_iter:
-        raise ValueError(f"the saved state is at oracle call {t}; max_iter={max_iter} leaves nothing to do")
 
 
 #: Armijo's sufficient-decrease constant and the backtracking factor of the line search.
