@@ -262,6 +262,36 @@ def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(sma
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-12)
 
 
+def _keys_held(keys, dask_worker=None):
+    return sorted(str(k) for k in keys if k in dask_worker.data or k in dask_worker.state.actors)
+
+
+def test_closed_chunks_leave_no_block_or_actor_on_the_workers(small_store, client2):
+    """After ``close()`` returns, no worker holds the set's blocks or the actors that hold them,
+    without the client's garbage collector: each actor call leaves a reference cycle in
+    distributed's handle (and with it the actor's key), which would keep the blocks on the workers
+    until a collection happened to run, after the next fit of a search had loaded its own."""
+    import gc
+
+    from dmlr.distributed.chunks import make_chunkset
+    from dmlr.objectives import rbrl as objective
+
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    points = np.random.default_rng(0).normal(size=(2, X.shape[1] + 1, Y.shape[1]))
+    gc.collect()
+    gc.disable()
+    try:
+        chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
+        for _ in range(2):
+            chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+        keys = [f.key for f in chunks.futures] + [a.key for a in chunks._actors]
+        assert any(client2.run(_keys_held, keys).values())
+        chunks.close()
+        assert client2.run(_keys_held, keys) == {w: [] for w in client2.scheduler_info()["workers"]}
+    finally:
+        gc.enable()
+
+
 _INTERVALS: list = []
 
 

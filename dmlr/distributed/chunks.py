@@ -44,8 +44,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arrays import is_dask, is_sparse
-
-#: "auto" backend: data with at most this many stored values train in-process.
 from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
@@ -226,6 +224,9 @@ MAX_RECOVERIES = 3
 #: Seconds to wait, after an actor call failed to reach its worker, for the scheduler to
 #: register that worker's death (its connection may close a moment after ours did).
 LOST_WORKER_WAIT = 30.0
+#: Seconds :meth:`ClusterChunks.close` waits at most for the workers to let go of the set's
+#: blocks and actors (it returns then, the release still under way).
+RELEASE_WAIT = 10.0
 
 
 @functools.cache
@@ -443,7 +444,8 @@ class ClusterChunks(ChunkSet):
                 if isinstance(e, OSError) and self._direct and not self._lost_worker():
                     # perhaps this client cannot reach the workers (only the scheduler):
                     # call through the scheduler from now on (a dead worker fails there too)
-                    self._direct, self._actors = False, None
+                    self._direct = False
+                    self._drop_actors()
                     continue
                 # an error of ``fn`` itself is raised as it is; a lost worker rebuilds the
                 # lost blocks and the actors, and repeats the call. A worker we could not
@@ -451,7 +453,7 @@ class ClusterChunks(ChunkSet):
                 wait = LOST_WORKER_WAIT if isinstance(e, OSError) else 0.0
                 if attempt == MAX_RECOVERIES or not self._lost_worker(wait):
                     raise
-                self._actors = None
+                self._drop_actors()
 
     def _rebuild_lost_blocks(self) -> None:
         """Build again, from the set's source, the blocks that no live worker holds.
@@ -486,15 +488,50 @@ class ClusterChunks(ChunkSet):
             self._sizes = self.client.gather([self.client.submit(_n_rows, f, pure=False) for f in self.futures])
         return list(self._sizes)
 
+    def _drop_actors(self) -> list:
+        """Let go of the actors: release their keys now; returns the keys.
+
+        An actor holds its block on the worker for as long as the client
+        holds the actor's key, and the client holds it through every handle
+        that has made a call: distributed's handle keeps the key in a
+        ``Future`` (``Actor._future``), and each call leaves a reference
+        cycle (a coroutine that refers to itself and to the handle), so the
+        handle, and with it the block, outlives our last reference to it
+        until the client's garbage collector happens to run, which may be
+        after the next fit has built its own blocks on the same workers
+        (``benchmarks/search_memory.py`` measures the overlap). Releasing
+        the handles' futures here frees the keys whatever the cycles.
+        """
+        actors, self._actors = self._actors or [], None
+        keys = []
+        for a in actors:
+            future = getattr(a, "_future", None)
+            if future is not None:
+                keys.append(future.key)
+                future.release()
+        return keys
+
     def close(self) -> None:
-        self._actors = None
+        """Release the blocks and their actors, and wait until the workers have let go of them.
+
+        Waiting (at most :data:`RELEASE_WAIT` seconds) makes the next fit's
+        blocks start after these are gone: a release travels from the client
+        through the scheduler to the workers, and a fit that loads new
+        blocks straight away (the folds of :func:`dmlr.tuning.search`) would
+        otherwise hold both sets on a worker for a while.
+        """
+        keys = self._drop_actors()
         for f in self.futures:
+            keys.append(f.key)
             f.release()
         self.futures = []
         self._source = None
         for f in self._held:
+            keys.append(f.key)
             f.release()
         self._held = ()
+        if keys:
+            _wait_released(self.client, keys, RELEASE_WAIT)
 
 
 def _n_values(X) -> int | None:
@@ -693,6 +730,29 @@ def _host_name() -> str:
 
 def _n_rows(block) -> int:
     return int(block.n_rows)
+
+
+def _holds_any(keys, dask_worker=None) -> bool:
+    """Whether this worker (through ``client.run``) still holds the data or actor of any of ``keys``."""
+    state = dask_worker.state
+    return any(k in dask_worker.data or k in state.actors for k in keys)
+
+
+def _wait_released(client, keys: list, timeout: float) -> bool:
+    """Wait until no worker holds any of ``keys`` (released by this client); False on timeout.
+
+    Best effort: a client or cluster shutting down, or a key something else
+    still wants, ends the wait without an error.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        while any(client.run(_holds_any, keys).values()):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+    except Exception:
+        return False
+    return True
 
 
 def _wait_or_raise(client, futures) -> None:
