@@ -292,6 +292,42 @@ def test_closed_chunks_leave_no_block_or_actor_on_the_workers(small_store, clien
         gc.enable()
 
 
+def _block_arrays(block):
+    return block.X, block.Y
+
+
+def _dependencies(keys, dask_scheduler=None):
+    return {str(k): sorted(str(d.key) for d in dask_scheduler.tasks[k].dependencies) for k in keys}
+
+
+def test_dense_blocks_are_built_part_by_part_in_their_own_task(client2):
+    """A dense block's task reads and copies its row parts one at a time (the worker holds the
+    block and one part), rather than depending on one task per part, whose results would all be
+    in memory beside the block; the block is the one ``concat_blocks`` makes of the parts."""
+    import dask.array as da
+
+    from dmlr.data.blocks import concat_blocks
+    from dmlr.distributed.chunks import make_chunkset
+
+    rng = np.random.default_rng(5)
+    Xn = rng.standard_normal((135, 6)).astype(np.float32)
+    Yn = (rng.random((135, 5)) < 0.3).astype(np.int8)
+    X = da.from_array(Xn, chunks=((30, 30, 30, 45), (6,))) * 2.0  # a graph of two layers
+    Y = da.from_array(Yn, chunks=((30, 30, 30, 45), (5,)))
+    cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
+    try:
+        keys = [f.key for f in cs.futures]
+        assert client2.run_on_scheduler(_dependencies, keys) == {str(k): [] for k in keys}
+        blocks = client2.gather([client2.submit(_block_arrays, f, pure=False) for f in cs.futures])
+    finally:
+        cs.close()
+    for (Xb, Yb), (a, b) in zip(blocks, [(0, 68), (68, 135)]):
+        expected = concat_blocks([Xn[a:b] * 2.0], [Yn[a:b]], fit_intercept=True)
+        assert Xb.dtype == np.float64 and Xb.flags.c_contiguous and Yb.dtype == np.int8
+        np.testing.assert_array_equal(Xb, expected.X)
+        np.testing.assert_array_equal(Yb, expected.Y)
+
+
 _INTERVALS: list = []
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import uuid
 
 import numpy as np
 import scipy.sparse as sp
@@ -689,8 +690,23 @@ def make_chunkset(
         import dask
 
         futures = []
+        streamed = _streamable(X)
         for i, (a, b) in enumerate(row_bounds(n_blocks)):
-            part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
+            if streamed:
+                xs, ys = delayed_rows(a, b)
+                d, l = int(X.shape[1]), int(Y.shape[1])
+                # named as the blocks of concat_blocks are (the block task of every dask fit)
+                part = dask.delayed(_stream_dense_block, pure=False)(
+                    _PartGraphs(xs),
+                    _PartGraphs(ys),
+                    b - a,
+                    d,
+                    l,
+                    fit_intercept,
+                    dask_key_name=f"concat_blocks-{uuid.uuid4()}",
+                )
+            else:
+                part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
             futures.append(client.compute(part, workers=[workers[i % len(workers)]], allow_other_workers=True))
     else:
         source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept)
@@ -698,6 +714,75 @@ def make_chunkset(
     _wait_or_raise(client, futures)
     client.run(release_freed_heap)
     return ClusterChunks(client, futures, int(X.shape[0]), source=source)
+
+
+def _streamable(X) -> bool:
+    """Whether the blocks of dask X are built by :func:`_stream_dense_block`: dense chunks, and a
+    graph any process can compute (no futures of a persisted array in it)."""
+    from distributed.client import futures_of
+
+    return not is_sparse(X) and not futures_of(X)
+
+
+class _PartGraphs:
+    """The graphs of a block's row parts (delayed chunks), each culled to what its part needs.
+
+    A container Dask does not look into: the block's task carries the graphs
+    and computes its parts itself (:func:`_stream_dense_block`), rather than
+    depending on them as tasks of their own.
+    """
+
+    def __init__(self, parts):
+        import dask
+
+        self.parts = []
+        for part in parts:
+            (part,) = dask.optimize(part)
+            self.parts.append((dict(part.__dask_graph__()), part.key))
+
+    def __iter__(self):
+        """The parts, computed one at a time in this process (Dask's synchronous scheduler)."""
+        from dask.local import get_sync
+
+        for graph, key in self.parts:
+            yield get_sync(graph, key)
+
+
+def _stream_dense_block(parts_X, parts_Y, n_rows: int, d: int, l: int, fit_intercept: bool) -> Block:
+    """The block of dense parts computed one at a time, each copied into the block and let go.
+
+    The same block as :func:`dmlr.data.blocks.concat_blocks` of the parts,
+    which, as a task depending on the parts' tasks, needs them all in the
+    worker's memory at once beside the block it builds (they are as large as
+    the block: float64 after the model's scaling): the worker building a
+    block holds the block and one part, with that part's chunk as read from
+    the store, instead. ``benchmarks/search_memory.py`` measures the peak of
+    a search, which builds a fold's blocks at every fit. Sparse parts (of an
+    array whose metadata did not say so) are collected and concatenated.
+    """
+    parts_X, parts_Y = iter(parts_X), iter(parts_Y)
+    X = Y = None
+    a = 0
+    for px in parts_X:
+        py = next(parts_Y)
+        if sp.issparse(px) or hasattr(px, "to_scipy_sparse"):
+            rest = list(zip(parts_X, parts_Y))
+            return concat_blocks([px] + [r[0] for r in rest], [py] + [r[1] for r in rest], fit_intercept)
+        if X is None and int(px.shape[0]) == n_rows and not fit_intercept:  # one part: no copy needed
+            return concat_blocks([px], [py], fit_intercept)
+        if X is None:
+            X = np.empty((n_rows, d + int(fit_intercept)))
+            Y = np.empty((n_rows, l), dtype=np.int8)
+        b = a + int(px.shape[0])
+        X[a:b, :d] = px
+        Y[a:b] = np.asarray(py)
+        del px, py
+        a = b
+    if a != n_rows:
+        raise ValueError(f"the parts of a block hold {a} rows, expected {n_rows}")
+    if fit_intercept:
+        X[:, d] = 1.0
+    return Block(X=X, Y=Y)
 
 
 def release_freed_heap() -> bool:
