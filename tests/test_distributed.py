@@ -262,6 +262,72 @@ def test_actor_calls_fall_back_to_the_scheduler_when_workers_are_unreachable(sma
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-12)
 
 
+def _keys_held(keys, dask_worker=None):
+    return sorted(str(k) for k in keys if k in dask_worker.data or k in dask_worker.state.actors)
+
+
+def test_closed_chunks_leave_no_block_or_actor_on_the_workers(small_store, client2):
+    """After ``close()`` returns, no worker holds the set's blocks or the actors that hold them,
+    without the client's garbage collector: each actor call leaves a reference cycle in
+    distributed's handle (and with it the actor's key), which would keep the blocks on the workers
+    until a collection happened to run, after the next fit of a search had loaded its own."""
+    import gc
+
+    from dmlr.distributed.chunks import make_chunkset
+    from dmlr.objectives import rbrl as objective
+
+    X, Y = dmlr.open_dataset(small_store).arrays("train")
+    points = np.random.default_rng(0).normal(size=(2, X.shape[1] + 1, Y.shape[1]))
+    gc.collect()
+    gc.disable()
+    try:
+        chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
+        for _ in range(2):
+            chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
+        keys = [f.key for f in chunks.futures] + [a.key for a in chunks._actors]
+        assert any(client2.run(_keys_held, keys).values())
+        chunks.close()
+        assert client2.run(_keys_held, keys) == {w: [] for w in client2.scheduler_info()["workers"]}
+    finally:
+        gc.enable()
+
+
+def _block_arrays(block):
+    return block.X, block.Y
+
+
+def _dependencies(keys, dask_scheduler=None):
+    return {str(k): sorted(str(d.key) for d in dask_scheduler.tasks[k].dependencies) for k in keys}
+
+
+def test_dense_blocks_are_built_part_by_part_in_their_own_task(client2):
+    """A dense block's task reads and copies its row parts one at a time (the worker holds the
+    block and one part), rather than depending on one task per part, whose results would all be
+    in memory beside the block; the block is the one ``concat_blocks`` makes of the parts."""
+    import dask.array as da
+
+    from dmlr.data.blocks import concat_blocks
+    from dmlr.distributed.chunks import make_chunkset
+
+    rng = np.random.default_rng(5)
+    Xn = rng.standard_normal((135, 6)).astype(np.float32)
+    Yn = (rng.random((135, 5)) < 0.3).astype(np.int8)
+    X = da.from_array(Xn, chunks=((30, 30, 30, 45), (6,))) * 2.0  # a graph of two layers
+    Y = da.from_array(Yn, chunks=((30, 30, 30, 45), (5,)))
+    cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
+    try:
+        keys = [f.key for f in cs.futures]
+        assert client2.run_on_scheduler(_dependencies, keys) == {str(k): [] for k in keys}
+        blocks = client2.gather([client2.submit(_block_arrays, f, pure=False) for f in cs.futures])
+    finally:
+        cs.close()
+    for (Xb, Yb), (a, b) in zip(blocks, [(0, 68), (68, 135)]):
+        expected = concat_blocks([Xn[a:b] * 2.0], [Yn[a:b]], fit_intercept=True)
+        assert Xb.dtype == np.float64 and Xb.flags.c_contiguous and Yb.dtype == np.int8
+        np.testing.assert_array_equal(Xb, expected.X)
+        np.testing.assert_array_equal(Yb, expected.Y)
+
+
 _INTERVALS: list = []
 
 

@@ -39,13 +39,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import uuid
 
 import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arrays import is_dask, is_sparse
-
-#: "auto" backend: data with at most this many stored values train in-process.
 from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
@@ -226,6 +225,9 @@ MAX_RECOVERIES = 3
 #: Seconds to wait, after an actor call failed to reach its worker, for the scheduler to
 #: register that worker's death (its connection may close a moment after ours did).
 LOST_WORKER_WAIT = 30.0
+#: Seconds :meth:`ClusterChunks.close` waits at most for the workers to let go of the set's
+#: blocks and actors (it returns then, the release still under way).
+RELEASE_WAIT = 10.0
 
 
 @functools.cache
@@ -443,7 +445,8 @@ class ClusterChunks(ChunkSet):
                 if isinstance(e, OSError) and self._direct and not self._lost_worker():
                     # perhaps this client cannot reach the workers (only the scheduler):
                     # call through the scheduler from now on (a dead worker fails there too)
-                    self._direct, self._actors = False, None
+                    self._direct = False
+                    self._drop_actors()
                     continue
                 # an error of ``fn`` itself is raised as it is; a lost worker rebuilds the
                 # lost blocks and the actors, and repeats the call. A worker we could not
@@ -451,7 +454,7 @@ class ClusterChunks(ChunkSet):
                 wait = LOST_WORKER_WAIT if isinstance(e, OSError) else 0.0
                 if attempt == MAX_RECOVERIES or not self._lost_worker(wait):
                     raise
-                self._actors = None
+                self._drop_actors()
 
     def _rebuild_lost_blocks(self) -> None:
         """Build again, from the set's source, the blocks that no live worker holds.
@@ -486,15 +489,50 @@ class ClusterChunks(ChunkSet):
             self._sizes = self.client.gather([self.client.submit(_n_rows, f, pure=False) for f in self.futures])
         return list(self._sizes)
 
+    def _drop_actors(self) -> list:
+        """Let go of the actors: release their keys now; returns the keys.
+
+        An actor holds its block on the worker for as long as the client
+        holds the actor's key, and the client holds it through every handle
+        that has made a call: distributed's handle keeps the key in a
+        ``Future`` (``Actor._future``), and each call leaves a reference
+        cycle (a coroutine that refers to itself and to the handle), so the
+        handle, and with it the block, outlives our last reference to it
+        until the client's garbage collector happens to run, which may be
+        after the next fit has built its own blocks on the same workers
+        (``benchmarks/search_memory.py`` measures the overlap). Releasing
+        the handles' futures here frees the keys whatever the cycles.
+        """
+        actors, self._actors = self._actors or [], None
+        keys = []
+        for a in actors:
+            future = getattr(a, "_future", None)
+            if future is not None:
+                keys.append(future.key)
+                future.release()
+        return keys
+
     def close(self) -> None:
-        self._actors = None
+        """Release the blocks and their actors, and wait until the workers have let go of them.
+
+        Waiting (at most :data:`RELEASE_WAIT` seconds) makes the next fit's
+        blocks start after these are gone: a release travels from the client
+        through the scheduler to the workers, and a fit that loads new
+        blocks straight away (the folds of :func:`dmlr.tuning.search`) would
+        otherwise hold both sets on a worker for a while.
+        """
+        keys = self._drop_actors()
         for f in self.futures:
+            keys.append(f.key)
             f.release()
         self.futures = []
         self._source = None
         for f in self._held:
+            keys.append(f.key)
             f.release()
         self._held = ()
+        if keys:
+            _wait_released(self.client, keys, RELEASE_WAIT)
 
 
 def _n_values(X) -> int | None:
@@ -652,8 +690,23 @@ def make_chunkset(
         import dask
 
         futures = []
+        streamed = _streamable(X)
         for i, (a, b) in enumerate(row_bounds(n_blocks)):
-            part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
+            if streamed:
+                xs, ys = delayed_rows(a, b)
+                d, l = int(X.shape[1]), int(Y.shape[1])
+                # named as the blocks of concat_blocks are (the block task of every dask fit)
+                part = dask.delayed(_stream_dense_block, pure=False)(
+                    _PartGraphs(xs),
+                    _PartGraphs(ys),
+                    b - a,
+                    d,
+                    l,
+                    fit_intercept,
+                    dask_key_name=f"concat_blocks-{uuid.uuid4()}",
+                )
+            else:
+                part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
             futures.append(client.compute(part, workers=[workers[i % len(workers)]], allow_other_workers=True))
     else:
         source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept)
@@ -661,6 +714,75 @@ def make_chunkset(
     _wait_or_raise(client, futures)
     client.run(release_freed_heap)
     return ClusterChunks(client, futures, int(X.shape[0]), source=source)
+
+
+def _streamable(X) -> bool:
+    """Whether the blocks of dask X are built by :func:`_stream_dense_block`: dense chunks, and a
+    graph any process can compute (no futures of a persisted array in it)."""
+    from distributed.client import futures_of
+
+    return not is_sparse(X) and not futures_of(X)
+
+
+class _PartGraphs:
+    """The graphs of a block's row parts (delayed chunks), each culled to what its part needs.
+
+    A container Dask does not look into: the block's task carries the graphs
+    and computes its parts itself (:func:`_stream_dense_block`), rather than
+    depending on them as tasks of their own.
+    """
+
+    def __init__(self, parts):
+        import dask
+
+        self.parts = []
+        for part in parts:
+            (part,) = dask.optimize(part)
+            self.parts.append((dict(part.__dask_graph__()), part.key))
+
+    def __iter__(self):
+        """The parts, computed one at a time in this process (Dask's synchronous scheduler)."""
+        from dask.local import get_sync
+
+        for graph, key in self.parts:
+            yield get_sync(graph, key)
+
+
+def _stream_dense_block(parts_X, parts_Y, n_rows: int, d: int, l: int, fit_intercept: bool) -> Block:
+    """The block of dense parts computed one at a time, each copied into the block and let go.
+
+    The same block as :func:`dmlr.data.blocks.concat_blocks` of the parts,
+    which, as a task depending on the parts' tasks, needs them all in the
+    worker's memory at once beside the block it builds (they are as large as
+    the block: float64 after the model's scaling): the worker building a
+    block holds the block and one part, with that part's chunk as read from
+    the store, instead. ``benchmarks/search_memory.py`` measures the peak of
+    a search, which builds a fold's blocks at every fit. Sparse parts (of an
+    array whose metadata did not say so) are collected and concatenated.
+    """
+    parts_X, parts_Y = iter(parts_X), iter(parts_Y)
+    X = Y = None
+    a = 0
+    for px in parts_X:
+        py = next(parts_Y)
+        if sp.issparse(px) or hasattr(px, "to_scipy_sparse"):
+            rest = list(zip(parts_X, parts_Y))
+            return concat_blocks([px] + [r[0] for r in rest], [py] + [r[1] for r in rest], fit_intercept)
+        if X is None and int(px.shape[0]) == n_rows and not fit_intercept:  # one part: no copy needed
+            return concat_blocks([px], [py], fit_intercept)
+        if X is None:
+            X = np.empty((n_rows, d + int(fit_intercept)))
+            Y = np.empty((n_rows, l), dtype=np.int8)
+        b = a + int(px.shape[0])
+        X[a:b, :d] = px
+        Y[a:b] = np.asarray(py)
+        del px, py
+        a = b
+    if a != n_rows:
+        raise ValueError(f"the parts of a block hold {a} rows, expected {n_rows}")
+    if fit_intercept:
+        X[:, d] = 1.0
+    return Block(X=X, Y=Y)
 
 
 def release_freed_heap() -> bool:
@@ -693,6 +815,29 @@ def _host_name() -> str:
 
 def _n_rows(block) -> int:
     return int(block.n_rows)
+
+
+def _holds_any(keys, dask_worker=None) -> bool:
+    """Whether this worker (through ``client.run``) still holds the data or actor of any of ``keys``."""
+    state = dask_worker.state
+    return any(k in dask_worker.data or k in state.actors for k in keys)
+
+
+def _wait_released(client, keys: list, timeout: float) -> bool:
+    """Wait until no worker holds any of ``keys`` (released by this client); False on timeout.
+
+    Best effort: a client or cluster shutting down, or a key something else
+    still wants, ends the wait without an error.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        while any(client.run(_holds_any, keys).values()):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+    except Exception:
+        return False
+    return True
 
 
 def _wait_or_raise(client, futures) -> None:
