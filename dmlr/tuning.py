@@ -478,13 +478,13 @@ def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
 
     Returns (score, n_iter, est).
     """
-    from threadpoolctl import threadpool_limits
+    from dmlr._blas import single_threaded_blas
 
     train_idx, val_idx = splits[fold]
     with contextlib.ExitStack() as stack:
         if in_process:
             stack.enter_context(config_context(**UNIT_CONFIG))
-            stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
+            stack.enter_context(single_threaded_blas())
         est.set_params(**{name: value})
         est.fit(_chunk_rows(X, train_idx), _chunk_rows(Y, train_idx))
         X_val, Y_val = _chunk_rows(X, val_idx), _chunk_rows(Y, val_idx)
