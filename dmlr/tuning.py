@@ -20,8 +20,8 @@ gives each model's parameters and their starting grids):
   times).
 * **Where it runs.** Data small enough for one process (the rule of
   ``config_context(backend="auto")``) are held in memory and the units run
-  as parallel tasks on the Dask cluster, or one after the other in this
-  process without one (:class:`dmlr.model_selection.UnitRunner`). Larger dask
+  as parallel tasks on the Dask cluster, or without one on threads of this
+  process (processes once a round is slow: :data:`POOL_MIN_ROUND_SECONDS`). Larger dask
   data are never gathered: a fold is a lazy row selection of the dask
   arrays, computed by the workers from the chunks, and each fit is the
   model's own distributed fit.
@@ -54,8 +54,9 @@ from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materia
 
 __all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space"]
 
-#: Without a cluster, in-memory units run in this process until a round of them (one
-#: path value on every fold) takes longer than this; then in ``n_jobs`` processes.
+#: Without a cluster, in-memory units run on ``n_jobs`` threads of this process until a
+#: round of them (one path value on every fold) takes longer than this; then in ``n_jobs``
+#: processes.
 #: Starting the processes (each imports dmlr and loads its compiled kernels) costs 2-5
 #: seconds, and ``n_jobs`` processes save at most ``(1 - 1/n_jobs)`` of each later
 #: round. Rounds grow along a path (less regularized fits take more iterations) and at
@@ -278,8 +279,9 @@ def search(
     widen_by, max_widen : int
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
-        Without a cluster, processes running in-memory units in parallel
-        (:class:`dmlr.model_selection.UnitRunner`); None: one per core.
+        Without a cluster, threads (then processes, :data:`POOL_MIN_ROUND_SECONDS`)
+        running in-memory units in parallel; None: one per core, 1: one unit at a
+        time in this thread.
     checkpoint : str or Path, optional
         Directory recording finished units (scores as JSON, fitted models as
         dmlr model files: no pickle).
@@ -452,9 +454,12 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
             ctx.store.put(keys[todo[j]], out)
 
     if todo:
-        if ctx.in_process:  # tasks on the cluster, processes, or here
+        if ctx.in_process:  # tasks on the cluster, processes, or threads here
             t = time.perf_counter()
-            new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
+            if ctx.runner.client is None and ctx.runner.n_jobs == 1 and ctx.runner.pool_jobs > 1:
+                new = _map_threads(ctx, [units[i] for i in todo], done)
+            else:
+                new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
             if ctx.runner.n_jobs < ctx.runner.pool_jobs and time.perf_counter() - t > POOL_MIN_ROUND_SECONDS:
                 ctx.runner.n_jobs = ctx.runner.pool_jobs
         else:  # each fit distributed over the chunks: one at a time
@@ -464,6 +469,33 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
                 done(j, new[-1])
         for i, out in zip(todo, new):
             outs[i] = out
+    return outs
+
+
+def _map_threads(ctx: _Context, units: list, done) -> list:
+    """:func:`_fit_step` of each unit on ``ctx.runner.pool_jobs`` threads of this process.
+
+    A unit's work is BLAS calls and Numba kernels that release the GIL, so threads
+    use the cores without the processes' start (2-5 s) or copies of the data. Each
+    thread fits under this thread's settings (``config_context``) and one BLAS
+    thread, which this thread holds for the whole round (so that the units' own
+    limits, entered and left in any order, never restore more threads).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dmlr._blas import single_threaded_blas
+
+    settings = get_config()
+
+    def run(unit):
+        with config_context(**settings):
+            return _fit_step(ctx.X, ctx.Y, ctx.splits, *unit)
+
+    outs = []
+    with single_threaded_blas(), ThreadPoolExecutor(min(ctx.runner.pool_jobs, len(units))) as pool:
+        for j, out in enumerate(pool.map(run, units)):  # in order, each as soon as it is there
+            outs.append(out)
+            done(j, out)
     return outs
 
 

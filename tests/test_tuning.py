@@ -208,6 +208,8 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     X, Y = _synthetic(n=120)
     est = RBRL(**SOLVER)
     here = search(est, X, Y, n_jobs=1, client="local")
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)
+    threads = search(est, X, Y, n_jobs=2, client="local")  # every round on 2 threads
     monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.0)  # processes from the second round on
     pool = search(est, X, Y, n_jobs=2, client="local")
     tasks = search(est, X, Y, client=client2)  # units as tasks on the 2 workers
@@ -215,7 +217,7 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         chunked = search(est, Xd, Yd)  # each fit distributed over the workers' chunks
     assert (here.backend, pool.backend, tasks.backend, chunked.backend) == ("local", "local", "dask", "chunks")
-    for other in (pool, tasks):
+    for other in (threads, pool, tasks):
         assert other.best_params == here.best_params
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
     assert chunked.best_params == here.best_params
@@ -233,6 +235,30 @@ def _nbytes(obj) -> int:
     if hasattr(obj, "indptr"):
         return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
     return int(getattr(obj, "nbytes", 0))
+
+
+def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
+    import threading
+
+    seen = []
+    fit_step = tuning._fit_step
+
+    def spy(*args):
+        seen.append((threading.get_ident(), dmlr.get_config()["kernel_memory"]))
+        return fit_step(*args)
+
+    monkeypatch.setattr(tuning, "_fit_step", spy)
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)  # no processes
+    X, Y = _synthetic(n=80)
+    with dmlr.config_context(kernel_memory="recompute"):
+        threads = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
+    assert threading.get_ident() not in {ident for ident, _ in seen}
+    assert {memory for _, memory in seen} == {"recompute"}
+    assert len(seen) == threads.n_fits
+    seen.clear()
+    here = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local")  # n_jobs=1: here, one unit at a time
+    assert {ident for ident, _ in seen} == {threading.get_ident()}
+    assert [r["fold_scores"] for r in threads.results] == [r["fold_scores"] for r in here.results]
 
 
 def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
