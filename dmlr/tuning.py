@@ -8,8 +8,9 @@ gives each model's parameters and their starting grids):
   from the most regularized value to the least with ``warm_start`` (where
   the model has it): each fit starts from the previous solution, and the
   most regularized fits, the cheapest, come first.
-* **Early abandonment.** A fold's path stops once its validation score has
-  failed to beat its best for ``patience`` consecutive values: the least
+* **Early abandonment.** A path stops once its mean validation score has
+  failed to beat its best for ``patience`` consecutive values, or at once
+  when a value scores worse than the best one on every fold: the least
   regularized fits, the slowest, are skipped when they are clearly worse.
   A value counts only where every fold reached it.
 * **Grids that widen.** Grids are log-spaced in half decades, scaled by the
@@ -267,7 +268,8 @@ def search(
     patience : int or None
         Early abandonment: a path stops once its mean validation score (over
         the folds) has failed to beat its best for ``patience`` consecutive
-        values (None: every path runs to its end).
+        values, or as soon as a value scores worse than the best value on
+        every fold (None: every path runs to its end).
     tol : float or None
         Stopping tolerance of the cross-validation fits of an estimator that
         has a ``tol`` parameter tighter than this (None: the estimator's own);
@@ -434,12 +436,23 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
         run.append(_oriented(scores[value], greater))
         if ctx.verbose > 1:
             print(f"  {name}={value:.4g}: {ctx.scoring} {np.mean(scores[value]):.5f}", flush=True)
-        if patience is not None and len(run) > patience:
-            best_before = max(before + run[:-patience])
-            if max(run[-patience:]) <= best_before:
+        if patience is not None:
+            stalled = len(run) > patience and max(run[-patience:]) <= max(before + run[:-patience])
+            if stalled or _worse_on_every_fold(scores, value, greater):
                 ctx.result.n_abandoned += (len(values) - k - 1) * len(states)
                 return None
     return states, from_value
+
+
+def _worse_on_every_fold(scores: dict, value: float, greater: bool) -> bool:
+    """``value``, past the best other value (smaller: a path runs down), scores worse than it on
+    every fold (nan: not worse). A path that widens the grid upward starts at its largest
+    value, beyond the next one: it is not abandoned by this rule."""
+    others = {v: s for v, s in scores.items() if v != value}
+    if not others or _best(others, greater) < value:
+        return False
+    here, best = np.asarray(scores[value], dtype=float), np.asarray(scores[_best(others, greater)], dtype=float)
+    return bool(np.all(here < best) if greater else np.all(here > best))
 
 
 def _run_units(ctx: _Context, units: list, keys: list) -> list:
