@@ -277,6 +277,25 @@ def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
     assert [r["fold_scores"] for r in threads.results] == [r["fold_scores"] for r in here.results]
 
 
+def test_rounds_slow_only_by_waiting_start_no_processes(monkeypatch):
+    # A unit that waits (as for cores other jobs hold) takes wall time, not CPU time:
+    # the rounds stay in this process.
+    calls = []
+    fit_step = tuning._fit_step
+
+    def waiting(*args):
+        time.sleep(0.5)
+        calls.append(1)
+        return fit_step(*args)
+
+    X, Y = _synthetic(n=60)
+    search(RBRL(**SOLVER), X, Y, n_jobs=1)  # the kernels compiled or loaded: CPU time of the first fit
+    monkeypatch.setattr(tuning, "_fit_step", waiting)  # a process of the pool would run the original
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.4)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
+    assert len(calls) == result.n_fits
+
+
 def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
     # Every result the client receives from the cluster (Client._gather: computes, futures'
     # results) is recorded: on the chunked path none holds the rows of a fold. The in-process
