@@ -543,3 +543,30 @@ def test_dask_scores_carry_the_model_once_not_in_every_task():
     sizes = sorted(len(cloudpickle.dumps(t)) for t in tasks)
     assert len(sizes) > 8 and sum(s > model.coef_.nbytes for s in sizes) <= 1, sizes
     np.testing.assert_allclose(S.compute(), model.decision_function(X), rtol=1e-12)
+
+
+def test_single_threaded_blas_limits_every_blas_and_sees_later_imports(monkeypatch):
+    import sys
+    import types
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from dmlr import _blas
+
+    def blas_threads():
+        return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        with _blas.single_threaded_blas():
+            assert blas_threads() == [1]
+            with _blas.single_threaded_blas():  # nested: restores the outer limit
+                assert blas_threads() == [1]
+            assert blas_threads() == [1]
+        assert blas_threads() == [2]
+        built = _blas._current_controller()
+        assert _blas._current_controller() is built  # no import since: the libraries are not listed again
+        monkeypatch.setitem(sys.modules, "dmlr_test_new_extension", types.ModuleType("dmlr_test_new_extension"))
+        assert _blas._current_controller() is not built  # an import may have loaded another BLAS
+        with _blas.single_threaded_blas():
+            assert blas_threads() == [1]
+        assert blas_threads() == [2]

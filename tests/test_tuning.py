@@ -32,19 +32,23 @@ class KnownBest(ClassifierMixin, BaseEstimator):
     further alpha is from it (in log scale): a problem whose answer is known.
     """
 
-    def __init__(self, alpha=1.0, best=1.0, warm_start=False):
+    def __init__(self, alpha=1.0, best=1.0, warm_start=False, tie=None):
         self.alpha = alpha
         self.best = best
         self.warm_start = warm_start
+        self.tie = tie
 
     def fit(self, X, Y):
         self.n_labels_ = Y.shape[1]
         self.n_iter_ = 1
+        # ``tie``: at that alpha, the fold that validates on row 0 (X's last column: row ids)
+        # scores as well as the best value.
+        self.tied_ = self.tie is not None and self.alpha == self.tie and not np.any(X[:, -1] == 0)
         return self
 
     def decision_function(self, X):
         n_labels = self.n_labels_
-        weight = abs(math.log10(self.alpha) - math.log10(self.best))
+        weight = 0.0 if self.tied_ else abs(math.log10(self.alpha) - math.log10(self.best))
         return X[:, :n_labels] + weight * X[:, n_labels : 2 * n_labels]
 
     def labels_from_scores(self, S):
@@ -76,15 +80,18 @@ def _synthetic(n=150, d=10, n_labels=4, seed=0):
     return X, Y
 
 
-def test_search_picks_the_known_interior_best(known_best_space):
+@pytest.mark.parametrize("tie, n_fitted", [(None, 5), (1.0, 6)])
+def test_search_picks_the_known_interior_best(known_best_space, tie, n_fitted):
     X, Y = _known_data()
-    result = search(KnownBest(best=10**0.5), X, Y, n_jobs=1)
+    X = np.hstack([X, np.arange(len(X))[:, None]])  # row ids, which the scores ignore
+    result = search(KnownBest(best=10**0.5, tie=tie), X, Y, n_jobs=1)
     assert result.best_params["alpha"] == pytest.approx(10**0.5, rel=1e-12)
     assert result.n_widened == 0
-    # The path runs from 10**2 down: past the best (the 4th value), the 5th and 6th do
-    # not beat it and the last three are abandoned on every fold.
-    assert result.n_abandoned == 5 * (len(GRID) - 6)
-    assert [r["value"] for r in result.results] == pytest.approx([10.0**e for e in GRID[:6]])
+    # The path runs from 10**2 down. Past the best (the 4th value) the 5th, 10**0, scores
+    # worse on every fold, and the rest of the path is abandoned at once; where it ties the
+    # best on one fold, the path goes on until two values have not beaten the best (patience).
+    assert result.n_abandoned == 5 * (len(GRID) - n_fitted)
+    assert [r["value"] for r in result.results] == pytest.approx([10.0**e for e in GRID[:n_fitted]])
 
 
 @pytest.mark.parametrize("best_exp, added", [(3.5, [2.5, 3.0, 3.5, 4.0]), (-3.0, [-2.5, -3.0, -3.5, -4.0])])
@@ -95,6 +102,15 @@ def test_grid_widens_when_the_best_is_on_its_edge(known_best_space, best_exp, ad
     assert result.n_widened == 2
     values = sorted(r["value"] for r in result.results)
     assert values == pytest.approx(sorted(10.0**e for e in (*GRID, *added)))
+
+
+def test_upward_widening_is_not_abandoned_at_its_far_end(known_best_space):
+    # The values added above the grid's edge are fitted from the largest down: the first,
+    # 10**3, is worse on every fold than the edge 10**2, but the next, 10**2.5, is the best.
+    X, Y = _known_data()
+    result = search(KnownBest(best=10**2.4), X, Y, n_jobs=1)
+    assert result.n_widened == 1
+    assert result.best_params["alpha"] == pytest.approx(10**2.5, rel=1e-12)
 
 
 def test_widening_stops_at_max_widen(known_best_space):
@@ -218,6 +234,8 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     X, Y = _synthetic(n=120)
     est = RBRL(**SOLVER)
     here = search(est, X, Y, n_jobs=1, client="local")
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)
+    threads = search(est, X, Y, n_jobs=2, client="local")  # every round on 2 threads
     monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.0)  # processes from the second round on
     pool = search(est, X, Y, n_jobs=2, client="local")
     tasks = search(est, X, Y, client=client2)  # units as tasks on the 2 workers
@@ -225,7 +243,7 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         chunked = search(est, Xd, Yd)  # each fit distributed over the workers' chunks
     assert (here.backend, pool.backend, tasks.backend, chunked.backend) == ("local", "local", "dask", "chunks")
-    for other in (pool, tasks):
+    for other in (threads, pool, tasks):
         assert other.best_params == here.best_params
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
     assert chunked.best_params == here.best_params
@@ -243,6 +261,49 @@ def _nbytes(obj) -> int:
     if hasattr(obj, "indptr"):
         return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
     return int(getattr(obj, "nbytes", 0))
+
+
+def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
+    import threading
+
+    seen = []
+    fit_step = tuning._fit_step
+
+    def spy(*args):
+        seen.append((threading.get_ident(), dmlr.get_config()["kernel_memory"]))
+        return fit_step(*args)
+
+    monkeypatch.setattr(tuning, "_fit_step", spy)
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)  # no processes
+    X, Y = _synthetic(n=80)
+    with dmlr.config_context(kernel_memory="recompute"):
+        threads = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
+    assert threading.get_ident() not in {ident for ident, _ in seen}
+    assert {memory for _, memory in seen} == {"recompute"}
+    assert len(seen) == threads.n_fits
+    seen.clear()
+    here = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local")  # n_jobs=1: here, one unit at a time
+    assert {ident for ident, _ in seen} == {threading.get_ident()}
+    assert [r["fold_scores"] for r in threads.results] == [r["fold_scores"] for r in here.results]
+
+
+def test_rounds_slow_only_by_waiting_start_no_processes(monkeypatch):
+    # A unit that waits (as for cores other jobs hold) takes wall time, not CPU time:
+    # the rounds stay in this process.
+    calls = []
+    fit_step = tuning._fit_step
+
+    def waiting(*args):
+        time.sleep(0.5)
+        calls.append(1)
+        return fit_step(*args)
+
+    X, Y = _synthetic(n=60)
+    search(RBRL(**SOLVER), X, Y, n_jobs=1)  # the kernels compiled or loaded: CPU time of the first fit
+    monkeypatch.setattr(tuning, "_fit_step", waiting)  # a process of the pool would run the original
+    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.4)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
+    assert len(calls) == result.n_fits
 
 
 def test_chunked_search_never_gathers_the_data(client2, monkeypatch):

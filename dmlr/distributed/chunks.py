@@ -181,9 +181,9 @@ class LocalChunks(ChunkSet):
         """
         if len(self.blocks) == 1 and sum(_stored_values(b) for b in self.blocks) > SMALL_BLAS_VALUES:
             return contextlib.nullcontext()
-        from threadpoolctl import threadpool_limits
+        from dmlr._blas import single_threaded_blas
 
-        return threadpool_limits(limits=1, user_api="blas")
+        return single_threaded_blas()
 
     def transform(self, fn, *args) -> LocalChunks:
         return LocalChunks([fn(b, bnd, *args) for b, bnd in zip(self.blocks, self.bounds)])
@@ -371,9 +371,9 @@ class ClusterChunks(ChunkSet):
         """
         if not self._workers_on_this_machine():
             return contextlib.nullcontext()
-        from threadpoolctl import threadpool_limits
+        from dmlr._blas import single_threaded_blas
 
-        return threadpool_limits(limits=1, user_api="blas")
+        return single_threaded_blas()
 
     def _workers_on_this_machine(self) -> bool:
         """Whether any worker runs on this process's host (asked once per set)."""
