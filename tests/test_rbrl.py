@@ -220,3 +220,25 @@ def test_lbfgs_step_rule_reaches_the_proximal_optimum(alpha_nuclear):
     k_quasi = KernelRBRL(step_rule="lbfgs", tol=1e-12, **params).fit(X, Y)
     assert k_quasi.objective_history_[-1] <= k_tight.objective_history_[-1] * (1 + 1e-9)
     np.testing.assert_allclose(k_quasi.decision_function(X), k_tight.decision_function(X), atol=1e-3)
+
+
+def test_a_warm_start_at_a_rank_deficient_point_starts_with_apg(monkeypatch):
+    # along a path, a rank-deficient optimum (where L-BFGS fails and hands the fit to APG) is
+    # followed by another: the next warm-started fit skips L-BFGS, and reaches the same optimum
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(90, 7))
+    Y = (X @ rng.normal(size=(7, 5)) + rng.normal(size=(90, 5)) > 0.5).astype(np.int8)
+    params = dict(alpha=2.0, alpha_rank=0.3, scaling=None, tol=1e-10, max_iter=20000)
+    path = RBRL(alpha_nuclear=30.0, warm_start=True, **params).fit(X, Y)
+    assert np.isfinite(path.lipschitz_)  # APG finished it
+    assert 0 < np.linalg.matrix_rank(path.coef_[:-1], tol=1e-6) < 5
+    monkeypatch.setattr("dmlr.models.rbrl.lbfgs", None)  # calling L-BFGS would fail
+    path.set_params(alpha_nuclear=25.0).fit(X, Y)
+    cold = RBRL(alpha_nuclear=25.0, step_rule="adaptive", **params).fit(X, Y)
+    assert path.converged_
+    assert path.objective_history_[-1] == pytest.approx(cold.objective_history_[-1], rel=1e-8)
+    monkeypatch.undo()
+    # at a full-rank point L-BFGS runs, and alone
+    path.set_params(alpha_nuclear=0.5).fit(X, Y)
+    again = path.set_params(alpha_nuclear=0.4).fit(X, Y)
+    assert again.converged_ and np.isnan(again.lipschitz_)

@@ -40,7 +40,7 @@ from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, Oracle, apg
-from dmlr.solvers.lbfgs import lbfgs
+from dmlr.solvers.lbfgs import CONVERGED_MIN_RELATIVE, lbfgs, nuclear_value_and_grad
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
@@ -260,6 +260,10 @@ class _RBRLBase(BaseModel):
 
         if isinstance(state, ckpt_store.Handover):
             res, apg_state = state
+        elif state is None and self.alpha_nuclear > 0 and np.any(x0) and _rank_deficient(x0[rows]):
+            # a warm start at a rank-deficient point (a path's previous optimum), where L-BFGS fails
+            # and hands the fit to APG: its neighbour's optimum is likely one too, so APG starts at once
+            res, apg_state = APGResult(x=x0), None
         else:
             res = lbfgs(
                 oracle,
@@ -755,6 +759,12 @@ class KernelRBRL(_RBRLBase):
         for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
             S += kernel_matrix(X, support[a : a + step], spec) @ A[a : a + step]
         return S
+
+
+def _rank_deficient(W: np.ndarray) -> bool:
+    """Whether W's smallest singular value is so small against its largest that
+    :func:`~dmlr.solvers.lbfgs.lbfgs` would not claim a minimizer there."""
+    return nuclear_value_and_grad(W)[2] <= CONVERGED_MIN_RELATIVE
 
 
 def _checkpoint_request(checkpoint, every, resume):
