@@ -300,19 +300,25 @@ def _dependencies(keys, dask_scheduler=None):
     return {str(k): sorted(str(d.key) for d in dask_scheduler.tasks[k].dependencies) for k in keys}
 
 
-def test_dense_blocks_are_built_part_by_part_in_their_own_task(client2):
-    """A dense block's task reads and copies its row parts one at a time (the worker holds the
-    block and one part), rather than depending on one task per part, whose results would all be
-    in memory beside the block; the block is the one ``concat_blocks`` makes of the parts."""
+@pytest.mark.parametrize("sparse_chunks", [False, True])
+def test_blocks_are_built_part_by_part_in_their_own_task(client2, sparse_chunks):
+    """A block's task reads its row parts one at a time (the worker holds the block and one part,
+    or, sparse, the converted parts), rather than depending on one task per part, whose results
+    would all be in memory beside the block; the block is the one ``concat_blocks`` makes."""
     import dask.array as da
+    import sparse
 
     from dmlr.data.blocks import concat_blocks
     from dmlr.distributed.chunks import make_chunkset
 
     rng = np.random.default_rng(5)
     Xn = rng.standard_normal((135, 6)).astype(np.float32)
+    if sparse_chunks:
+        Xn[rng.random(Xn.shape) < 0.6] = 0.0
     Yn = (rng.random((135, 5)) < 0.3).astype(np.int8)
     X = da.from_array(Xn, chunks=((30, 30, 30, 45), (6,))) * 2.0  # a graph of two layers
+    if sparse_chunks:
+        X = X.map_blocks(sparse.COO.from_numpy, dtype=X.dtype)
     Y = da.from_array(Yn, chunks=((30, 30, 30, 45), (5,)))
     cs = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=2)
     try:
@@ -322,10 +328,30 @@ def test_dense_blocks_are_built_part_by_part_in_their_own_task(client2):
     finally:
         cs.close()
     for (Xb, Yb), (a, b) in zip(blocks, [(0, 68), (68, 135)]):
-        expected = concat_blocks([Xn[a:b] * 2.0], [Yn[a:b]], fit_intercept=True)
-        assert Xb.dtype == np.float64 and Xb.flags.c_contiguous and Yb.dtype == np.int8
-        np.testing.assert_array_equal(Xb, expected.X)
+        expected = concat_blocks([X[a:b].compute()], [Yn[a:b]], fit_intercept=True)
+        assert Yb.dtype == np.int8
         np.testing.assert_array_equal(Yb, expected.Y)
+        if sparse_chunks:
+            assert sp.isspmatrix_csr(Xb) and Xb.dtype == np.float64
+            for name in ("data", "indices", "indptr"):
+                np.testing.assert_array_equal(getattr(Xb, name), getattr(expected.X, name))
+        else:
+            assert Xb.dtype == np.float64 and Xb.flags.c_contiguous
+            np.testing.assert_array_equal(Xb, expected.X)
+
+
+def test_concat_blocks_consuming_its_sparse_parts_gives_the_same_block():
+    from dmlr.data.blocks import concat_blocks
+
+    rng = np.random.default_rng(2)
+    parts = [sp.random(n, 7, density=0.3, format="csr", random_state=rng) for n in (4, 9, 5)]
+    ys = [np.zeros((p.shape[0], 2), dtype=np.int8) for p in parts]
+    kept = concat_blocks(parts, ys, True)
+    consumed = list(parts)
+    block = concat_blocks(consumed, ys, True, consume=True)
+    assert consumed == [None, None, None] and all(p is not None for p in parts)
+    for name in ("data", "indices", "indptr"):
+        np.testing.assert_array_equal(getattr(block.X, name), getattr(kept.X, name))
 
 
 _INTERVALS: list = []

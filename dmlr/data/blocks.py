@@ -55,7 +55,7 @@ def make_block(X, Y, fit_intercept: bool) -> Block:
     return concat_blocks([X], [Y], fit_intercept)
 
 
-def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
+def concat_blocks(parts_X, parts_Y, fit_intercept: bool, *, consume: bool = False) -> Block:
     """Concatenate adjacent chunks into one block (order kept), the bias column appended if asked.
 
     The block's X is allocated once, at its final size, and the parts are
@@ -71,6 +71,9 @@ def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
         Dense or sparse as the first part is.
     parts_Y : list of (m_i, l) array-like of 0/1
     fit_intercept : bool
+    consume : bool
+        Sparse parts: drop each from the list ``parts_X`` once copied, so
+        that the parts' memory goes as the block's fills.
 
     Returns
     -------
@@ -83,7 +86,7 @@ def concat_blocks(parts_X, parts_Y, fit_intercept: bool) -> Block:
     if len(parts_X) == 1 and not fit_intercept:
         return Block(X=as_matrix(parts_X[0]), Y=Y)
     sparse = sp.issparse(parts_X[0]) or hasattr(parts_X[0], "to_scipy_sparse")
-    X = _stack_csr(parts_X, fit_intercept) if sparse else _stack_dense(parts_X, fit_intercept)
+    X = _stack_csr(parts_X, fit_intercept, consume) if sparse else _stack_dense(parts_X, fit_intercept)
     return Block(X=X, Y=Y)
 
 
@@ -100,11 +103,13 @@ def _stack_dense(parts, bias: bool) -> np.ndarray:
     return out
 
 
-def _stack_csr(parts, bias: bool) -> sp.csr_matrix:
+def _stack_csr(parts, bias: bool, consume: bool = False) -> sp.csr_matrix:
     """CSR rows of ``parts`` in order, with a last column of ones when ``bias``.
 
     The bias entry is each row's last stored entry (the largest column index,
-    so sorted rows stay sorted).
+    so sorted rows stay sorted). ``consume``: drop each part from the list
+    ``parts`` once copied, so that the parts' memory goes as the block's
+    fills (its arrays are allocated, not written, beforehand).
     """
     m, d = sum(int(p.shape[0]) for p in parts), int(parts[0].shape[1])
     nnz = sum(int(p.nnz) for p in parts) + m * int(bias)
@@ -113,8 +118,10 @@ def _stack_csr(parts, bias: bool) -> sp.csr_matrix:
     indptr = np.empty(m + 1, dtype=idx_dtype)
     indptr[0] = 0
     row, at = 0, 0
-    for p in parts:
-        c = as_matrix(p)
+    for i in range(len(parts)):
+        c = as_matrix(parts[i])
+        if consume:
+            parts[i] = None
         rows, lengths = c.shape[0], np.diff(c.indptr)
         shift = np.arange(rows + 1) if bias else 0
         indptr[row + 1 : row + rows + 1] = at + c.indptr[1:] + (shift[1:] if bias else 0)

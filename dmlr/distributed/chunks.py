@@ -44,7 +44,7 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import is_dask, is_sparse
+from dmlr.data.arrays import as_matrix, is_dask, is_sparse
 from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
@@ -696,7 +696,7 @@ def make_chunkset(
                 xs, ys = delayed_rows(a, b)
                 d, l = int(X.shape[1]), int(Y.shape[1])
                 # named as the blocks of concat_blocks are (the block task of every dask fit)
-                part = dask.delayed(_stream_dense_block, pure=False)(
+                part = dask.delayed(_stream_block, pure=False)(
                     _PartGraphs(xs),
                     _PartGraphs(ys),
                     b - a,
@@ -717,18 +717,18 @@ def make_chunkset(
 
 
 def _streamable(X) -> bool:
-    """Whether the blocks of dask X are built by :func:`_stream_dense_block`: dense chunks, and a
-    graph any process can compute (no futures of a persisted array in it)."""
+    """Whether the blocks of dask X are built by :func:`_stream_block`: a graph any process can
+    compute (no futures of a persisted array in it)."""
     from distributed.client import futures_of
 
-    return not is_sparse(X) and not futures_of(X)
+    return not futures_of(X)
 
 
 class _PartGraphs:
     """The graphs of a block's row parts (delayed chunks), each culled to what its part needs.
 
     A container Dask does not look into: the block's task carries the graphs
-    and computes its parts itself (:func:`_stream_dense_block`), rather than
+    and computes its parts itself (:func:`_stream_block`), rather than
     depending on them as tasks of their own.
     """
 
@@ -748,38 +748,46 @@ class _PartGraphs:
             yield get_sync(graph, key)
 
 
-def _stream_dense_block(parts_X, parts_Y, n_rows: int, d: int, l: int, fit_intercept: bool) -> Block:
-    """The block of dense parts computed one at a time, each copied into the block and let go.
+def _stream_block(parts_X, parts_Y, n_rows: int, d: int, l: int, fit_intercept: bool) -> Block:
+    """The block of its parts computed one at a time, each converted or copied into the block and let go.
 
     The same block as :func:`dmlr.data.blocks.concat_blocks` of the parts,
     which, as a task depending on the parts' tasks, needs them all in the
     worker's memory at once beside the block it builds (they are as large as
     the block: float64 after the model's scaling): the worker building a
     block holds the block and one part, with that part's chunk as read from
-    the store, instead. ``benchmarks/search_memory.py`` measures the peak of
-    a search, which builds a fold's blocks at every fit. Sparse parts (of an
-    array whose metadata did not say so) are collected and concatenated.
+    the store, instead. Dense parts are copied into the preallocated block as
+    they come. Sparse ones are converted to float64 CSR as they come (their
+    stored form, COO or GCXS float32, is dropped), and copied into the block,
+    whose size is known once all are there, each part released once copied
+    (:func:`~dmlr.data.blocks.concat_blocks`'s ``consume``).
+    ``benchmarks/search_memory.py`` measures the peak of a search, which
+    builds a fold's blocks at every fit.
     """
     parts_X, parts_Y = iter(parts_X), iter(parts_Y)
-    X = Y = None
+    X, csr = None, None  # the dense block, or the sparse parts converted
+    Y = np.empty((n_rows, l), dtype=np.int8)
     a = 0
     for px in parts_X:
-        py = next(parts_Y)
-        if sp.issparse(px) or hasattr(px, "to_scipy_sparse"):
-            rest = list(zip(parts_X, parts_Y))
-            return concat_blocks([px] + [r[0] for r in rest], [py] + [r[1] for r in rest], fit_intercept)
-        if X is None and int(px.shape[0]) == n_rows and not fit_intercept:  # one part: no copy needed
-            return concat_blocks([px], [py], fit_intercept)
-        if X is None:
-            X = np.empty((n_rows, d + int(fit_intercept)))
-            Y = np.empty((n_rows, l), dtype=np.int8)
+        py = np.asarray(next(parts_Y))
         b = a + int(px.shape[0])
-        X[a:b, :d] = px
-        Y[a:b] = np.asarray(py)
+        if a == 0 and b == n_rows and not fit_intercept:  # one part: no copy needed
+            return concat_blocks([px], [py], fit_intercept)
+        if a == 0 and (sp.issparse(px) or hasattr(px, "to_scipy_sparse")):
+            csr = []
+        Y[a:b] = py
+        if csr is not None:
+            csr.append(sp.csr_matrix(as_matrix(px)))
+        else:
+            if X is None:
+                X = np.empty((n_rows, d + int(fit_intercept)))
+            X[a:b, :d] = px
         del px, py
         a = b
     if a != n_rows:
         raise ValueError(f"the parts of a block hold {a} rows, expected {n_rows}")
+    if csr is not None:
+        return concat_blocks(csr, [Y], fit_intercept, consume=True)
     if fit_intercept:
         X[:, d] = 1.0
     return Block(X=X, Y=Y)
