@@ -2,11 +2,10 @@
 
 ``threadpoolctl.threadpool_limits`` builds a new controller at every call, which
 lists every shared library the process has loaded (2,000+ modules after
-``import dmlr``): 8 ms per call on a quiet 2-core machine, several times that on a
-busy one. A search's fit entered it twice (the unit, then the solver), 16 ms a fit,
-0.65 s of the 41 fits of ``dmlr.fit`` on emotions, whose fits take 20-100 ms. The
-controller here is built once and rebuilt only when modules were imported since
-(an import is what loads another BLAS), so a call costs microseconds.
+``import dmlr``), and a search's fit enters it twice (the unit, then the solver):
+for the small fits of a search that scan costs as much as the fit. The controller
+here is built once and rebuilt only when modules were imported since (an import is
+what loads another BLAS), so a call costs no scan.
 """
 
 from __future__ import annotations

@@ -59,9 +59,8 @@ __all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space"]
 #: round of them (one path value on every fold) takes more CPU seconds than this; then in
 #: ``n_jobs`` processes. CPU seconds, not wall seconds: on a machine busy with other jobs a
 #: small round's wall time grows while its work does not, and processes would then cost
-#: more (a search of emotions took 16.6 s with them against 1.4 s without, at a load
-#: average of 8 on 2 cores).
-#: Starting the processes (each imports dmlr and loads its compiled kernels) costs 2-5
+#: more than they save.
+#: Starting the processes (each imports dmlr and loads its compiled kernels) costs
 #: seconds, and ``n_jobs`` processes save at most ``(1 - 1/n_jobs)`` of each later
 #: round. Rounds grow along a path (less regularized fits take more iterations) and at
 #: least ``patience`` of them follow, so a round this slow leaves enough to pay for the
@@ -492,7 +491,7 @@ def _map_threads(ctx: _Context, units: list, done) -> list:
     """:func:`_fit_step` of each unit on ``ctx.runner.pool_jobs`` threads of this process.
 
     A unit's work is BLAS calls and Numba kernels that release the GIL, so threads
-    use the cores without the processes' start (2-5 s) or copies of the data. Each
+    use the cores without the processes' start or copies of the data. Each
     thread fits under this thread's settings (``config_context``) and one BLAS
     thread, which this thread holds for the whole round (so that the units' own
     limits, entered and left in any order, never restore more threads).
