@@ -25,10 +25,15 @@ Two sections:
   ``benchmarks/vr_table.py``: 26 labels of ``mediamill_discretized`` drawn
   with ``--seed``, rows with at least one of them, standardized: dense):
   :func:`dmlr.kernels.multilabel_losses.vr_inner_loop` over one epoch's
-  row order (hamming loss, lam ``--lam``, step 1), plain and lazy, against
-  one ``X @ W`` pass (BLAS, one thread) and against the per-row work an
-  SGD step cannot skip: the row-by-row score pass with the loss and
-  gradient (``block_loss_grad``), with and without the rank-1 updates.
+  row order (hamming loss, lam ``--lam``, step 1): plain, lazy row by row
+  (the path of dense rows before the block products) and lazy with the
+  block products (the default for dense rows), against one ``X @ W`` pass
+  (BLAS, one thread) and against parts of the per-row work: the row-by-row
+  score pass with the loss and gradient (``block_loss_grad``), with and
+  without the rank-1 updates, and the rows' losses alone on precomputed
+  scores (their exp and log1p calls, which no product removes). An epoch
+  does at least two products of ``X @ W``'s size (the scores and the
+  updates) and the losses.
 
 Timings are medians of ``--repeats`` runs (the plain Rank-SVM runs, which
 take tens of seconds each, of ``--before-repeats``); the first call of each
@@ -48,8 +53,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
+from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,7 +64,15 @@ from ranksvm_tables import load  # noqa: E402
 from vr_table import load_set  # noqa: E402
 
 from dmlr.data.blocks import make_block  # noqa: E402
-from dmlr.kernels.multilabel_losses import block_loss_grad, loss_code, vr_inner_loop  # noqa: E402
+from dmlr.kernels import multilabel_losses  # noqa: E402
+from dmlr.kernels.multilabel_losses import (  # noqa: E402
+    DENSE_BLOCK_ROWS,
+    GEBRU_EPS,
+    block_loss_grad,
+    loss_code,
+    row_loss,
+    vr_inner_loop,
+)
 from dmlr.solvers import sgd as solvers  # noqa: E402
 from dmlr.solvers.vr import epoch_order  # noqa: E402
 
@@ -110,6 +125,22 @@ def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repea
             )
 
 
+@njit
+def losses_alone(S, Y, code):
+    """Sum of row_loss over the rows of precomputed scores S: the per-row work no product removes."""
+    K = S.shape[1]
+    g = np.empty(K)
+    s = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    total = 0.0
+    for i in range(S.shape[0]):
+        for k in range(K):
+            s[k] = S[i, k]
+        total += row_loss(code, s, Y[i], g, scratch, iscratch, GEBRU_EPS)
+    return total
+
+
 def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None:
     from threadpoolctl import threadpool_limits
 
@@ -124,14 +155,20 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
     Wt = np.random.default_rng(seed).normal(size=(d, K)) * 0.01
     out = {}
 
-    def epoch(lazy):
+    def epoch(lazy, blocked=True):
         W = W0.copy()
-        vr_inner_loop(Xb, Yb, order, W, code, lam=lam, alpha0=1.0, lazy=lazy)
-        out[lazy] = W
+        if blocked:
+            vr_inner_loop(Xb, Yb, order, W, code, lam=lam, alpha0=1.0, lazy=lazy)
+        else:  # the O(nnz(x) K) form row by row, which dense rows took before the block products
+            with mock.patch.object(multilabel_losses, "_no_zero_shrink", lambda *a: False):
+                vr_inner_loop(Xb, Yb, order, W, code, lam=lam, alpha0=1.0, lazy=lazy)
+        out[lazy, blocked] = W
 
-    for lazy in (False, True):
-        vr_inner_loop(Xb, Yb, order[:5], W0.copy(), code, lam=lam, alpha0=1.0, lazy=lazy)
+    for lazy, blocked in ((False, True), (True, False), (True, True)):
+        epoch(lazy, blocked)
     block_loss_grad(Xb[:5], Yb[:5], Wt, code)
+    S = Xb @ Wt
+    losses_alone(S[:5], Yb[:5], code)
     with threadpool_limits(limits=1):
         floor = median_seconds(lambda: Xb @ Wt, max(repeats, 9))
     rows = [
@@ -144,8 +181,16 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
             "row by row: scores + loss and gradient + rank-1 update",
             median_seconds(lambda: block_loss_grad(Xb, Yb, Wt, code, want_grad=True), repeats),
         ),
-        ("SGD epoch, before (plain: W shrunk in full each step)", median_seconds(lambda: epoch(False), repeats)),
-        ("SGD epoch, after (lazy)", median_seconds(lambda: epoch(True), repeats)),
+        (
+            "the rows' losses and dl/ds alone, on scores given",
+            median_seconds(lambda: losses_alone(S, Yb, code), repeats),
+        ),
+        ("SGD epoch, plain: W shrunk in full each step", median_seconds(lambda: epoch(False), repeats)),
+        ("SGD epoch, lazy scale, row by row", median_seconds(lambda: epoch(True, False), repeats)),
+        (
+            f"SGD epoch, lazy scale, {DENSE_BLOCK_ROWS}-row block products (default)",
+            median_seconds(lambda: epoch(True), repeats),
+        ),
     ]
     print(
         f"\n## One SGD epoch (hamming, lam={lam:g}, step 1) on MediaMill-26: {desc}; "
@@ -155,9 +200,10 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
     print("|---|---|---|")
     for label, secs in rows:
         print(f"| {label} | {secs * 1e3:.1f} | {secs / floor:.1f} |")
+    plain = out[False, True]
     print(
-        f"\nmax |W_after - W_before| after the epoch: {np.abs(out[True] - out[False]).max():.1e} "
-        f"(max |W| {np.abs(out[False]).max():.2f})"
+        f"\nmax |W - W_plain| after the epoch: row by row {np.abs(out[True, False] - plain).max():.1e}, "
+        f"block products {np.abs(out[True, True] - plain).max():.1e} (max |W| {np.abs(plain).max():.2f})"
     )
 
 

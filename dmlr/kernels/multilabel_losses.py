@@ -520,6 +520,148 @@ def _vr_inner_loop_lazy(
     return total
 
 
+#: Rows whose scores the dense inner loop computes together (see :func:`vr_inner_loop`):
+#: large enough for the block products to run as matrix products, small enough that the
+#: in-block corrections (O(B^2 K) per block) stay below the products' cost.
+DENSE_BLOCK_ROWS = 16
+
+
+@njit(cache=True, nogil=True)
+def _vr_inner_loop_dense(
+    Xd,
+    Y,
+    rows,
+    W,
+    code,
+    gebru_eps,
+    lam,
+    alpha0,
+    decay,
+    t0,
+    W_ref,
+    ref_mask,
+    mu,
+    W_sum,
+    want_sum,
+    G_sum,
+    want_gsum,
+    capture_at,
+    W_capture,
+    n_block,
+):
+    # The lazy loop's W = m V + r mu and W_sum = PM V + PR mu - Uc, with V's rank-1 changes of
+    # n_block consecutive steps deferred: their rows' scores come from one product X_B V, corrected
+    # by the Gram matrix X_B X_B^T for the changes made earlier in the block, and the changes land in
+    # V (and Uc, G_sum) as one product X_B^T C_B at the block's end.
+    d = W.shape[0]
+    K = W.shape[1]
+    nr = rows.shape[0]
+    use_ref = W_ref.shape[0] > 0
+    zmode = use_ref and mu.shape[0] > 0
+    s = np.empty(K)
+    g = np.empty(K)
+    g_ref = np.empty(K)
+    coef = np.empty(K)
+    scratch = np.empty((8, K + 1))
+    iscratch = np.empty(K + 1, dtype=np.int64)
+    XB = np.empty((n_block, d))
+    CV = np.empty((n_block, K))
+    CU = np.empty((n_block, K))
+    CG = np.empty((n_block, K))
+    V = W.copy()
+    Uc = np.empty((0, 0))
+    if want_sum:
+        Uc = -W_sum
+    m = 1.0
+    r = 0.0
+    PM = 0.0
+    PR = 0.0
+    total = 0.0
+    start = 0
+    while start < nr:
+        if abs(m) < LAZY_MIN_SCALE:
+            for j in range(d):
+                for k in range(K):
+                    zv = mu[j, k] if zmode else 0.0
+                    if want_sum:
+                        Uc[j, k] -= PM * V[j, k] + PR * zv
+                    V[j, k] = m * V[j, k] + r * zv
+            m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
+        b = min(n_block, nr - start)
+        if start <= capture_at < start + b:
+            b = capture_at - start + 1
+        for t in range(b):
+            i = rows[start + t]
+            for j in range(d):
+                XB[t, j] = Xd[i, j]
+        Xb = XB[:b]
+        S = Xb @ V
+        G = Xb @ Xb.T
+        Sz = Xb @ mu if zmode else S
+        Sr = Xb @ W_ref if use_ref else S
+        done = b
+        for t in range(b):
+            if t > 0 and abs(m) < LAZY_MIN_SCALE:
+                done = t  # fold the scale back first (next block)
+                break
+            rr = start + t
+            i = rows[rr]
+            alpha = alpha0 / (1.0 + decay * (t0 + rr))
+            for k in range(K):
+                acc = S[t, k]
+                for q in range(t):
+                    acc += G[t, q] * CV[q, k]
+                s[k] = m * acc + (r * Sz[t, k] if zmode else 0.0)
+            total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
+            for k in range(K):
+                coef[k] = g[k]
+            c_ref = use_ref and ref_mask[rr]
+            if c_ref:
+                for k in range(K):
+                    s[k] = Sr[t, k]
+                row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
+                for k in range(K):
+                    coef[k] -= g_ref[k]
+            shrink = 1.0 - alpha * lam
+            m_new = shrink * m
+            r_new = shrink * r
+            if zmode and c_ref:
+                r_new -= alpha
+            f = -alpha / m_new
+            for k in range(K):
+                CV[t, k] = f * coef[k]
+                CU[t, k] = f * PM * coef[k]
+                CG[t, k] = g[k]
+            m = m_new
+            r = r_new
+            PM += m
+            PR += r
+        Xd_done = XB[:done]
+        V += Xd_done.T @ CV[:done]
+        if want_sum:
+            Uc += Xd_done.T @ CU[:done]
+        if want_gsum:
+            G_sum += Xd_done.T @ CG[:done]
+        start += done
+        if start - 1 == capture_at:
+            for j in range(d):
+                for k in range(K):
+                    W_capture[j, k] = m * V[j, k] + (r * mu[j, k] if zmode else 0.0)
+    for j in range(d):
+        for k in range(K):
+            zv = mu[j, k] if zmode else 0.0
+            W[j, k] = m * V[j, k] + r * zv
+            if want_sum:
+                W_sum[j, k] = PM * V[j, k] + PR * zv - Uc[j, k]
+    return total
+
+
+def _no_zero_shrink(n_steps, lam, alpha0, decay, t0) -> bool:
+    """Whether no step's shrink 1 - alpha_r lam is exactly 0 (where W restarts from its dense terms)."""
+    alpha = alpha0 / (1.0 + decay * (t0 + np.arange(n_steps, dtype=np.float64)))
+    return not np.any(1.0 - alpha * lam == 0.0)
+
+
 def vr_inner_loop(
     X,
     Y,
@@ -580,7 +722,14 @@ def vr_inner_loop(
     fold back into V when m falls below
     :data:`dmlr.kernels.ranksvm.LAZY_MIN_SCALE`. ``lazy=False`` runs the
     plain loop (every entry of W each step); both give the same W up to
-    rounding.
+    rounding. On a dense block without a memory table the lazy form saves
+    little (x_i has d nonzeros), so there ``lazy=True`` defers V's rank-1
+    changes instead: the scores of :data:`DENSE_BLOCK_ROWS` consecutive steps
+    come from one matrix product X_B V, corrected by the Gram matrix
+    X_B X_B^T for the changes made earlier in the block, and the changes land
+    as one product X_B^T C_B. The steps, their order and their values are
+    those of the loop; only the summation order of the scores differs, as a
+    BLAS product's does.
 
     Returns
     -------
@@ -590,6 +739,29 @@ def vr_inner_loop(
     none2 = np.zeros((0, 0))
     rows = np.asarray(rows, dtype=np.int64)
     use_ref = W_ref is not None
+    if lazy and U is None and not hasattr(X, "indptr") and _no_zero_shrink(rows.shape[0], lam, alpha0, decay, t0):
+        return _vr_inner_loop_dense(
+            np.ascontiguousarray(X, dtype=np.float64),
+            Y,
+            rows,
+            W,
+            int(code),
+            float(gebru_eps),
+            float(lam),
+            float(alpha0),
+            float(decay),
+            int(t0),
+            W_ref if use_ref else none2,
+            np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
+            mu if mu is not None else none2,
+            W_sum if W_sum is not None else none2,
+            W_sum is not None,
+            G_sum if G_sum is not None else none2,
+            G_sum is not None,
+            int(capture_at),
+            W_capture if W_capture is not None else none2,
+            DENSE_BLOCK_ROWS,
+        )
     if lazy and not (use_ref and mu is not None and U is not None):
         return _vr_inner_loop_lazy(
             *csr_parts(X),
