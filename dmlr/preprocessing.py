@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import is_dask, is_sparse
+from dmlr.data.arrays import gcxs_meta, is_dask, is_sparse
 
 #: ``scaling=`` values.
 SCALINGS = ("auto", "standard", "maxabs", "tfidf")
@@ -82,13 +82,14 @@ def fit_scaling(X, method: str) -> tuple[np.ndarray, np.ndarray]:
             mean, std = X.mean(axis=0), X.std(axis=0)
         offset, scale = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
     else:
-        if is_dask(X):
-            top = abs(X).max(axis=0).compute()
-            top = top.todense() if hasattr(top, "todense") else top
-        elif sp.issparse(X):
-            top = abs(X).max(axis=0).toarray()
+        if is_dask(X):  # per chunk in scipy / numpy: pydata sparse's elementwise path JIT-compiles
+            X = X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+            tops = X.map_blocks(
+                _column_max_abs, chunks=((1,) * X.numblocks[0], (d,)), dtype=np.float64, meta=np.empty((0, 0))
+            )
+            top = tops.max(axis=0).compute()
         else:
-            top = np.abs(X).max(axis=0)
+            top = _column_max_abs(X)
         offset, scale = np.zeros(d), np.asarray(top, dtype=np.float64).reshape(d)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
     return _round(offset.reshape(d)), _round(scale)
@@ -104,6 +105,16 @@ def _column_nonzeros(X) -> np.ndarray:
     else:
         counts = np.count_nonzero(X, axis=0)
     return np.asarray(counts, dtype=np.int64).reshape(1, -1)
+
+
+def _column_max_abs(X) -> np.ndarray:
+    """Largest absolute value per column of one chunk (dense, scipy or pydata sparse), float64 (1, d)."""
+    if hasattr(X, "to_scipy_sparse"):
+        X = X.to_scipy_sparse()
+    if X.shape[0] == 0:
+        return np.zeros((1, X.shape[1]))
+    top = abs(sp.csr_matrix(X)).max(axis=0).toarray() if sp.issparse(X) else np.abs(X).max(axis=0)
+    return np.asarray(top, dtype=np.float64).reshape(1, -1)
 
 
 def _round(v: np.ndarray) -> np.ndarray:
@@ -168,6 +179,6 @@ def apply_scaling(X, offset: np.ndarray, scale: np.ndarray, method: str):
     if is_dask(X):
         if len(X.chunks[1]) > 1:
             X = X.rechunk({1: -1})
-        meta = X._meta.astype(np.float64)
+        meta = gcxs_meta(np.float64) if is_sparse(X._meta) and not sp.issparse(X._meta) else X._meta.astype(np.float64)
         return X.map_blocks(_scale_block, offset, inv, center, rows, dtype=np.float64, meta=meta)
     return _scale_block(X, offset, inv, center, rows)

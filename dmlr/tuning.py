@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from dmlr.config import config_context, get_config
-from dmlr.data.arrays import is_dask
+from dmlr.data.arrays import chunk_rows, is_dask
 from dmlr.distributed.chunks import choose_backend
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics
 from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materialize, kfold_indices
@@ -541,22 +541,8 @@ def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
 
 
 def _chunk_rows(A, idx):
-    """Rows ``idx`` (sorted) of ``A``; of a dask ``A``, selected within each row chunk: a row mask
-    over the chunks.
-
-    Output chunk i holds the selected rows of A's chunk i (chunks without any
-    are left out), computed where that chunk is read. Dask's own ``A[idx]``
-    may regroup the rows into other chunks, made by concatenating pieces of
-    several input chunks: larger chunks, and copies, in the workers' memory.
-    """
-    import dask.array as da
-
-    if not is_dask(A):
-        return A[idx]
-    edges = np.cumsum((0,) + tuple(A.chunks[0]))
-    cuts = np.searchsorted(idx, edges)
-    parts = [A.blocks[i][idx[lo:hi] - edges[i]] for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])) if hi > lo]
-    return da.concatenate(parts, axis=0)
+    """Rows ``idx`` (sorted) of ``A``; of a dask ``A``, a row mask over its chunks (:func:`chunk_rows`)."""
+    return chunk_rows(A, idx) if is_dask(A) else A[idx]
 
 
 def _oriented(fold_scores, greater: bool) -> float:

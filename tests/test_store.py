@@ -53,6 +53,40 @@ def test_sparse_round_trip_reads_contiguous_row_blocks(tmp_path):
     assert g["X"].attrs["encoding-type"] == "csr_matrix" and g["X"]["indptr"].shape == (301,)
 
 
+def test_opening_and_fitting_a_sparse_store_compiles_none_of_pydata_sparse(tmp_path):
+    """pydata sparse JIT-compiles its GCXS indexing and elementwise code on first use (seconds
+    per process): opening a sparse store and fitting on it (max-abs scaling, rows cut into
+    blocks off the chunk boundaries) must do neither, on the client or in its threads."""
+    import subprocess
+    import sys
+
+    _, Y = _data()
+    X = sp.random(300, 50, density=0.05, format="csr", random_state=1)
+    write_dataset(tmp_path / "s.zarr", X, Y, chunk_rows=64)  # 5 chunks: blocks cut through them
+    code = """
+import sys
+import numba, sparse, dmlr
+ds = dmlr.open_dataset(sys.argv[1])
+dmlr.fit(ds, "rbrl", alpha=1.0, max_iter=5)
+compiled = sorted(
+    {
+        n
+        for m, mod in list(sys.modules.items())
+        if m.startswith("sparse") and mod is not None
+        for n, f in vars(mod).items()
+        if isinstance(f, numba.core.dispatcher.Dispatcher) and f.signatures
+    }
+    - {"_validate_gcxs_arrays"}  # GCXS's constructor checks its arrays (once per process)
+)
+print("compiled:", compiled)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s.zarr")], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "compiled: []" in out.stdout, out.stdout
+
+
 def test_writer_streams_and_fails_cleanly(tmp_path):
     X, Y = _data()
     Xbad = X.copy()

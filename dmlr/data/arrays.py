@@ -27,6 +27,64 @@ def is_sparse(a) -> bool:
     return type(a).__module__.startswith("sparse")
 
 
+def gcxs_meta(dtype):
+    """The meta of a dask array of pydata ``sparse.GCXS`` (CSR) row chunks: an empty 0 x 0 GCXS.
+
+    0 x 0, because dask slices a meta to 0 x 0, which pydata sparse returns as is. Any
+    other indexing or elementwise operation on a GCXS (a 0 x d meta's slicing, ``astype``)
+    makes pydata sparse JIT-compile its code, seconds in each process.
+    """
+    import sparse as pydata_sparse
+
+    return pydata_sparse.GCXS.from_numpy(np.zeros((0, 0), dtype=dtype), compressed_axes=(0,))
+
+
+def take_rows(chunk, rows):
+    """Rows ``rows`` (a slice or an int array) of one chunk, in the chunk's type.
+
+    A pydata sparse chunk is cut in scipy (:func:`gcxs_meta` says why).
+    """
+    if hasattr(chunk, "to_scipy_sparse"):
+        import sparse as pydata_sparse
+
+        m = sp.csr_matrix(chunk.to_scipy_sparse())[rows]
+        return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+    return chunk[rows]
+
+
+def chunk_rows(A, idx):
+    """Rows ``idx`` (sorted, distinct) of a dask array ``A`` chunked by rows, selected within each chunk.
+
+    Output chunk i holds the selected rows of A's chunk i (chunks without any
+    are left out, whole chunks pass as they are), cut where that chunk is
+    computed (:func:`take_rows`). Dask's own ``A[idx]`` may regroup the rows
+    into other chunks, made by concatenating pieces of several input chunks
+    (larger chunks, and copies, in the workers' memory), and indexes pydata
+    sparse chunks through pydata sparse.
+    """
+    import dask.array as da
+
+    idx = np.asarray(idx, dtype=np.int64)
+    edges = np.cumsum((0,) + tuple(A.chunks[0]))
+    cuts = np.searchsorted(idx, edges)
+    parts = []
+    for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+        if hi == lo:
+            continue
+        local = idx[lo:hi] - edges[i]
+        block = A.blocks[i]
+        if local.size == edges[i + 1] - edges[i]:
+            parts.append(block)
+            continue
+        contiguous = local[-1] - local[0] + 1 == local.size
+        sel = slice(int(local[0]), int(local[-1]) + 1) if contiguous else local
+        chunks = ((int(local.size),),) + tuple(A.chunks[1:])
+        parts.append(block.map_blocks(take_rows, sel, chunks=chunks, dtype=A.dtype, meta=A._meta))
+    if not parts:
+        return A[:0]
+    return da.concatenate(parts, axis=0)
+
+
 def as_matrix(X):
     """Return a chunk as float64 dense ndarray or float64 scipy CSR.
 

@@ -50,6 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from dmlr.data.arrays import gcxs_meta
 from dmlr.errors import DmlrInputError, NotADmlrStoreError
 
 FORMAT_VERSION = 1
@@ -446,9 +447,7 @@ def _csr_dask_array(path: str, bounds, n_features: int, dtype, rows=None) -> da.
     With ``rows`` (sorted indices), each block holds only the selected rows of
     its range, and ranges without any are left out.
     """
-    import sparse as pydata_sparse
-
-    meta = pydata_sparse.GCXS.from_numpy(np.zeros((0, n_features), dtype=dtype), compressed_axes=(0,))
+    meta = gcxs_meta(dtype)
     blocks = []
     for r0, r1 in bounds:
         sel = None

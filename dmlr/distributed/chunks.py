@@ -44,7 +44,7 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import as_matrix, is_dask, is_sparse
+from dmlr.data.arrays import as_matrix, chunk_rows, is_dask, is_sparse
 from dmlr.data.blocks import Block, concat_blocks, make_block
 
 #: "auto" backend: data with at most this many stored values train in-process.
@@ -660,7 +660,8 @@ def make_chunkset(
 
     def delayed_rows(a, b):
         """Lists of delayed chunks of X[a:b] and Y[a:b]."""
-        return list(X[a:b].to_delayed().ravel()), list(Y[a:b].to_delayed().ravel())
+        rows = np.arange(a, b)
+        return list(chunk_rows(X, rows).to_delayed().ravel()), list(chunk_rows(Y, rows).to_delayed().ravel())
 
     if is_dask(X):
         X, Y = _align(X, Y)
