@@ -372,6 +372,29 @@ def _vr_inner_loop(
 
 
 @njit(cache=True, nogil=True)
+def _fold_scales(V, Z, use_z, Uc, want_sum, m, r, PM, PR):
+    """Fold the lazy form's scalars into V (W = m V + r Z becomes V) and Uc (W_sum = PM V + PR Z - Uc
+    becomes -Uc); the caller then sets m, r, PM, PR to 1, 0, 0, 0."""
+    for j in range(V.shape[0]):
+        for k in range(V.shape[1]):
+            zv = Z[j, k] if use_z else 0.0
+            if want_sum:
+                Uc[j, k] -= PM * V[j, k] + PR * zv
+            V[j, k] = m * V[j, k] + r * zv
+
+
+@njit(cache=True, nogil=True)
+def _unfold_scales(W, W_sum, V, Z, use_z, Uc, want_sum, m, r, PM, PR):
+    """W = m V + r Z and W_sum = PM V + PR Z - Uc: the lazy form written out."""
+    for j in range(V.shape[0]):
+        for k in range(V.shape[1]):
+            zv = Z[j, k] if use_z else 0.0
+            W[j, k] = m * V[j, k] + r * zv
+            if want_sum:
+                W_sum[j, k] = PM * V[j, k] + PR * zv - Uc[j, k]
+
+
+@njit(cache=True, nogil=True)
 def _vr_inner_loop_lazy(
     Xd,
     indptr,
@@ -433,12 +456,7 @@ def _vr_inner_loop_lazy(
     for rr in range(rows.shape[0]):
         i = rows[rr]
         if abs(m) < LAZY_MIN_SCALE:
-            for j in range(d):
-                for k in range(K):
-                    zv = Z[j, k] if zmode != 0 else 0.0
-                    if want_sum:
-                        Uc[j, k] -= PM * V[j, k] + PR * zv
-                    V[j, k] = m * V[j, k] + r * zv
+            _fold_scales(V, Z, zmode != 0, Uc, want_sum, m, r, PM, PR)
             m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
         alpha = alpha0 / (1.0 + decay * (t0 + rr))
         row_scores(i, Xd, indptr, indices, data, sparse, V, s)
@@ -511,12 +529,7 @@ def _vr_inner_loop_lazy(
             for j in range(d):
                 for k in range(K):
                     W_capture[j, k] = m * V[j, k] + (r * Z[j, k] if zmode != 0 else 0.0)
-    for j in range(d):
-        for k in range(K):
-            zv = Z[j, k] if zmode != 0 else 0.0
-            W[j, k] = m * V[j, k] + r * zv
-            if want_sum:
-                W_sum[j, k] = PM * V[j, k] + PR * zv - Uc[j, k]
+    _unfold_scales(W, W_sum, V, Z, zmode != 0, Uc, want_sum, m, r, PM, PR)
     return total
 
 
@@ -580,12 +593,7 @@ def _vr_inner_loop_dense(
     start = 0
     while start < nr:
         if abs(m) < LAZY_MIN_SCALE:
-            for j in range(d):
-                for k in range(K):
-                    zv = mu[j, k] if zmode else 0.0
-                    if want_sum:
-                        Uc[j, k] -= PM * V[j, k] + PR * zv
-                    V[j, k] = m * V[j, k] + r * zv
+            _fold_scales(V, mu, zmode, Uc, want_sum, m, r, PM, PR)
             m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
         b = min(n_block, nr - start)
         if start <= capture_at < start + b:
@@ -647,12 +655,7 @@ def _vr_inner_loop_dense(
             for j in range(d):
                 for k in range(K):
                     W_capture[j, k] = m * V[j, k] + (r * mu[j, k] if zmode else 0.0)
-    for j in range(d):
-        for k in range(K):
-            zv = mu[j, k] if zmode else 0.0
-            W[j, k] = m * V[j, k] + r * zv
-            if want_sum:
-                W_sum[j, k] = PM * V[j, k] + PR * zv - Uc[j, k]
+    _unfold_scales(W, W_sum, V, mu, zmode, Uc, want_sum, m, r, PM, PR)
     return total
 
 
