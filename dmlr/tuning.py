@@ -236,7 +236,7 @@ def search(
     scoring: str = DEFAULT_SCORING,
     seed: int | None = 0,
     client=None,
-    patience: int | None = 2,
+    patience: int | None = 1,
     tol: float | None = SEARCH_TOL,
     step_rule: str | None = SEARCH_STEP_RULE,
     widen_by: int = 2,
@@ -271,7 +271,10 @@ def search(
         Early abandonment: a path stops once its mean validation score (over
         the folds) has failed to beat its best for ``patience`` consecutive
         values, or as soon as a value scores worse than the best value on
-        every fold (None: every path runs to its end).
+        every fold (None: every path runs to its end). The default, 1, stops
+        at the first value past the best: along the warm-started paths of
+        ``benchmarks/auto_vs_peers.py``'s sets, no second value past the best
+        scored better than the best.
     tol : float or None
         Stopping tolerance of the cross-validation fits of an estimator that
         has a ``tol`` parameter tighter than this (None: the estimator's own);

@@ -80,16 +80,16 @@ def _synthetic(n=150, d=10, n_labels=4, seed=0):
     return X, Y
 
 
-@pytest.mark.parametrize("tie, n_fitted", [(None, 5), (1.0, 6)])
-def test_search_picks_the_known_interior_best(known_best_space, tie, n_fitted):
+@pytest.mark.parametrize("tie, patience, n_fitted", [(None, 1, 5), (1.0, 1, 5), (None, 2, 5), (1.0, 2, 6)])
+def test_search_picks_the_known_interior_best(known_best_space, tie, patience, n_fitted):
     X, Y = _known_data()
     X = np.hstack([X, np.arange(len(X))[:, None]])  # row ids, which the scores ignore
-    result = search(KnownBest(best=10**0.5, tie=tie), X, Y, n_jobs=1)
+    result = search(KnownBest(best=10**0.5, tie=tie), X, Y, n_jobs=1, patience=patience)
     assert result.best_params["alpha"] == pytest.approx(10**0.5, rel=1e-12)
     assert result.n_widened == 0
     # The path runs from 10**2 down. Past the best (the 4th value) the 5th, 10**0, scores
     # worse on every fold, and the rest of the path is abandoned at once; where it ties the
-    # best on one fold, the path goes on until two values have not beaten the best (patience).
+    # best on one fold, the path goes on until ``patience`` values have not beaten the best.
     assert result.n_abandoned == 5 * (len(GRID) - n_fitted)
     assert [r["value"] for r in result.results] == pytest.approx([10.0**e for e in GRID[:n_fitted]])
 
