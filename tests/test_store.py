@@ -87,6 +87,36 @@ print("compiled:", compiled)
     assert "compiled: []" in out.stdout, out.stdout
 
 
+@pytest.mark.parametrize("sparse_x", [False, True])
+def test_chunk_rows_selects_within_each_chunk(tmp_path, sparse_x):
+    """chunk_rows(A, idx) == A[idx], each output chunk cut from one input chunk (whole chunks as
+    they are), for dense and GCXS chunks and for ranges, masks and the empty selection."""
+    from dmlr.data.arrays import chunk_rows
+
+    X, Y = _data()
+    if sparse_x:
+        X = sp.random(300, 50, density=0.05, format="csr", random_state=1)
+    write_dataset(tmp_path / "s.zarr", X, Y, chunk_rows=64)
+    ds = dmlr.open_dataset(tmp_path / "s.zarr")
+    dense = X.toarray() if sparse_x else X
+    rng = np.random.default_rng(0)
+    cases = {
+        "range across chunks": np.arange(50, 200),
+        "one whole chunk and a piece": np.arange(64, 140),
+        "mask": np.sort(rng.choice(300, size=120, replace=False)),
+        "all": np.arange(300),
+    }
+    for name, idx in cases.items():
+        part = chunk_rows(ds.X, idx)
+        got = part.compute()
+        got = got.todense() if sparse_x else got
+        np.testing.assert_array_equal(got, dense[idx], err_msg=name)
+        np.testing.assert_array_equal(chunk_rows(ds.Y, idx).compute(), Y[idx], err_msg=name)
+        per_chunk = np.bincount(idx // 64, minlength=5)
+        assert part.chunks[0] == tuple(int(c) for c in per_chunk if c), name
+    assert chunk_rows(ds.X, np.array([], dtype=np.int64)).shape == (0, X.shape[1])
+
+
 def test_writer_streams_and_fails_cleanly(tmp_path):
     X, Y = _data()
     Xbad = X.copy()
