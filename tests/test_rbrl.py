@@ -51,6 +51,65 @@ def test_sparse_and_dense_give_the_same_model():
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("n_points, grad_point", [(1, 0), (2, 1), (3, -1)])
+def test_sparse_pass_in_runs_of_rows_gives_the_whole_tile_pass_to_the_bit(monkeypatch, n_points, grad_point):
+    """A CSR block's pass (scores and coefficients in runs of rows, tile by tile) gives the
+    numbers of :func:`objective.fused_pass`'s whole-tile products, to the bit: tiles of 64
+    rows split into runs of 7 (the last runs short), rows with no stored value, rows with
+    many relevant labels (the sorted pairwise path), an unsorted, duplicated entry."""
+    import dmlr.kernels.blocks as blocks
+
+    monkeypatch.setattr(blocks, "TILE_BYTES", 1)  # the smallest tiles: 64 rows
+    monkeypatch.setattr(objective, "SCORE_TILE_ROWS", 7)
+    rng = np.random.default_rng(5)
+    m, d, l = 300, 40, 50
+    X = sp.random(m, d, density=0.15, format="csr", random_state=5)
+    X.data[:] = rng.normal(size=X.nnz)
+    X = X.tolil()
+    X[10] = 0.0
+    X = sp.csr_matrix(X)
+    # row 0 starts with column 3 twice, ahead of its sorted entries
+    indptr = X.indptr + 2 * (np.arange(m + 1) > 0)
+    X = sp.csr_matrix((np.r_[0.5, -0.25, X.data], np.r_[3, 3, X.indices], indptr), shape=(m, d))
+    assert X.indptr[1] - X.indptr[0] > 2 and not X.has_canonical_format
+    Y = (rng.random((m, l)) < 0.2).astype(np.int8)
+    Y[:20, :40] = 1
+    points = rng.normal(size=(n_points, d, l)) * 0.3
+    W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, n_points * l))
+    for lambda2 in (0.0, 0.7):
+        expected = objective.fused_pass(X, Y, W, n_points, l, grad_point, lambda2)
+        got = objective.block_value_and_grad(make_block(X, Y, False), points, grad_point, lambda2)
+        np.testing.assert_array_equal(got[0], expected[0])
+        if grad_point < 0:
+            assert got[1] is None and expected[1] is None
+        else:
+            np.testing.assert_array_equal(got[1], expected[1])
+
+
+def test_sparse_pass_forms_no_tile_sized_scores():
+    """The CSR pass holds the gradient and one tile's share of it, not the tile's scores and
+    coefficients: its allocations stay under one tile's scores (4 MiB here, with the
+    coefficients 8 MiB in the whole-tile pass)."""
+    import tracemalloc
+
+    from dmlr.kernels.blocks import TILE_BYTES
+
+    rng = np.random.default_rng(6)
+    m, d, l = 30_000, 200, 50
+    X = sp.random(m, d, density=0.02, format="csr", random_state=6)
+    Y = (rng.random((m, l)) < 0.1).astype(np.int8)
+    block = make_block(X, Y, False)
+    points = rng.normal(size=(1, d, l))
+    objective.block_value_and_grad(block, points, 0, 0.5)  # compiled
+    tracemalloc.start()
+    try:
+        objective.block_value_and_grad(block, points, 0, 0.5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < TILE_BYTES / 2, peak
+
+
 def test_estimator_contract_and_input_errors():
     est = RBRL(alpha=2.0)
     assert est.get_params()["alpha"] == 2.0

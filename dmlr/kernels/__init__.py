@@ -23,6 +23,7 @@ def warm_up() -> bool:
         rank_lipschitz_row_stats,
         rbrl_score_losses,
         sparse_extrapolated_pass,
+        sparse_tile_pass,
     )
 
     Y = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.int8)
@@ -37,4 +38,9 @@ def warm_up() -> bool:
     WG = np.zeros((3, 4))
     advance_point_pair(WG, np.zeros((3, 2)), 0.5)
     sparse_extrapolated_pass(X.indptr, X.indices, X.data, Y, WG, 1.0, RANK_MARGIN, np.zeros((3, 2)))
+    points, br, rank, G = np.zeros((1, 3, 2)), np.zeros(1), np.zeros(1), np.zeros((3, 2))
+    for grad_point, C in ((0, np.empty((2, 2))), (-1, np.empty((0, 2)))):
+        sparse_tile_pass(
+            X.indptr, X.indices, X.data, Y, points, 0, 3, grad_point, 1.0, RANK_MARGIN, np.empty((2, 2)), C, br, rank, G
+        )
     return True

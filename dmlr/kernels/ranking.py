@@ -230,9 +230,22 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
     rank : float64 (n_points,)
         f_r per point (eq. 16, without lambda2).
     """
-    m, l = Y.shape
     br = np.zeros(n_points)
     rank = np.zeros(n_points)
+    rbrl_score_losses_into(S, Y, n_points, grad_point, lambda2, margin, C, br, rank)
+    return br, rank
+
+
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
+def rbrl_score_losses_into(S, Y, n_points, grad_point, lambda2, margin, C, br, rank):
+    """:func:`rbrl_score_losses` that adds the losses to ``br`` and ``rank`` (float64 (n_points,)).
+
+    The rows' terms are added to them one row after another, in row order, as
+    :func:`rbrl_score_losses` adds them to its zeros: consecutive row runs
+    passed in order give, in the same two arrays, the sums of one call over
+    all the rows, to the bit (:func:`sparse_tile_pass` scores a tile in runs).
+    """
+    m, l = Y.shape
     pos_scores = np.empty(l + 1)
     pos_order = np.empty(l + 1, dtype=np.int64)
     pos_order2 = np.empty(l + 1, dtype=np.int64)
@@ -286,7 +299,6 @@ def rbrl_score_losses(S, Y, n_points, grad_point, lambda2, margin, C):
             if want:
                 for j in range(l):
                     C[i, j] += scale * coef[j]
-    return br, rank
 
 
 @njit(cache=True, nogil=True)
@@ -413,6 +425,99 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
         for i in range(a, b):
             add_row_outer(i, no_dense, indptr, indices, data, True, C[i - a], 1.0, grad)
     return br, rank
+
+
+@njit(cache=True, nogil=True)
+def sparse_rows_times_points(indptr, indices, data, a, b, points, S):
+    """S[i - a] = x_i [P_0 | P_1 | ...] for the rows a..b of a CSR block.
+
+    The stored values of a row are visited in order and each adds its
+    multiple of a row of every point, as scipy's CSR product
+    ``X[a:b] @ W`` (W the points side by side) does: the same numbers, to
+    the bit (no ``fastmath``, so no fused multiply-add either).
+
+    Parameters
+    ----------
+    indptr, indices, data
+        The block's CSR arrays.
+    a, b : int
+        The rows.
+    points : float64 (k, d, l)
+    S : float64 (>= b - a, k * l)
+        Receives the scores, point p in columns p*l:(p+1)*l.
+    """
+    k, _, l = points.shape
+    for i in range(a, b):
+        s = S[i - a]
+        for c in range(k * l):
+            s[c] = 0.0
+        for q in range(indptr[i], indptr[i + 1]):
+            j = indices[q]
+            v = data[q]
+            for p in range(k):
+                w = points[p, j]
+                o = p * l
+                for c in range(l):
+                    s[o + c] += v * w[c]
+
+
+@njit(cache=True, nogil=True)
+def sparse_add_rows_outer(indptr, indices, data, a, b, C, G):
+    """G += X[a:b].T @ C for the rows a..b of a CSR block, C (>= b - a, l).
+
+    Row after row, each stored value adding its multiple of the row's C to a
+    row of G, as scipy's ``X[a:b].T @ C`` (a CSC product) adds them to its
+    zeros: into a zero G, the same numbers to the bit (no ``fastmath``).
+    """
+    l = G.shape[1]
+    for i in range(a, b):
+        c = C[i - a]
+        for q in range(indptr[i], indptr[i + 1]):
+            g = G[indices[q]]
+            v = data[q]
+            for t in range(l):
+                g[t] += v * c[t]
+
+
+@njit(cache=True, nogil=True)
+def sparse_tile_pass(indptr, indices, data, Y, points, a, b, grad_point, lambda2, margin, S, C, br, rank, G):
+    """One tile (rows a..b) of the linear objective's pass over a CSR block, in runs of rows.
+
+    For each run of ``S.shape[0]`` rows: the scores at every point
+    (:func:`sparse_rows_times_points`), the losses and the score-gradient
+    (:func:`rbrl_score_losses_into`, added to ``br`` and ``rank``) and, with
+    ``grad_point >= 0``, G += X_run^T C_run (:func:`sparse_add_rows_outer`).
+    Run by run, the additions are those of one whole-tile pass (scores
+    ``X[a:b] @ W``, :func:`rbrl_score_losses` on them, ``X[a:b].T @ C``) in
+    the same order, so a zero ``br``, ``rank`` and G end with its numbers,
+    while the scores and coefficients held take ``S.shape[0]`` rows, not
+    ``b - a``.
+
+    Parameters
+    ----------
+    indptr, indices, data
+        The block's CSR arrays.
+    Y : int8 (m, l)
+    points : float64 (k, d, l)
+    a, b : int
+    grad_point : int
+        Index of the gradient point, or -1 for none (C and G unused).
+    lambda2, margin : float
+    S : float64 (run, k * l), C : float64 (run, l)
+        Work buffers (C may have no rows when ``grad_point < 0``).
+    br, rank : float64 (k,)
+        Accumulate the tile's losses.
+    G : float64 (d, l)
+        Accumulates the tile's gradient (unused when ``grad_point < 0``).
+    """
+    run = S.shape[0]
+    for r in range(a, b, run):
+        e = min(r + run, b)
+        sparse_rows_times_points(indptr, indices, data, r, e, points, S)
+        Cr = C[: min(e - r, C.shape[0])]
+        rbrl_score_losses_into(S[: e - r], Y[r:e], points.shape[0], grad_point, lambda2, margin, Cr, br, rank)
+        if grad_point >= 0:
+            sparse_add_rows_outer(indptr, indices, data, r, e, C, G)
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)

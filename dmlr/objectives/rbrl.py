@@ -22,12 +22,14 @@ from dmlr.kernels.blocks import product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
 from dmlr.kernels.ranking import (
     RANK_MARGIN,
+    SCORE_TILE_ROWS,
     advance_point_pair,
     dense_extrapolated_losses,
     extrapolated_ridge_share,
     rank_lipschitz_row_stats,
     rbrl_score_losses,
     sparse_extrapolated_pass,
+    sparse_tile_pass,
 )
 
 
@@ -36,7 +38,9 @@ def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lamb
 
     One fused pass over the block in row tiles: per tile ``S = X_t @ [W_0 | W_1 | ...]``,
     one kernel call for the losses and score-gradient (BR residual and pairwise
-    coefficients together), and ``X_t.T @ C_t`` accumulated (eqs. 18-19).
+    coefficients together), and ``X_t.T @ C_t`` accumulated (eqs. 18-19). A CSR
+    block's tiles are scored in short runs of rows (:func:`sparse_fused_pass`),
+    with the same numbers.
 
     Parameters
     ----------
@@ -57,8 +61,73 @@ def block_value_and_grad(block: Block, points: np.ndarray, grad_point: int, lamb
         Block share of the data gradient at ``points[grad_point]``.
     """
     k, d, l = points.shape
+    if sp.issparse(block.X):
+        return sparse_fused_pass(block.X, block.Y, points, grad_point, lambda2)
     W = np.ascontiguousarray(points.transpose(1, 0, 2).reshape(d, k * l))
     return fused_pass(block.X, block.Y, W, k, l, grad_point, lambda2)
+
+
+def sparse_fused_pass(X, Y: np.ndarray, points: np.ndarray, grad_point: int, lambda2: float):
+    """:func:`fused_pass` of a CSR block, to the bit, with nothing of a tile's size formed.
+
+    The pass sums over the same tiles as :func:`fused_pass` (values and
+    gradient added tile by tile), but each tile is scored in runs of
+    :data:`~dmlr.kernels.ranking.SCORE_TILE_ROWS` rows by
+    :func:`~dmlr.kernels.ranking.sparse_tile_pass`, which repeats the
+    additions of the tile's products and losses in their order. What the
+    call holds beyond the block is the points, the gradient and one tile's
+    share of it ((d, l) each), where the whole-tile pass also holds the
+    tile's scores and coefficients (tile x k*l and tile x l floats: 4 MiB
+    each, about a fifth of a Bookmarks-shaped worker's block of X and Y),
+    the product ``X_t.T @ C_t`` before it is added, a copy of the tile's
+    rows and, for several points, a copy of them side by side.
+    ``benchmarks/search_memory.py`` measures the peak of a search, whose
+    L-BFGS fits call this pass.
+
+    Parameters
+    ----------
+    X : scipy.sparse CSR float64 (m, d)
+    Y : int8 (m, l)
+    points : float64 (k, d, l)
+    grad_point : int
+    lambda2 : float
+
+    Returns
+    -------
+    values : float64 (k,)
+    grad : float64 (d, l) or None
+    """
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    k, d, l = points.shape
+    m = Y.shape[0]
+    values = np.zeros(k)
+    grad = np.zeros((d, l)) if grad_point >= 0 else None
+    share = None
+    run = min(SCORE_TILE_ROWS, max(m, 1))
+    S = np.empty((run, k * l))
+    C = np.empty((run if grad_point >= 0 else 0, l))
+    no_grad = np.empty((0, l))
+    step = product_tile_rows(X, k * l, k * l)
+    for a in range(0, m, step):
+        b = min(a + step, m)
+        br, rank = np.zeros(k), np.zeros(k)
+        if grad is None:
+            G = no_grad
+        elif a == 0:  # grad is zero: the first tile's share lands in it as in a fresh product
+            G = grad
+        else:
+            if share is None:
+                share = np.zeros((d, l))
+            else:
+                share.fill(0.0)
+            G = share
+        sparse_tile_pass(
+            X.indptr, X.indices, X.data, Y, points, a, b, grad_point, float(lambda2), RANK_MARGIN, S, C, br, rank, G
+        )
+        values += br + lambda2 * rank
+        if G is share:
+            grad += share
+    return values, grad
 
 
 def fused_pass(
