@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import gcxs_meta, is_dask, is_sparse
+from dmlr.data.arrays import gcxs_from_csr, gcxs_meta, is_dask, is_sparse
 
 #: ``scaling=`` values.
 SCALINGS = ("auto", "standard", "maxabs", "tfidf")
@@ -132,10 +132,7 @@ def _round(v: np.ndarray) -> np.ndarray:
 def _scale_block(X, offset, inv_scale, center: bool, rows: bool = False):
     """One chunk scaled: centred (``center``), columns times ``inv_scale``, rows to unit norm (``rows``)."""
     if hasattr(X, "to_scipy_sparse"):  # pydata sparse chunk (a sparse store): stay GCXS
-        import sparse as pydata_sparse
-
-        m = _scale_block(X.to_scipy_sparse(), offset, inv_scale, center, rows)
-        return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+        return gcxs_from_csr(_scale_block(X.to_scipy_sparse(), offset, inv_scale, center, rows))
     if sp.issparse(X):
         m = sp.csr_matrix(sp.csr_matrix(X, dtype=np.float64) @ sp.diags(inv_scale))
         if rows:

@@ -39,16 +39,20 @@ def gcxs_meta(dtype):
     return pydata_sparse.GCXS.from_numpy(np.zeros((0, 0), dtype=dtype), compressed_axes=(0,))
 
 
+def gcxs_from_csr(m):
+    """A scipy CSR matrix as a pydata ``sparse.GCXS`` row chunk, sharing its arrays."""
+    import sparse as pydata_sparse
+
+    return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+
+
 def take_rows(chunk, rows):
     """Rows ``rows`` (a slice or an int array) of one chunk, in the chunk's type.
 
     A pydata sparse chunk is cut in scipy (:func:`gcxs_meta` says why).
     """
     if hasattr(chunk, "to_scipy_sparse"):
-        import sparse as pydata_sparse
-
-        m = sp.csr_matrix(chunk.to_scipy_sparse())[rows]
-        return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+        return gcxs_from_csr(sp.csr_matrix(chunk.to_scipy_sparse())[rows])
     return chunk[rows]
 
 

@@ -50,7 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from dmlr.data.arrays import gcxs_meta
+from dmlr.data.arrays import gcxs_from_csr, gcxs_meta
 from dmlr.errors import DmlrInputError, NotADmlrStoreError
 
 FORMAT_VERSION = 1
@@ -433,12 +433,10 @@ def _read_csr_block_gcxs(path: str, r0: int, r1: int, n_features: int, rows=None
     would make pydata ``sparse`` JIT-compile its indexing code in every
     process, seconds each.
     """
-    import sparse as pydata_sparse
-
     m = _read_csr_rows(path, r0, r1, n_features)
     if rows is not None:
         m = m[np.asarray(rows) - r0]
-    return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+    return gcxs_from_csr(m)
 
 
 def _csr_dask_array(path: str, bounds, n_features: int, dtype, rows=None) -> da.Array:
