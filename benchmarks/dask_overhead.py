@@ -1,8 +1,10 @@
-"""Dask and client time per APG iteration of linear RBRL on the Bookmarks shape, by part.
+"""Dask and client time per iteration of linear RBRL on the Bookmarks shape, by part.
 
 On a 2-worker local cluster (processes, 1 thread each), the Bookmarks-shaped
-synthetic train split (87,856 x 2,150 sparse, 208 labels), fits of
-``--iters`` iterations (``tol=0``, ``scaling=None``, the default step rule)
+synthetic train split (87,856 x 2,150 sparse, 208 labels).
+
+APG (``step_rule="adaptive"``): fits of
+``--iters`` iterations (``tol=0``, ``scaling=None``)
 at each ``alpha_nuclear`` of ``--alphas`` (the default 0.1 leaves W full
 rank; a large one makes it low rank). Two paths for the speculative call:
 
@@ -31,19 +33,36 @@ iteration, or a rejected step), in ms, medians over the steps of
 Then the transport alone: a no-op block call on every worker carrying
 nothing, W or W's factors at the rank reached, and returning nothing or a
 d x l matrix, the variants in turns, median of ``--repeats`` calls each.
-The last table compares the models of fits made with one path only
+The next table compares the models of fits made with one path only
 (largest coefficient difference over the largest coefficient).
+
+L-BFGS (``step_rule="lbfgs"``, the default): fits of ``--iters`` oracle calls
+at ``alpha_nuclear=0.1`` (W full rank, where L-BFGS runs; factors never
+apply), per oracle call, in ms, medians over the calls of ``--rounds`` fits
+(the first two calls left out):
+
+* step: from one oracle call's start to the next one's;
+* pass: that call's block calls timed on the workers, the slowest worker;
+* round trip: the oracle call (ship W, compute, gather, sum, ridge term)
+  minus that pass;
+* nuclear: the client's nuclear-norm value and gradient
+  (:func:`dmlr.solvers.lbfgs.nuclear_value_and_grad`);
+* bookkeeping: step - oracle call - nuclear (the direction from the
+  correction pairs, the line search's vector updates);
+* Dask + client: step - pass.
 
 The machine has 2 cores shared with other jobs: the timings are noisy, hence
 the medians and the turns; the ratios between paths in one run are the
 figures to read.
 
-Usage: python benchmarks/dask_overhead.py [--iters 30] [--rounds 2] [--alphas 0.1,300] [--repeats 40] [--workdir DIR]
+Usage: python benchmarks/dask_overhead.py [--iters 30] [--lbfgs-iters 40] [--rounds 2]
+       [--alphas 0.1,300] [--repeats 40] [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 import time
@@ -61,10 +80,14 @@ from dmlr.datasets import synthetic_store  # noqa: E402
 from dmlr.distributed.chunks import make_chunkset  # noqa: E402
 from dmlr.models import RBRL  # noqa: E402
 from dmlr.models import rbrl as rbrl_module  # noqa: E402
+from dmlr.objectives import rbrl as objective  # noqa: E402
 from dmlr.solvers.prox import LowRank  # noqa: E402
 
+# the module, not the function of the same name that dmlr.solvers exports
+lbfgs_module = importlib.import_module("dmlr.solvers.lbfgs")
 PATHS = {"whole W": 0.0, "factors": rbrl_module.ChunkOracle.max_factor_fraction}
 PARTS = ("step", "pass", "round trip", "prox", "bookkeeping", "Dask + client")
+LBFGS_PARTS = ("step", "pass", "round trip", "nuclear", "bookkeeping", "Dask + client")
 
 
 class ClientTimer:
@@ -122,7 +145,9 @@ class ClientTimer:
 def measure(X, Y, client, iters, alpha_nuclear):
     """({path: [(step, pass, round trip, prox, bookkeeping, Dask + client) ms per step]}, model, rank of W)."""
     with ClientTimer() as timer:
-        model, passes = rbrl_speed.fit_with_pass_times(X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear)
+        model, passes = rbrl_speed.fit_with_pass_times(
+            X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear, step_rule="adaptive"
+        )
     steps = timer.steps()
     n_calls = sum(e[0] == "call" for e in timer.events)
     if len(passes) != n_calls:
@@ -133,6 +158,60 @@ def measure(X, Y, client, iters, alpha_nuclear):
         out[path].append((step, passes[k], call - passes[k], prox, step - call - prox, step - passes[k]))
     s = np.linalg.svd(model.coef_, compute_uv=False)
     return out, model, int((s > 1e-12 * s[0]).sum())
+
+
+_BLOCK_VALUE_AND_GRAD = objective.block_value_and_grad
+
+
+def _timed_value_and_grad(block, *args):
+    """L-BFGS's block call, its seconds appended where ``rbrl_speed`` keeps the timed passes."""
+    from dmlr.objectives import rbrl as module
+
+    t = time.perf_counter()
+    out = _BLOCK_VALUE_AND_GRAD(block, *args)
+    module.__dict__.setdefault("_benchmark_pass_seconds", []).append(time.perf_counter() - t)
+    return out
+
+
+def measure_lbfgs(X, Y, client, iters, skip=2):
+    """([(step, pass, round trip, nuclear, bookkeeping, Dask + client) ms per oracle call], model)."""
+    events = []  # (kind, start, end)
+    call, nuclear = rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad
+
+    def timed_call(*args):
+        t = time.perf_counter()
+        out = call(*args)
+        events.append(("call", t, time.perf_counter()))
+        return out
+
+    def timed_nuclear(*args):
+        t = time.perf_counter()
+        out = nuclear(*args)
+        events.append(("nuclear", t, time.perf_counter()))
+        return out
+
+    client.run(rbrl_speed._pop_pass_seconds)
+    rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = timed_call, timed_nuclear
+    objective.block_value_and_grad = _timed_value_and_grad
+    try:
+        with dmlr.config_context(backend="dask", client=client):
+            model = RBRL(max_iter=iters, tol=0.0, scaling=None, alpha_nuclear=0.1, step_rule="lbfgs").fit(X, Y)
+    finally:
+        rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = call, nuclear
+        objective.block_value_and_grad = _BLOCK_VALUE_AND_GRAD
+    per_worker = [np.asarray(v) for v in client.run(rbrl_speed._pop_pass_seconds).values() if len(v)]
+    calls = [e for e in events if e[0] == "call"]
+    nuclears = [e for e in events if e[0] == "nuclear"]
+    n = min(len(v) for v in per_worker)
+    if n != len(calls) or len(nuclears) != len(calls):
+        raise RuntimeError(f"{n} timed passes, {len(calls)} oracle calls, {len(nuclears)} nuclear gradients")
+    passes = 1000 * np.max([v[:n] for v in per_worker], axis=0)
+    out = []
+    for k in range(skip, len(calls) - 1):
+        step = 1000 * (calls[k + 1][1] - calls[k][1])
+        c, nu = 1000 * (calls[k][2] - calls[k][1]), 1000 * (nuclears[k][2] - nuclears[k][1])
+        out.append((step, passes[k], c - passes[k], nu, step - c - nu, step - passes[k]))
+    return out, model
 
 
 def _null_call(block, point, back):
@@ -175,6 +254,7 @@ def transport_table(client, X, Y, ranks, repeats):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--lbfgs-iters", type=int, default=40, help="oracle calls per L-BFGS fit")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--alphas", default="0.1,300", help="alpha_nuclear values, comma-separated")
     ap.add_argument("--repeats", type=int, default=40, help="calls of each no-op variant")
@@ -209,12 +289,26 @@ def main(argv=None):
                 print(f"| alpha_nuclear={a:g} | {ranks[a]} | {p} | {len(steps[(a, p)])} | {cells} |")
             ratio = " | ".join(f"{x / y:.2f}" for x, y in zip(med["factors"], med["whole W"]))
             print(f"| alpha_nuclear={a:g} | | factors / whole W | | {ratio} |")
+        lbfgs_steps = []
+        for r in range(args.rounds):
+            out, model = measure_lbfgs(X, Y, client, args.lbfgs_iters)
+            lbfgs_steps += out
+            print(f"round {r}, L-BFGS: {model.n_iter_} oracle calls", flush=True)
+        med = np.median(np.array(lbfgs_steps), axis=0)
+        print(
+            f"\n| Bookmarks shape, 2 workers, ms per L-BFGS oracle call (median over the calls of {args.rounds} fits "
+            f"of {args.lbfgs_iters} calls) | calls | " + " | ".join(LBFGS_PARTS) + " |"
+        )
+        print("|---|---|" + "---|" * len(LBFGS_PARTS))
+        print(f"| alpha_nuclear=0.1 | {len(lbfgs_steps)} | " + " | ".join(f"{v:.1f}" for v in med) + " |")
         transport_table(client, X, Y, ranks.values(), args.repeats)
         for a in alphas:  # one path per fit: the models must agree
             for p, fraction in PATHS.items():
                 rbrl_module.ChunkOracle.max_factor_fraction = fraction
                 with dmlr.config_context(backend="dask", client=client):
-                    models[(a, p)] = RBRL(max_iter=args.iters, tol=0.0, scaling=None, alpha_nuclear=a).fit(X, Y)
+                    models[(a, p)] = RBRL(
+                        max_iter=args.iters, tol=0.0, scaling=None, alpha_nuclear=a, step_rule="adaptive"
+                    ).fit(X, Y)
         rbrl_module.ChunkOracle.max_factor_fraction = PATHS["factors"]
     print("\n| alpha_nuclear | max |coef (whole W) - coef (factors)| / max |coef| | iterations (both) |")
     print("|---|---|---|")
