@@ -271,6 +271,20 @@ def test_nuclear_gradient_is_u_vt_of_the_svd(shape):
     assert nuclear_value_and_grad(np.zeros(shape))[0] == 0.0
 
 
+@pytest.mark.parametrize("shape", [(9, 4), (4, 9)])
+def test_smallest_relative_singular_value_is_the_svds(shape):
+    from dmlr.solvers.lbfgs import nuclear_value_and_grad, smallest_relative_singular_value
+
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=shape)
+    s = np.linalg.svd(W, compute_uv=False)
+    assert smallest_relative_singular_value(W) == pytest.approx(s[-1] / s[0], rel=1e-10)
+    assert smallest_relative_singular_value(W) == pytest.approx(nuclear_value_and_grad(W)[2], rel=1e-12)
+    low = rng.normal(size=(shape[0], 2)) @ rng.normal(size=(2, shape[1]))  # rank 2 < min(shape)
+    assert smallest_relative_singular_value(low) < 1e-6
+    assert smallest_relative_singular_value(np.zeros(shape)) == 0.0
+
+
 def _tight_apg(oracle, prox, shape):
     kw = dict(lipschitz=1.0, max_iter=20000, tol=1e-15, gradient_tol=1e-12, backtracking=True, restart=True)
     return apg(oracle, prox, np.zeros(shape), **kw)

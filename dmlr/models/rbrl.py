@@ -40,7 +40,7 @@ from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, Oracle, apg
-from dmlr.solvers.lbfgs import CONVERGED_MIN_RELATIVE, lbfgs, nuclear_value_and_grad
+from dmlr.solvers.lbfgs import CONVERGED_MIN_RELATIVE, lbfgs, smallest_relative_singular_value
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
@@ -764,7 +764,7 @@ class KernelRBRL(_RBRLBase):
 def _rank_deficient(W: np.ndarray) -> bool:
     """Whether W's smallest singular value is so small against its largest that
     :func:`~dmlr.solvers.lbfgs.lbfgs` would not claim a minimizer there."""
-    return nuclear_value_and_grad(W)[2] <= CONVERGED_MIN_RELATIVE
+    return smallest_relative_singular_value(W) <= CONVERGED_MIN_RELATIVE
 
 
 def _checkpoint_request(checkpoint, every, resume):
