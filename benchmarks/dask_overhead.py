@@ -56,7 +56,9 @@ the medians and the turns; the ratios between paths in one run are the
 figures to read.
 
 Usage: python benchmarks/dask_overhead.py [--iters 30] [--lbfgs-iters 40] [--rounds 2]
-       [--alphas 0.1,300] [--repeats 40] [--workdir DIR]
+       [--alphas 0.1,300] [--repeats 40] [--workdir DIR] [--docs]
+
+``--docs`` also writes the tables to ``docs/benchmarks/dask_overhead.txt`` (the docs include it).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cloudpickle  # noqa: E402
 import rbrl_speed  # noqa: E402
+from docs_output import tee  # noqa: E402
 
 import dmlr  # noqa: E402
 from dmlr.datasets import synthetic_store  # noqa: E402
@@ -259,11 +262,18 @@ def main(argv=None):
     ap.add_argument("--alphas", default="0.1,300", help="alpha_nuclear values, comma-separated")
     ap.add_argument("--repeats", type=int, default=40, help="calls of each no-op variant")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks/dask_overhead.txt")
     args = ap.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
     alphas = [float(a) for a in args.alphas.split(",")]
     X, Y = dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block pass runs on the workers
+    with tee("dask_overhead", args.docs):
+        run(X, Y, alphas, args)
+
+
+def run(X, Y, alphas, args):
+    """Every table, on a 2-worker local cluster."""
     from distributed import Client
 
     from dmlr.distributed import local_cluster
