@@ -142,7 +142,7 @@ def test_lbfgs_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(me
     B = A @ rng.normal(size=(8, 5)) + 3.0 * rng.normal(size=(60, 5))
     oracle, _ = least_squares_nuclear(A, B, 0.0)
     x0 = 0.1 * rng.normal(size=(8, 5))  # a warm start: the gradient test's reference is a call at 0
-    # gradient_tol well above rounding: at 1e-9, 100 pairs stalled short of it on one CPU (AMD EPYC) and not another
+    # gradient_tol well above rounding: at 1e-9, 100 pairs stalled short of it on one CPU and not on another
     kw = dict(nuclear=0.5, tol=1e-13, gradient_tol=1e-8, max_iter=400, memory=memory)
     full = lbfgs(oracle, x0, **kw)
     assert full.converged and 30 < full.n_iter < 400
