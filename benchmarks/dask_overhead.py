@@ -83,7 +83,6 @@ from dmlr.datasets import synthetic_store  # noqa: E402
 from dmlr.distributed.chunks import make_chunkset  # noqa: E402
 from dmlr.models import RBRL  # noqa: E402
 from dmlr.models import rbrl as rbrl_module  # noqa: E402
-from dmlr.objectives import rbrl as objective  # noqa: E402
 from dmlr.solvers.prox import LowRank  # noqa: E402
 
 # the module, not the function of the same name that dmlr.solvers exports
@@ -163,19 +162,6 @@ def measure(X, Y, client, iters, alpha_nuclear):
     return out, model, int((s > 1e-12 * s[0]).sum())
 
 
-_BLOCK_VALUE_AND_GRAD = objective.block_value_and_grad
-
-
-def _timed_value_and_grad(block, *args):
-    """L-BFGS's block call, its seconds appended where ``rbrl_speed`` keeps the timed passes."""
-    from dmlr.objectives import rbrl as module
-
-    t = time.perf_counter()
-    out = _BLOCK_VALUE_AND_GRAD(block, *args)
-    module.__dict__.setdefault("_benchmark_pass_seconds", []).append(time.perf_counter() - t)
-    return out
-
-
 def measure_lbfgs(X, Y, client, iters, skip=2):
     """([(step, pass, round trip, nuclear, bookkeeping, Dask + client) ms per oracle call], model)."""
     events = []  # (kind, start, end)
@@ -193,22 +179,17 @@ def measure_lbfgs(X, Y, client, iters, skip=2):
         events.append(("nuclear", t, time.perf_counter()))
         return out
 
-    client.run(rbrl_speed._pop_pass_seconds)
     rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = timed_call, timed_nuclear
-    objective.block_value_and_grad = _timed_value_and_grad
     try:
-        with dmlr.config_context(backend="dask", client=client):
-            model = RBRL(max_iter=iters, tol=0.0, scaling=None, alpha_nuclear=0.1, step_rule="lbfgs").fit(X, Y)
+        model, passes = rbrl_speed.fit_with_pass_times(
+            X, Y, client, iters, per_call=True, timed="block_value_and_grad", alpha_nuclear=0.1, step_rule="lbfgs"
+        )
     finally:
         rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = call, nuclear
-        objective.block_value_and_grad = _BLOCK_VALUE_AND_GRAD
-    per_worker = [np.asarray(v) for v in client.run(rbrl_speed._pop_pass_seconds).values() if len(v)]
     calls = [e for e in events if e[0] == "call"]
     nuclears = [e for e in events if e[0] == "nuclear"]
-    n = min(len(v) for v in per_worker)
-    if n != len(calls) or len(nuclears) != len(calls):
-        raise RuntimeError(f"{n} timed passes, {len(calls)} oracle calls, {len(nuclears)} nuclear gradients")
-    passes = 1000 * np.max([v[:n] for v in per_worker], axis=0)
+    if len(passes) != len(calls) or len(nuclears) != len(calls):
+        raise RuntimeError(f"{len(passes)} timed passes, {len(calls)} oracle calls, {len(nuclears)} nuclear gradients")
     out = []
     for k in range(skip, len(calls) - 1):
         step = 1000 * (calls[k + 1][1] - calls[k][1])

@@ -284,22 +284,30 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
     )
 
 
-_BLOCK_PASS = objective.block_extrapolated_value_and_grad
+#: The block calls a fit can have timed: APG's speculative call and L-BFGS's oracle call.
+_BLOCK_CALLS = {
+    name: getattr(objective, name) for name in ("block_extrapolated_value_and_grad", "block_value_and_grad")
+}
 
 
-def _timed_block_pass(block, *args):
-    """The fit's block call, its seconds appended to a list on the worker's objective module.
+def _timed_block_call(name):
+    """The block call ``objective.<name>``, its seconds appended to a list on the worker's objective module.
 
     The list lives on a module of the worker process because the call runs
     on a worker's executor thread, which has no Dask worker context to hang
     it on, and the fit releases its blocks when it ends.
     """
-    from dmlr.objectives import rbrl as module
+    call = _BLOCK_CALLS[name]
 
-    t = time.perf_counter()
-    out = _BLOCK_PASS(block, *args)
-    module.__dict__.setdefault("_benchmark_pass_seconds", []).append(time.perf_counter() - t)
-    return out
+    def timed(block, *args):
+        from dmlr.objectives import rbrl as module
+
+        t = time.perf_counter()
+        out = call(block, *args)
+        module.__dict__.setdefault("_benchmark_pass_seconds", []).append(time.perf_counter() - t)
+        return out
+
+    return timed
 
 
 def _pop_pass_seconds():
@@ -308,10 +316,12 @@ def _pop_pass_seconds():
     return module.__dict__.pop("_benchmark_pass_seconds", [])
 
 
-def fit_with_pass_times(X, Y, client, iters, per_call=False, **params):
+def fit_with_pass_times(X, Y, client, iters, per_call=False, timed="block_extrapolated_value_and_grad", **params):
     """(model, median ms of the fit's fused passes, slowest worker per call).
 
     ``params`` are RBRL's, over ``max_iter=iters, tol=0, scaling=None``.
+    ``timed`` names the block call timed: APG's speculative call (default) or
+    ``"block_value_and_grad"``, L-BFGS's oracle call.
     With ``per_call``, the second item is the array of the slowest worker's
     ms per call, in call order, instead of its median.
 
@@ -324,18 +334,15 @@ def fit_with_pass_times(X, Y, client, iters, per_call=False, **params):
     ms median within the next fit, for the same call).
     """
     client.run(_pop_pass_seconds)
-    objective.block_extrapolated_value_and_grad = _timed_block_pass
+    setattr(objective, timed, _timed_block_call(timed))
     try:
         with dmlr.config_context(backend="dask", client=client):
             model = RBRL(**{"max_iter": iters, "tol": 0.0, "scaling": None, **params}).fit(X, Y)
     finally:
-        objective.block_extrapolated_value_and_grad = _BLOCK_PASS
+        setattr(objective, timed, _BLOCK_CALLS[timed])
     per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
     if not per_worker:
-        raise RuntimeError(
-            "the fit made no timed block calls: RBRL no longer looks up "
-            "objective.block_extrapolated_value_and_grad when it fits"
-        )
+        raise RuntimeError(f"the fit made no timed block calls: RBRL no longer looks up objective.{timed} when it fits")
     calls = min(len(v) for v in per_worker)
     slowest = 1000 * np.max([v[:calls] for v in per_worker], axis=0)
     return model, slowest if per_call else float(np.median(slowest))
