@@ -32,15 +32,16 @@ METRICS = ["ranking_loss", "average_precision"]
 RULES = (("best", None), ("0.5 SE", 0.5), ("1 SE", 1.0))
 
 
-def rule_choice(cv: dict, n_splits: int, fraction: float | None) -> float:
-    """The value a rule chooses from ``cv_results_`` (the ranking loss: lower is better)."""
-    values, means = np.array(cv["value"]), np.array(cv["mean_test_score"])
-    best = int(np.argmin(means))
+def rule_choice(cv: dict, best: float, n_splits: int, fraction: float | None) -> float:
+    """The value a rule chooses from ``cv_results_`` (the ranking loss: lower is better), given
+    the search's own choice ``best`` (``best_params_``, the best mean)."""
     if fraction is None:
-        return float(values[best])
-    folds = np.array([cv[f"split{k}_test_score"][best] for k in range(n_splits)])
+        return best
+    values, means = np.array(cv["value"]), np.array(cv["mean_test_score"])
+    b = cv["value"].index(best)
+    folds = np.array([cv[f"split{k}_test_score"][b] for k in range(n_splits)])
     se = folds.std(ddof=1) / np.sqrt(n_splits)
-    return float(values[means <= means[best] + fraction * se].max())
+    return float(values[means <= means[b] + fraction * se].max())
 
 
 def main(argv=None) -> int:
@@ -53,23 +54,23 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     warnings.simplefilter("ignore")
     with tee("choice_rule", a.docs):
-        print(f"{'set':<18} {'rule':<7} {'alpha':>9} {'CV rank loss':>12} {'test rank loss':>14} {'test avg prec':>13}")
+        print(f"{'set':<22} {'rule':<7} {'alpha':>9} {'CV rank loss':>12} {'test rank loss':>14} {'test avg prec':>13}")
         for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
             try:
                 store = prepared_store(name, workdir)
             except FileNotFoundError as e:
-                print(f"{name:<18} skipped: {e}")
+                print(f"{name:<22} skipped: {e}")
                 continue
             model = dmlr.fit(store)
-            cv, n_splits = model.cv_results_, model.search_.n_splits
-            tested = {model.best_params_["alpha"]: dmlr.evaluate(model, store, metrics=METRICS)}
+            cv, n_splits, best = model.cv_results_, model.search_.n_splits, model.best_params_["alpha"]
+            tested = {best: dmlr.evaluate(model, store, metrics=METRICS)}
             for rule, fraction in RULES:
-                value = rule_choice(cv, n_splits, fraction)
+                value = rule_choice(cv, best, n_splits, fraction)
                 if value not in tested:
                     tested[value] = dmlr.evaluate(dmlr.fit(store, alpha=value), store, metrics=METRICS)
                 test, mean = tested[value], cv["mean_test_score"][cv["value"].index(value)]
                 print(
-                    f"{name:<18} {rule:<7} {value:>9.3g} {mean:>12.5f} "
+                    f"{name:<22} {rule:<7} {value:>9.3g} {mean:>12.5f} "
                     f"{test['ranking_loss']:>14.4f} {test['average_precision']:>13.4f}",
                     flush=True,
                 )
