@@ -11,8 +11,9 @@ give none; ``emotions_mat`` is the RBRL reference's split and features):
   ``dmlr.fit`` call, search included.
 * peer: scikit-learn's ``GridSearchCV`` over ``OneVsRestClassifier(LogisticRegression)``
   with C in 10^-3..10^3, on the same folds (:func:`dmlr.model_selection.kfold_indices`,
-  seed 0), the same preprocessing fitted inside each fold (``StandardScaler`` for
-  dense features, ``MaxAbsScaler`` for sparse ones, as dmlr's ``scaling="auto"``),
+  seed 0), the same preprocessing fitted inside each fold (scikit-learn's transformer
+  for the scaling dmlr's model applied, ``scaling_``: ``StandardScaler``,
+  ``MaxAbsScaler``, or ``TfidfTransformer``, whose defaults are dmlr's ``"tfidf"``),
   the same scoring (dmlr's default, :data:`dmlr.tuning.DEFAULT_SCORING`, through
   :func:`dmlr.scoring.get_scorer`), ``n_jobs`` = the cores of this machine; then
   refitted on the training split. Seconds: ``GridSearchCV.fit``, refit included.
@@ -131,10 +132,12 @@ def run_dmlr(store: Path):
     seconds = time.perf_counter() - t
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
     chosen = getattr(model, "best_params_", {})
-    return values, seconds, type(model).__name__, ", ".join(f"{k}={v:.3g}" for k, v in chosen.items())
+    return values, seconds, type(model).__name__, ", ".join(f"{k}={v:.3g}" for k, v in chosen.items()), model.scaling_
 
 
-def run_peer(store: Path):
+def run_peer(store: Path, scaling: str):
+    """GridSearchCV's logistic regression on features scaled as dmlr's model scaled them (``scaling``)."""
+    from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV
     from sklearn.multiclass import OneVsRestClassifier
@@ -143,7 +146,7 @@ def run_peer(store: Path):
 
     X, Y = in_memory(store, "train")
     X_te, Y_te = in_memory(store, "test")
-    scaler = MaxAbsScaler() if sp.issparse(X) else StandardScaler()
+    scaler = {"standard": StandardScaler, "maxabs": MaxAbsScaler, "tfidf": TfidfTransformer}[scaling]()
     pipe = make_pipeline(scaler, OneVsRestClassifier(LogisticRegression(max_iter=1000)))
     folds = kfold_indices(X.shape[0], 5, 0)
     gs = GridSearchCV(
@@ -202,9 +205,13 @@ def main(argv=None) -> int:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d, d_sec, model_name, d_choice = run_dmlr(store)
-        lr, lr_sec, lr_choice = run_peer(store)
-        for who, v, sec, choice in (("dmlr", d, d_sec, f"{model_name}: {d_choice}"), ("LR", lr, lr_sec, lr_choice)):
+            d, d_sec, model_name, d_choice, scaling = run_dmlr(store)
+        lr, lr_sec, lr_choice = run_peer(store, scaling)
+        rows = (
+            ("dmlr", d, d_sec, f"{model_name}: {d_choice}, {scaling}"),
+            ("LR", lr, lr_sec, f"{lr_choice}, {scaling}"),
+        )
+        for who, v, sec, choice in rows:
             emit(
                 f"{name:<22} {who:<6} {v['ranking_loss']:>9.4f} {v['average_precision']:>9.4f} "
                 f"{v['precision_at_1']:>7.4f} {v['f1_micro']:>8.4f} {sec:>8.1f}  {choice}"
