@@ -143,6 +143,7 @@ def fit(
     checkpoint=None,
     checkpoint_every: int = 10,
     resume: bool = False,
+    verbose: int = 1,
     **params,
 ) -> BaseModel:
     """Fit a model on a data set.
@@ -199,6 +200,16 @@ def fit(
         :meth:`dmlr.models.RBRL.fit`. When a search runs, the directory
         holds the search's finished units (``search/``, resumed too) and
         the final fit's checkpoint (``fit/``, for models that have one).
+    verbose : int
+        Progress shown while the fit runs. 1 (default): a line when dmlr's
+        kernels are compiled (the first fit on a machine), then, once the
+        search has run :data:`dmlr.progress.PROGRESS_AFTER_SECONDS`, a line
+        per searched value (stage, value, folds, best so far, time left), and
+        the final fit's iterations, objective and time left once it has run
+        that long, every :data:`dmlr.progress.DISPLAY_EVERY` iterations (an
+        estimator's own ``verbose``, when set, keeps its own interval): a fit of a few seconds prints nothing.
+        In a notebook each kind of line updates in place. 0: nothing. 2:
+        every line from the start.
     **params
         Estimator parameters, e.g. ``alpha=1.0``.
 
@@ -206,10 +217,21 @@ def fit(
     -------
     estimator
         Fitted.
-    """
-    from dmlr import tuning
 
+    Notes
+    -----
+    With no cluster configured, data that fit comfortably in this process's
+    memory are fitted here, on its threads (no cluster is started, so a
+    plain script needs no ``if __name__ == "__main__":`` guard); larger data
+    start a local cluster (:func:`dmlr.get_client`).
+    """
+    from dmlr import progress, tuning
+
+    if isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0:
+        raise ValueError(f"verbose must be an integer >= 0, got {verbose!r}")
     X, Y = resolve_arrays(data, split, default_split="train")
+    if verbose:
+        progress.first_use_notice()
     if isinstance(model, str) and model.lower() == "auto":
         est = auto_model(X, seed).set_params(**params)
     else:
@@ -230,29 +252,43 @@ def fit(
                 seed=seed,
                 checkpoint=Path(checkpoint) / "search" if checkpoint is not None else None,
                 resume=resume,
-                verbose=int(est.get_params().get("verbose", 0) or 0),
+                verbose=verbose,
             )
             est.set_params(**result.best_params)
             if checkpoint is not None:
                 checkpoint = Path(checkpoint) / "fit"
                 if "checkpoint" not in inspect.signature(final_estimator(est).fit).parameters:
                     checkpoint, resume = None, False  # the search's units were checkpointed
-        if checkpoint is None and not resume:
-            est.fit(X, Y)
-        else:
-            # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
-            final = final_estimator(est)
-            prefix = est.steps[-1][0] + "__" if final is not est else ""
-            if "checkpoint" not in inspect.signature(final.fit).parameters:
-                raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
-            kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
-            est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})
+        final = final_estimator(est)
+        shown = verbose and "verbose" in final.get_params() and not final.get_params()["verbose"]
+        if shown:  # progress of the final fit, every few iterations once it is long
+            final.set_params(verbose=progress.display_every())
+        try:
+            with progress.display(after=0.0 if verbose > 1 else progress.PROGRESS_AFTER_SECONDS):
+                _fit_final(est, X, Y, checkpoint, checkpoint_every, resume)
+        finally:
+            if shown:
+                final.set_params(verbose=0)
     if result is not None:
         est.best_params_ = dict(result.best_params)
         est.cv_results_ = result.cv_results()
         est.search_seconds_ = result.seconds
         est.search_ = result
     return est
+
+
+def _fit_final(est, X, Y, checkpoint, checkpoint_every: int, resume: bool) -> None:
+    """The fit on all the training rows, with the checkpoint when asked for."""
+    if checkpoint is None and not resume:
+        est.fit(X, Y)
+        return
+    # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
+    final = final_estimator(est)
+    prefix = est.steps[-1][0] + "__" if final is not est else ""
+    if "checkpoint" not in inspect.signature(final.fit).parameters:
+        raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
+    kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
+    est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})
 
 
 def evaluate(model, data, *, split: str | None = "test", metrics=None) -> dict:

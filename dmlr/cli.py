@@ -72,7 +72,6 @@ def _model_params(args) -> dict:
             params[name] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             params[name] = text  # a bare word: a string value (e.g. --param solver=lbfgs)
-    params["verbose"] = 0 if getattr(args, "quiet", False) else args.verbose
     return params
 
 
@@ -91,6 +90,7 @@ def _client(args):
 
 def cmd_fit(args) -> int:
     import dmlr
+    from dmlr.progress import display
 
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
@@ -98,13 +98,15 @@ def cmd_fit(args) -> int:
     if args.checkpoint:
         ckpt = {"checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume}
     settings = {"backend": args.backend} if args.backend else {}
-    with dmlr.config_context(**settings):
+    every = 0 if args.quiet else args.verbose
+    with dmlr.config_context(**settings), display(every=max(every, 1)):
         model = dmlr.fit(
             args.data,
             _model_name(args),
             split=args.split,
             client=_client(args),
             search=False if args.no_search else None,
+            verbose=2 if every else 0,  # a terminal that asked for lines gets them from the start
             **ckpt,
             **_model_params(args),
         )
@@ -157,6 +159,7 @@ def cmd_demo(args) -> int:
     """Generate a Mediamill-shaped set, fit linear RBRL on a local cluster, evaluate, save."""
     import dmlr
     from dmlr.datasets import synthetic_store
+    from dmlr.progress import display
 
     out = Path(args.dir)
     t0 = time.perf_counter()
@@ -172,9 +175,15 @@ def cmd_demo(args) -> int:
         f"fitting linear RBRL (alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter={args.max_iter}) "
         f"on the {len(ds.splits['train'])} training rows ..."
     )
-    with dmlr.config_context(backend="dask"):
+    with dmlr.config_context(backend="dask"), display(every=max(args.verbose, 1)):
         model = dmlr.fit(
-            ds, "rbrl", split="train", client=client, alpha=1.0, max_iter=args.max_iter, verbose=args.verbose
+            ds,
+            "rbrl",
+            split="train",
+            client=client,
+            alpha=1.0,
+            max_iter=args.max_iter,
+            verbose=2 if args.verbose else 0,
         )
     print(
         f"  {model.n_iter_} iterations ({'converged' if model.converged_ else 'stopped at max_iter'}) "

@@ -557,6 +557,7 @@ class UnitRunner:
         self.client = _resolve_client(client)
         self.n_jobs = int(n_jobs)
         self._scattered = None
+        self._owned: list = []
 
     @property
     def backend(self) -> str:
@@ -592,8 +593,14 @@ class UnitRunner:
             todo = [i for i, out in enumerate(outputs) if out is None]
             if self._scattered is None:
                 # Scatter to every worker: each of the units reads random rows of the whole set.
+                # Futures (data a worker computed from the chunks) are passed as they are.
+                from distributed import Future
+
                 client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
-                self._scattered = client.scatter(list(self.shared), broadcast=True, hash=False)
+                here = [a for a in self.shared if not isinstance(a, Future)]
+                sent = iter(client.scatter(here, broadcast=True, hash=False) if here else [])
+                self._scattered = [a if isinstance(a, Future) else next(sent) for a in self.shared]
+                self._owned = [f for f, a in zip(self._scattered, self.shared) if f is not a]
             futures = {client.submit(fn, *self._scattered, *units[i], pure=False): i for i in todo}
             try:
                 for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
@@ -625,9 +632,9 @@ class UnitRunner:
     def close(self) -> None:
         """Release the scattered data (the runner scatters again if used later)."""
         if self._scattered is not None:
-            for f in self._scattered:
+            for f in self._owned:
                 f.release()
-            self._scattered = None
+            self._scattered, self._owned = None, []
 
     def __enter__(self):
         return self
@@ -728,7 +735,14 @@ def _check_cv(cv, n: int, seed) -> list:
 
 def _materialize(X, Y):
     """NumPy / CSR copies of the training data (dask inputs computed)."""
-    if hasattr(X, "dask"):
+    if hasattr(X, "dask") and is_sparse(X):
+        import dask
+
+        # chunk by chunk to CSR, then stacked by scipy: pydata sparse's own concatenation
+        # compiles Numba code at its first call, seconds for a one-off copy
+        parts = dask.compute(*X.to_delayed().ravel())
+        X = sp.vstack([sp.csr_matrix(p.to_scipy_sparse() if hasattr(p, "to_scipy_sparse") else p) for p in parts])
+    elif hasattr(X, "dask"):
         X = X.compute()
     if hasattr(Y, "dask"):
         Y = Y.compute()

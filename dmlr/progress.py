@@ -28,15 +28,18 @@ loaded.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+import threading
+import time
 from collections import deque
 
 import numpy as np
 
 from dmlr.solvers.apg import relative_change
 
-__all__ = ["ProgressReporter", "format_seconds", "in_notebook"]
+__all__ = ["ProgressReporter", "SearchProgress", "format_seconds", "in_notebook"]
 
 #: Iterations over which the rate of decrease of log(relative change) and the time per
 #: iteration are measured for the estimate of the time left.
@@ -132,6 +135,7 @@ class ProgressReporter:
         file=None,
         notebook: bool | None = None,
         prefix: str = "  ",
+        after_seconds: float | None = None,
     ):
         if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool) and every >= 0):
             raise ValueError(f"every must be an integer >= 0, got {every!r}")
@@ -141,12 +145,13 @@ class ProgressReporter:
         self.file = file
         self.notebook = notebook
         self.prefix = prefix
+        self.after_seconds = _quiet_for() if after_seconds is None else float(after_seconds)
         self.last_estimate: float | None = None
         self.last_estimate_capped = False
         self.lines = 0
         self._previous: float | None = None
         self._window: deque = deque(maxlen=ESTIMATE_WINDOW + 1)  # (t, seconds, log relative change)
-        self._handle = None
+        self._out = _Output()
         self._latest = None  # (t, objective, change, seconds) of the latest iteration
         self._held = None  # a due line held back (relative change <= tol: maybe the last iteration)
         self._shown_final = False
@@ -253,8 +258,73 @@ class ProgressReporter:
 
     # -- output -----------------------------------------------------------------------
     def _show(self, text: str) -> None:
+        if self._latest is not None and self._latest[3] < self.after_seconds and not self.lines:
+            return  # a short fit prints nothing
         self.lines += 1
-        if self._use_notebook():
+        self._out.show(text, self.file, self.notebook)
+
+
+#: Iterations between the final fit's progress lines under :func:`dmlr.fit` (see :func:`display`).
+DISPLAY_EVERY = 10
+
+_display = threading.local()
+
+
+def _quiet_for() -> float:
+    return getattr(_display, "after", 0.0)
+
+
+def display_every() -> int:
+    """Iterations between a fit's progress lines that :func:`dmlr.fit` switches on (:func:`display`)."""
+    return getattr(_display, "every", DISPLAY_EVERY)
+
+
+@contextlib.contextmanager
+def display(*, after: float | None = None, every: int | None = None):
+    """Within the block, a :class:`ProgressReporter` made without ``after_seconds`` shows
+    nothing until its solver has run ``after`` seconds (a fit of a few seconds prints
+    nothing), and fits whose progress :func:`dmlr.fit` switches on report every ``every``
+    iterations (the command line's ``--verbose N``)."""
+    old = (_quiet_for(), display_every())
+    if after is not None:
+        _display.after = float(after)
+    if every is not None:
+        _display.every = int(every)
+    try:
+        yield
+    finally:
+        _display.after, _display.every = old
+
+
+def first_use_notice(file=None) -> bool:
+    """Print a line when dmlr's compiled kernels are not yet cached on this machine.
+
+    Numba compiles the kernels at their first use and caches them (beside the
+    modules, or in ``NUMBA_CACHE_DIR``); later processes load them. Returns
+    whether the line was printed.
+    """
+    import os
+    from pathlib import Path
+
+    import dmlr.kernels
+
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    root = Path(where) if where else Path(dmlr.kernels.__file__).parent / "__pycache__"
+    if root.is_dir() and next(root.rglob("*.nbi"), None) is not None:
+        return False
+    print("dmlr: compiling dmlr's kernels, once per machine (tens of seconds)", file=file or sys.stdout, flush=True)
+    return True
+
+
+class _Output:
+    """Where report lines go: printed lines, or one updating line in a Jupyter kernel."""
+
+    def __init__(self):
+        self._handle = None
+
+    def show(self, text: str, file=None, notebook: bool | None = None) -> None:
+        use_notebook = bool(notebook) and "IPython" in sys.modules if notebook is not None else in_notebook()
+        if use_notebook:
             from IPython.display import Pretty, display
 
             if self._handle is None:
@@ -262,12 +332,100 @@ class ProgressReporter:
             else:
                 self._handle.update(Pretty(text))
             return
-        print(text, file=self.file if self.file is not None else sys.stdout, flush=True)
+        print(text, file=file if file is not None else sys.stdout, flush=True)
 
-    def _use_notebook(self) -> bool:
-        if self.notebook is not None:
-            return bool(self.notebook) and "IPython" in sys.modules
-        return in_notebook()
+
+#: A search shows its progress once it has run this many seconds: a short search prints nothing.
+PROGRESS_AFTER_SECONDS = 5.0
+
+
+class SearchProgress:
+    """Progress of :func:`dmlr.tuning.search`: a line per path value once the search is long.
+
+    ::
+
+        search alpha: stage 2/3 (16,384 rows, 2 folds), value 3 (~3 planned), ranking_loss 0.04812,
+            best 0.04759 at 15.5; elapsed 21.3 s, left ~14 s
+
+    The time left assumes the values still planned cost what the ones done
+    cost per row and fold (a path's less regularized values cost more, so it
+    errs short on a first stage and is close on the later ones).
+
+    Parameters
+    ----------
+    verbose : int
+        0: nothing; 1: lines once the search has run
+        :data:`PROGRESS_AFTER_SECONDS`; 2: every line.
+    space : list of Axis
+        The searched parameters.
+    sizes : list of int
+        Rows of each stage.
+    cv : int
+        Folds of the first stage (later stages:
+        :data:`dmlr.tuning.HALVING_FOLDS`).
+    start : float
+        ``time.perf_counter()`` at the search's start.
+    file, notebook
+        As :class:`ProgressReporter`'s.
+    """
+
+    def __init__(self, verbose: int, space, sizes, cv: int, start: float, *, file=None, notebook=None):
+        from dmlr.tuning import HALVING_FOLDS
+
+        self.verbose = int(verbose or 0)
+        self.sizes = list(sizes)
+        self.start = start
+        self.file, self.notebook = file, notebook
+        self.lines = 0
+        self._out = _Output()
+        folds = [cv] if len(sizes) == 1 else [min(cv, HALVING_FOLDS)] * len(sizes)
+        # planned work: (values, folds, rows) per stage and axis; a later stage walks ~3 values
+        self._plan = {
+            (s, a.name): (len(a.exponents) if s == 0 else 3, folds[s], m) for s, m in enumerate(sizes) for a in space
+        }
+        self._done = dict.fromkeys(self._plan, 0)
+        self._stage, self._axis = 0, None
+
+    def _work(self, key, values) -> float:
+        _, folds, rows = self._plan[key]
+        return values * folds * rows * (folds - 1) / folds
+
+    def begin(self, stage: int, axis) -> None:
+        self._stage, self._axis = stage, axis
+
+    def value(self, name: str, value: float, mean: float, best: float, scores: dict) -> None:
+        key = (self._stage, name)
+        self._done[key] += 1
+        if not self.verbose:
+            return
+        elapsed = time.perf_counter() - self.start
+        if self.verbose < 2 and elapsed < PROGRESS_AFTER_SECONDS:
+            return
+        planned, folds, rows = self._plan[key]
+        done = sum(self._work(k, v) for k, v in self._done.items())
+        left = sum(self._work(k, max(self._plan[k][0] - v, 0)) for k, v in self._done.items())
+        estimate = elapsed * left / done if done else math.inf
+        stage = f"stage {self._stage + 1}/{len(self.sizes)} ({rows:,} rows, {folds} folds), "
+        stage = stage if len(self.sizes) > 1 else ""
+        best_mean = float(np.mean(scores[best]))
+        self._show(
+            f"search {name}: {stage}value {self._done[key]} (~{max(planned, self._done[key])} planned) "
+            f"{value:.4g}: {mean:.5f}, best {best_mean:.5f} at {best:.4g}; "
+            f"elapsed {format_seconds(elapsed)}, left ~{format_seconds(estimate)}"
+        )
+
+    def end(self, stage: int, axis, best: float, mean: float) -> None:
+        key = (stage, axis.name)
+        self._plan[key] = (self._done[key],) + self._plan[key][1:]  # what was planned is done
+        if self.verbose and (self.lines or self.verbose > 1):
+            self._show(
+                f"search {axis.name}: chose {best:.4g} ({mean:.5f}) on {self.sizes[stage]:,} rows; "
+                f"elapsed {format_seconds(time.perf_counter() - self.start)}"
+            )
+
+    def _show(self, text: str) -> None:
+        self.lines += 1
+        self._out.show(text, self.file, self.notebook)
 
 
 def in_notebook() -> bool:

@@ -19,13 +19,24 @@ gives each model's parameters and their starting grids):
   value lies on the grid's edge, the grid grows by ``widen_by`` values
   beyond that edge and the new values are fitted (up to ``max_widen``
   times).
-* **Where it runs.** Data small enough for one process (the rule of
-  ``config_context(backend="auto")``) are held in memory and the units run
-  as parallel tasks on the Dask cluster, or without one on threads of this
-  process (processes once a round is slow: :data:`POOL_MIN_ROUND_SECONDS`). Larger dask
-  data are never gathered: a fold is a lazy row selection of the dask
-  arrays, computed by the workers from the chunks, and each fit is the
-  model's own distributed fit.
+* **Stages over rows.** Training sets of :data:`HALVING_MIN_ROWS` rows or more
+  are searched by successive halving over rows: the whole path on a seeded
+  subsample of :data:`HALVING_FIRST_ROWS` rows, then on :data:`HALVING_FACTOR`
+  times more rows (nested subsamples) up to all of them, on
+  :data:`HALVING_FOLDS` folds; each later stage starts from the previous
+  stage's chosen value, as it is (not per row: the weight a summed loss needs
+  falls per row as the rows grow, and the staged sets' choices kept their
+  total better than their per-row value), and walks the grid from there only
+  while the score improves. The few fits at the full size settle where the
+  optimum moved as the rows grew, at a fraction of a full path on every fold.
+* **Where it runs** (:mod:`dmlr.distributed.placement`). A stage whose rows
+  fit comfortably in one worker (or, with no cluster, in this process) runs
+  each unit whole inside one process: the rows are loaded there once (on a
+  cluster, computed by a worker from the store's chunks, or scattered once),
+  the iterations run in-process with no round trip, and the units spread
+  over the workers, or over this process's threads. Only rows too large for
+  that take the chunked path (each fit the model's own distributed fit, one
+  at a time).
 * **Resume.** With ``checkpoint=DIR`` every finished unit is written there
   (JSON, atomically); ``resume=True`` reuses them, so a search interrupted
   by a killed client ends at the choice of an uninterrupted one.
@@ -49,11 +60,32 @@ import numpy as np
 
 from dmlr.config import config_context, get_config
 from dmlr.data.arrays import chunk_rows, is_dask
-from dmlr.distributed.chunks import choose_backend
+from dmlr.distributed.placement import data_nbytes, fits_in_memory
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics
-from dmlr.model_selection import LOSS_METRICS, UNIT_CONFIG, UnitRunner, _materialize, kfold_indices
+from dmlr.model_selection import (
+    LOSS_METRICS,
+    UNIT_CONFIG,
+    UnitRunner,
+    _materialize,
+    _resolve_client,
+    kfold_indices,
+)
+from dmlr.progress import SearchProgress as _Progress
 
-__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space"]
+__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space", "stage_rows"]
+
+#: Training sets of at least this many rows are searched in stages over rows (see the module).
+#: Below it a full path on every fold is cheap next to the final fit; above it that search
+#: costs many final fits (``benchmarks/time_to_model.py``).
+HALVING_MIN_ROWS = 10_000
+#: Rows of a staged search's first stage: the whole path.
+HALVING_FIRST_ROWS = 4_096
+#: Rows grow by this factor from one stage to the next (the last stage has all the rows).
+HALVING_FACTOR = 4
+#: Folds of a staged search: thousands of validation rows per fold already.
+HALVING_FOLDS = 2
+#: Largest number of values a later stage walks from the previous stage's choice.
+HALVING_MAX_STEPS = 4
 
 #: Without a cluster, in-memory units run on ``n_jobs`` threads of this process until a
 #: round of them (one path value on every fold) takes more CPU seconds than this; then in
@@ -94,7 +126,7 @@ SEARCH_STEP_RULE = "lbfgs"
 #: precision 0.620 / 0.629, 0.878 / 0.885, 0.697 / 0.708 (seeded 60/40 or official
 #: splits, ``benchmarks/auto_vs_peers.py``'s stores).
 DEFAULT_SCORING = "ranking_loss"
-SEARCH_FORMAT_VERSION = 1
+SEARCH_FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -169,11 +201,12 @@ class SearchResult:
     best_params : dict
         The chosen value of every searched parameter.
     results : list of dict
-        One record per (parameter, value) fitted on every fold, in search
-        order: ``param``, ``value``, ``params`` (the full searched setting),
+        One record per (stage, parameter, value) fitted on every fold, in search
+        order: ``param``, ``value``, ``n_rows``, ``params`` (the full searched setting),
         ``mean_score``, ``std_score``, ``fold_scores``, ``mean_n_iter``.
     scoring : str
     n_splits : int
+        Folds of the first stage (the most of any stage).
     n_fits : int
         Cross-validation fits run (abandoned path ends not counted).
     n_abandoned : int
@@ -185,8 +218,13 @@ class SearchResult:
     seconds : float
         Wall time of the search (the final refit not included).
     backend : {"local", "dask", "chunks"}
-        Units in this process, units as Dask tasks, or each fit distributed
-        over the chunks (dask data too large for one process).
+        Where the last stage ran: units in this process, units as Dask tasks,
+        or each fit distributed over the chunks (dask data too large for one
+        process).
+    n_rows : list of int
+        Rows of each stage (one stage, all the training rows, unless the
+        search was staged); each record's ``n_rows`` says its stage, and its
+        ``value`` is on that stage's scale (the last stage's are the model's).
     """
 
     best_params: dict
@@ -199,6 +237,7 @@ class SearchResult:
     n_resumed_units: int = 0
     seconds: float = 0.0
     backend: str = "local"
+    n_rows: list = None
 
     def cv_results(self) -> dict:
         """The records as scikit-learn's ``cv_results_`` layout (dict of lists)."""
@@ -209,9 +248,12 @@ class SearchResult:
             "mean_test_score": [r["mean_score"] for r in self.results],
             "std_test_score": [r["std_score"] for r in self.results],
             "mean_n_iter": [r["mean_n_iter"] for r in self.results],
+            "n_rows": [r["n_rows"] for r in self.results],
         }
-        for k in range(self.n_splits):
-            out[f"split{k}_test_score"] = [r["fold_scores"][k] for r in self.results]
+        for k in range(self.n_splits):  # nan where a stage had fewer folds
+            out[f"split{k}_test_score"] = [
+                r["fold_scores"][k] if k < len(r["fold_scores"]) else math.nan for r in self.results
+            ]
         return out
 
     def table(self) -> str:
@@ -244,6 +286,7 @@ def search(
     n_jobs: int | None = None,
     checkpoint=None,
     resume: bool = False,
+    halving="auto",
     verbose: int = 0,
 ) -> SearchResult:
     """Choose ``estimator``'s regularization by K-fold cross-validation (see the module).
@@ -295,8 +338,17 @@ def search(
     resume : bool
         Reuse the units recorded in ``checkpoint``. Without it, an existing
         checkpoint raises ``FileExistsError``.
+    halving : bool or "auto"
+        Search in stages over rows (see the module); "auto": for training
+        sets of at least :data:`HALVING_MIN_ROWS` rows, when every searched
+        parameter is scaled per row.
     verbose : int
-        Print one line per finished grid (1) and per path value (2).
+        0: quiet. 1 (what :func:`dmlr.fit` passes by default): a line per
+        path value with the stage, the value's place among those planned,
+        the folds, the best so far and an estimate of the time left, shown
+        once the search has run :data:`PROGRESS_AFTER_SECONDS` (a short
+        search prints nothing); one updating line in a notebook.
+        2: every line from the start.
 
     Returns
     -------
@@ -315,45 +367,125 @@ def search(
         raise ValueError(f"{type(estimator).__name__} cannot search {unknown}; its search space is {known}")
     if scoring not in METRIC_NAMES:
         raise ValueError(f"unknown scoring {scoring!r}; use one of {list(METRIC_NAMES)}")
+    if halving not in (True, False, "auto"):
+        raise ValueError(f"halving must be True, False or 'auto', got {halving!r}")
     space = [a for a in search_space(estimator) if (a.default if params is None else a.name in params)]
 
-    chunked = is_dask(X) and choose_backend(X, get_config()["backend"]) == "dask"
-    if not chunked:
-        X, Y = _materialize(X, Y)
-    splits = kfold_indices(int(X.shape[0]), int(cv), seed)
-    n_train = min(len(tr) for tr, _ in splits)
+    n = int(X.shape[0])
+    staged = halving is True or (halving == "auto" and n >= HALVING_MIN_ROWS)
+    sizes = stage_rows(n) if staged and all(a.per_row for a in space) else [n]
     base = estimator.get_params()
     cv_params = {"tol": float(tol)} if tol is not None and "tol" in base and base["tol"] < tol else {}
     if step_rule is not None and "step_rule" in base:
         cv_params["step_rule"] = step_rule
     store = (
-        _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params))
+        _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes))
         if checkpoint
         else None
     )
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
-    # Processes start at the first round that is slow enough to pay for them (see _run_units).
-    runner = UnitRunner((X, Y, splits), client, n_jobs=1)
-    runner.pool_jobs = n_jobs
-    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits))
-    result.backend = "chunks" if chunked else runner.backend
-    ctx = _Context(estimator, cv_params, X, Y, splits, scoring, not chunked, runner, store, result, verbose)
-    try:
-        for axis in space:
-            _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
-            if verbose:
-                best = result.best_params[axis.name]
-                mean = next(r["mean_score"] for r in result.results if r["param"] == axis.name and r["value"] == best)
-                n_values = sum(r["param"] == axis.name for r in result.results)
-                print(
-                    f"search {axis.name}: {n_values} values x {len(splits)} folds, best {best:.4g} "
-                    f"({scoring} {mean:.5f}), {time.perf_counter() - start:.1f} s",
-                    flush=True,
-                )
-    finally:
-        runner.close()
+    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=int(cv), n_rows=sizes)
+    order = np.random.default_rng(seed).permutation(n) if len(sizes) > 1 else None
+    nbytes, full = None, None
+    chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
+    report = _Progress(verbose, space, sizes, int(cv), start)
+    for stage, m in enumerate(sizes):
+        rows = None if m == n else np.sort(order[:m])
+        X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
+        folds = int(cv) if len(sizes) == 1 else min(int(cv), HALVING_FOLDS)
+        splits = kfold_indices(m, folds, seed)
+        n_train = min(len(tr) for tr, _ in splits)
+        where = get_config()["backend"]
+        if is_dask(X_s) and where == "auto":
+            if nbytes is None:
+                nbytes = data_nbytes(X, Y)
+            client_ = _resolve_client(client)
+            where = "local" if fits_in_memory(nbytes * m // n, client_) else "dask"
+        chunked = is_dask(X_s) and where == "dask"
+        if chunked:
+            data = (X_s, Y_s)
+        else:
+            if full is None:
+                full = _load(X, Y, _resolve_client(client))
+            data = _stage_data(full, rows, _resolve_client(client))
+        runner = UnitRunner((*data, splits), client, n_jobs=1)
+        # Processes start at the first round that is slow enough to pay for them (see _run_units).
+        runner.pool_jobs = n_jobs
+        result.backend = "chunks" if chunked else runner.backend
+        ctx = _Context(
+            estimator, cv_params, X_s, Y_s, splits, scoring, not chunked, runner, store, result, verbose, m, report
+        )
+        try:
+            for axis in space:
+                setting = {a.name: chosen[a.name] for a in space if a.name in chosen and a.name != axis.name}
+                report.begin(stage, axis)
+                if stage == 0:
+                    ctx.result.best_params.update(setting)
+                    _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
+                else:
+                    _refine_axis(ctx, axis, n_train, setting, _exponent(axis, chosen[axis.name], n_train))
+                best = chosen[axis.name] = result.best_params[axis.name]
+                report.end(stage, axis, best, _mean_at(result, axis.name, best, m))
+        finally:
+            runner.close()
+    result.n_splits = max(len(r["fold_scores"]) for r in result.results) if result.results else int(cv)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def stage_rows(n: int) -> list[int]:
+    """Rows of each stage of a staged search of ``n`` training rows: :data:`HALVING_FIRST_ROWS`,
+    times :data:`HALVING_FACTOR` at each stage, then ``n`` (a stage within a factor of 2 of
+    ``n`` is merged into the last)."""
+    sizes = [min(int(n), HALVING_FIRST_ROWS)]
+    while sizes[-1] < n:
+        nxt = sizes[-1] * HALVING_FACTOR
+        sizes.append(int(n) if 2 * nxt > n else nxt)
+    return sizes
+
+
+def _exponent(axis: Axis, value: float, n_train: int) -> float:
+    """The grid exponent of ``value`` (``value = scale * 10**e``, see :meth:`Axis.values`)."""
+    scale = float(n_train) if axis.per_row else 1.0
+    return round(math.log10(value / scale) / (axis.step / 2)) * (axis.step / 2)
+
+
+def _mean_at(result: SearchResult, name: str, value: float, n_rows: int) -> float:
+    return next(
+        r["mean_score"]
+        for r in reversed(result.results)
+        if r["param"] == name and r["value"] == value and r["n_rows"] == n_rows
+    )
+
+
+def _load(X, Y, client):
+    """(X, Y) in memory where the units run: numpy / CSR here, or, with a cluster and dask
+    input, futures of them computed by a worker from the chunks (nothing passes through
+    this process)."""
+    if client is not None and is_dask(X):
+        import dask
+
+        x, y = dask.delayed(_materialize, nout=2)(X, Y)
+        return tuple(client.compute([x, y]))
+    return _materialize(X, Y)
+
+
+def _take(A, rows):
+    return A if rows is None else A[rows]
+
+
+def _stage_data(full, rows, client):
+    """Rows ``rows`` (None: all) of the in-memory data :func:`_load` gave."""
+    if rows is None:
+        return full
+    if client is not None and is_future(full[0]):
+        return tuple(client.submit(_take, a, rows, pure=False) for a in full)
+    return tuple(_take(a, rows) for a in full)
+
+
+def is_future(obj) -> bool:
+    """Whether ``obj`` is a ``distributed.Future`` (without importing distributed)."""
+    return type(obj).__name__ == "Future" and type(obj).__module__.startswith("distributed")
 
 
 @dataclass
@@ -369,6 +501,8 @@ class _Context:
     store: object
     result: SearchResult
     verbose: int
+    n_rows: int  # rows of this stage
+    report: object  # _Progress
 
 
 def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
@@ -397,12 +531,18 @@ def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: in
         end = _run_path(ctx, axis.name, setting, new_values, states, from_value, scores, iters, patience)
         if direction < 0:
             low, abandoned = end, end is None
-    best = _best(scores, greater)
+    _record(ctx, axis, setting, scores, iters)
+
+
+def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict) -> None:
+    """Append the records of one axis at one stage and set its best value."""
+    best = _best(scores, ctx.scoring not in LOSS_METRICS)
     for value in sorted(scores, reverse=True):
         ctx.result.results.append(
             {
                 "param": axis.name,
                 "value": value,
+                "n_rows": ctx.n_rows,
                 "params": {**setting, axis.name: value},
                 "mean_score": float(np.mean(scores[value])),
                 "std_score": float(np.std(scores[value])),
@@ -411,6 +551,28 @@ def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: in
             }
         )
     ctx.result.best_params[axis.name] = best
+
+
+def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponent: float) -> None:
+    """A later stage of a staged search: from the previous stage's choice ``exponent``, walk
+    down the grid (warm-started) while the score improves; if the first step down does not
+    improve, walk up (the first value cold) the same way. At most :data:`HALVING_MAX_STEPS`
+    values each way."""
+    greater = ctx.scoring not in LOSS_METRICS
+    scores: dict[float, list] = {}
+    iters: dict[float, list] = {}
+
+    def walk(exponents) -> None:
+        states, from_value = [None] * len(ctx.splits), None
+        for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
+            states, from_value = _run_path(ctx, axis.name, setting, [value], states, from_value, scores, iters, None)
+            if _best(scores, greater) != value and len(scores) > 1:
+                return
+
+    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)])
+    if len(scores) > 1 and _best(scores, greater) == max(scores):
+        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)])
+    _record(ctx, axis, setting, scores, iters)
 
 
 def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, iters, patience):
@@ -433,14 +595,13 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
         for fold, state in enumerate(states):
             est = state if state is not None else type(ctx.estimator)(**{**base, **setting, **warm})
             units.append((est, fold, name, value, ctx.scoring, ctx.in_process))
-        keys = [_unit_key(setting, name, value, fold, from_value) for fold in range(len(states))]
+        keys = [_unit_key(setting, name, value, fold, from_value, ctx.n_rows) for fold in range(len(states))]
         outs = _run_units(ctx, units, keys)
         scores[value] = [o[0] for o in outs]
         iters[value] = [o[1] for o in outs]
         states, from_value = [o[2] for o in outs], value
         run.append(_oriented(scores[value], greater))
-        if ctx.verbose > 1:
-            print(f"  {name}={value:.4g}: {ctx.scoring} {np.mean(scores[value]):.5f}", flush=True)
+        ctx.report.value(name, value, float(np.mean(scores[value])), _best(scores, greater), scores)
         if patience is not None:
             stalled = len(run) > patience and max(run[-patience:]) <= max(before + run[:-patience])
             if stalled or _worse_on_every_fold(scores, value, greater):
@@ -564,7 +725,7 @@ def _best(scores: dict, greater: bool) -> float:
 # ----------------------------------------------------------------------------
 
 
-def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params) -> dict:
+def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes) -> dict:
     from dask.base import tokenize
 
     params = {k: v for k, v in {**estimator.get_params(), **cv_params}.items() if k not in ("verbose",)}
@@ -577,13 +738,14 @@ def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params) -> dict:
         "cv": int(cv),
         "seed": seed,
         "scoring": scoring,
+        "stages": [int(m) for m in sizes],
     }
 
 
-def _unit_key(setting: dict, name: str, value: float, fold: int, from_value) -> str:
-    """A unit's name in the checkpoint: the parameter setting, the fold, and the value its
-    warm start came from (the same fit reached by another path is another unit)."""
-    text = json.dumps([sorted(setting.items()), name, repr(value), fold, repr(from_value)], default=repr)
+def _unit_key(setting: dict, name: str, value: float, fold: int, from_value, n_rows: int) -> str:
+    """A unit's name in the checkpoint: the stage's rows, the parameter setting, the fold, and
+    the value its warm start came from (the same fit reached by another path is another unit)."""
+    text = json.dumps([n_rows, sorted(setting.items()), name, repr(value), fold, repr(from_value)], default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -37,8 +37,15 @@ def test_tree_reduce_order_depends_only_on_count():
     assert _group_bounds(2, 5) == [(0, 1), (1, 2)]
 
 
-def test_auto_backend_keeps_small_data_local():
+def test_auto_backend_keeps_small_data_local(monkeypatch):
     assert choose_backend(np.zeros((100, 10))) == "local"
+    # larger data go to a configured cluster; with none, they stay here while they fit its memory
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    assert choose_backend(np.zeros((3000, 2000))) == "local"
+    monkeypatch.setattr("distributed.system.MEMORY_LIMIT", 8 * 3000 * 2000 * 4)
+    assert choose_backend(np.zeros((3000, 2000))) == "dask"
+    monkeypatch.undo()
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
     assert choose_backend(np.zeros((3000, 2000))) == "dask"
     with pytest.raises(ValueError):
         choose_backend(np.zeros((2, 2)), "gpu")

@@ -332,8 +332,11 @@ def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
     assert received and max(received) < one_fold / 10, max(received)
     received.clear()
     with dmlr.config_context(client=client2):
-        search(RBRL(max_iter=20), Xd, Yd, cv=3, max_widen=0, client=client2)  # data held in memory
-    assert max(received) >= X.nbytes
+        held = search(RBRL(max_iter=20), Xd, Yd, cv=3, max_widen=0, client=client2)
+    # units in memory on the workers: a worker computes the rows from the chunks, and the
+    # client receives scores and fold models only
+    assert held.backend == "dask" and held.best_params == result.best_params
+    assert received and max(received) < one_fold / 10, max(received)
 
 
 def test_chunked_folds_are_row_masks_over_the_chunks(monkeypatch):
@@ -445,3 +448,136 @@ def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeyp
     assert type(large) is RBRL and large.alpha_rank == api.AUTO_LINEAR_ALPHA_RANK and large.scaling_ == "standard"
     with pytest.raises(ValueError, match="gamma"):
         dmlr.fit((sp.csr_matrix(X), Y), gamma=0.1)  # a kernel parameter for the linear model
+
+
+# -- staged search, placement, progress ------------------------------------------------
+
+
+@pytest.fixture
+def small_stages(monkeypatch):
+    """Stages of 100 and 400 rows (then all of them) on test-sized data."""
+    monkeypatch.setattr(tuning, "HALVING_FIRST_ROWS", 100)
+    monkeypatch.setattr(tuning, "HALVING_MIN_ROWS", 300)
+
+
+def test_stage_rows_grow_to_all_rows():
+    assert tuning.stage_rows(5_000) == [4096, 5_000]
+    assert tuning.stage_rows(30_970) == [4096, 30_970]  # 65,536 would be past twice the rows
+    assert tuning.stage_rows(87_856) == [4096, 16_384, 87_856]
+    assert tuning.stage_rows(1_000) == [1_000]
+
+
+def test_staged_search_ends_on_all_rows_near_the_full_search(small_stages):
+    X, Y = _synthetic(n=1200, d=20, n_labels=5)
+    staged = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local")
+    assert staged.n_rows == [100, 400, 1200]
+    assert [r["n_rows"] for r in staged.results][-1] == 1200
+    last = [r for r in staged.results if r["n_rows"] == 1200]
+    assert all(len(r["fold_scores"]) == tuning.HALVING_FOLDS for r in last)
+    # the choice is the best value of the last stage, on its scale (fold rows x 10**e)
+    best = min(last, key=lambda r: r["mean_score"])
+    assert staged.best_params == {"alpha": best["value"]}
+    # a later stage walks from the previous choice: few values
+    assert len(last) <= 1 + 2 * tuning.HALVING_MAX_STEPS and len(last) < len(GRID)
+    # ... starting from the previous stage's choice, carried as it is (to the grid's quarter decade)
+    middle = [r for r in staged.results if r["n_rows"] == 400]
+    carried = min(middle, key=lambda r: (r["mean_score"], -r["value"]))["value"]
+    assert min(abs(math.log10(r["value"] / carried)) for r in last) <= 0.125 + 1e-9
+    full = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local", halving=False)
+    assert full.n_rows == [1200] and {r["n_rows"] for r in full.results} == {1200}
+    cv = staged.cv_results()
+    assert cv["n_rows"] == [r["n_rows"] for r in staged.results]
+    assert staged.n_splits == 2 and set(cv) >= {"split0_test_score", "split1_test_score"}
+
+
+def test_staged_search_same_choice_on_threads_workers_and_chunks(small_stages, client2):
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    X, Y = _synthetic(n=600, d=15, n_labels=4)
+    est = RBRL(**SOLVER)
+    here = search(est, X, Y, n_jobs=1, client="local")
+    threads = search(est, X, Y, n_jobs=2, client="local")
+    Xd, Yd = da.from_array(X, chunks=(150, -1)), da.from_array(Y, chunks=(150, -1))
+    two = search(est, Xd, Yd, client=client2)  # units whole inside the 2 workers, data computed there
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster, set_as_default=False) as client1:
+            one = search(est, Xd, Yd, client=client1)
+    with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
+        chunked = search(est, Xd, Yd)  # each fit over the workers' chunks
+    assert (two.backend, one.backend, chunked.backend) == ("dask", "dask", "chunks")
+    assert here.n_rows == [100, 600]
+    for other in (threads, two, one):
+        assert other.best_params == here.best_params
+        assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
+    assert chunked.best_params == here.best_params
+    np.testing.assert_allclose(
+        [s for r in chunked.results for s in r["fold_scores"]],
+        [s for r in here.results for s in r["fold_scores"]],
+        atol=1e-9,
+    )
+
+
+def test_progress_lines_for_a_long_search_only(monkeypatch, capsys):
+    from dmlr import progress
+
+    X, Y = _synthetic(n=120)
+    search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=1)  # short: nothing
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)  # every search is "long"
+    search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=0)
+    assert capsys.readouterr().out == ""
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=1)
+    lines = capsys.readouterr().out.splitlines()
+    values = [line for line in lines if line.startswith("search alpha: value")]
+    assert len(values) == sum(r["param"] == "alpha" for r in result.results)
+    assert all("best" in line and "left ~" in line for line in values)
+    assert lines[-1].startswith(f"search alpha: chose {result.best_params['alpha']:.4g}")
+
+
+def test_fit_shows_progress_of_a_long_fit_and_not_of_a_short_one(monkeypatch, capsys):
+    from dmlr import progress
+
+    X, Y = _synthetic(n=120)
+    monkeypatch.setattr(progress, "first_use_notice", lambda: False)
+    dmlr.fit((X, Y), "rbrl", alpha=1.0, **SOLVER)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)
+    model = dmlr.fit((X, Y), "rbrl", alpha=1.0, **SOLVER)
+    out = capsys.readouterr().out
+    assert "iter" in out and "objective" in out and model.verbose == 0  # the estimator is left as given
+    dmlr.fit((X, Y), "rbrl", verbose=0, **SOLVER)
+    assert capsys.readouterr().out == ""
+
+
+_UNGUARDED_SCRIPT = """
+import sys
+import dmlr
+dmlr.set_config(backend="dask")  # a fit that needs the cluster, as large data do
+model = dmlr.fit(sys.argv[1], "rbrl", alpha=1.0, max_iter=20, verbose=0)
+print("fitted", model.backend_)
+"""
+
+
+def test_script_without_main_guard_fits_on_a_cluster(tmp_path):
+    X, Y = _synthetic(n=200, d=10, n_labels=4)
+    store = write_dataset(tmp_path / "d.zarr", X, Y, splits={"train": np.arange(200)})
+    script = tmp_path / "fit.py"
+    script.write_text(_UNGUARDED_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    out = subprocess.run(
+        [sys.executable, str(script), str(store)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "fitted dask" in out.stdout
+    assert "not under if __name__ == '__main__'" in out.stdout
+
+
+def test_guard_detection(tmp_path):
+    import ast
+
+    from dmlr.distributed.placement import _is_main_guard
+
+    assert _is_main_guard(ast.parse('__name__ == "__main__"', mode="eval").body)
+    assert _is_main_guard(ast.parse('"__main__" == __name__', mode="eval").body)
+    assert not _is_main_guard(ast.parse('__name__ != "__main__"', mode="eval").body)

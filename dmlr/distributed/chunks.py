@@ -546,15 +546,29 @@ def _n_values(X) -> int | None:
 
 
 def choose_backend(X, backend: str = "auto") -> str:
-    """ "local" or "dask" for ``backend="auto"`` by the size of X."""
+    """ "local" or "dask" for ``backend="auto"``: by the size of X, and whether a cluster is there.
+
+    Small data (:data:`LOCAL_MAX_VALUES`, :data:`LOCAL_MAX_SPARSE_ROWS`) stay in
+    this process. Larger data go to the cluster when one is configured
+    (:func:`dmlr.distributed.placement.cluster_configured`); with none, they stay
+    in this process as long as they fit its memory
+    (:func:`~dmlr.distributed.placement.fits_in_memory`): on one machine a local
+    cluster's processes hold the same memory, and would add a round trip per
+    iteration and their start-up.
+    """
+    from dmlr.distributed.placement import cluster_configured, data_nbytes, fits_in_memory
+
     if backend not in ("auto", "local", "dask"):
         raise ValueError(f"backend must be 'auto', 'local' or 'dask', got {backend!r}")
     if backend != "auto":
         return backend
     nv = _n_values(X)
-    if nv is None:
-        return "local" if X.shape[0] <= LOCAL_MAX_SPARSE_ROWS else "dask"
-    return "local" if nv <= LOCAL_MAX_VALUES else "dask"
+    small = X.shape[0] <= LOCAL_MAX_SPARSE_ROWS if nv is None else nv <= LOCAL_MAX_VALUES
+    if small:
+        return "local"
+    if cluster_configured():
+        return "dask"
+    return "local" if fits_in_memory(data_nbytes(X)) else "dask"
 
 
 def local_block_count(X) -> int:

@@ -125,14 +125,21 @@ def get_client(address: str | None = None, *, quiet: bool = False):
         return client
     if _LOCAL["client"] is not None and _LOCAL["client"].status == "running":
         return _LOCAL["client"]
-    n_workers, threads = local_cluster_size()
-    cluster = local_cluster(n_workers, threads)
+    from dmlr.distributed.placement import unguarded_script
+
+    if unguarded_script():
+        # Spawned worker processes would run the script's top level again (and start a cluster
+        # each): one worker of threads in this process instead, which needs no re-import.
+        n_workers, threads = 1, local_cluster_size()[0]
+        cluster = local_cluster(n_workers, threads, processes=False)
+        kind = f"1 in-process worker x {threads} threads: the call is not under if __name__ == '__main__'"
+    else:
+        n_workers, threads = local_cluster_size()
+        cluster = local_cluster(n_workers, threads)
+        kind = f"{n_workers} workers x {threads} thread"
     client = Client(cluster, set_as_default=True)
     _LOCAL["cluster"], _LOCAL["client"] = cluster, client
     atexit.register(_close_local)
     if not quiet:
-        print(
-            f"dmlr: started a local Dask cluster ({n_workers} workers x {threads} thread); "
-            f"dashboard: {client.dashboard_link}"
-        )
+        print(f"dmlr: started a local Dask cluster ({kind}); dashboard: {client.dashboard_link}")
     return client
