@@ -162,8 +162,8 @@ def fit(
         Named split of the store to train on (None or "all": every row).
     client : distributed.Client, optional
         Dask client for this fit (as ``dmlr.config_context(client=...)``);
-        by default the current one, the configured scheduler, or a local
-        cluster (only when the data are large enough to need one).
+        by default the current one, the configured scheduler, or, for data
+        too large for this process's memory, a local cluster (see Notes).
     search : bool or None
         Choose the regularization by ``cv``-fold cross-validation on the
         training rows (:func:`dmlr.tuning.search`), then refit on all of

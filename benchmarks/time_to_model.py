@@ -1,0 +1,193 @@
+"""Time to a model: ``dmlr.fit`` with its defaults beside its own final fit and two peers.
+
+For each set (official train/test splits; the Bookmarks shape is dmlr's synthetic
+preset, 87,856 x 2,150 sparse, 208 labels), in one process, one after the other:
+
+* dmlr: ``model = dmlr.fit(store)`` (defaults: the model ``model="auto"`` picks and
+  the search of its regularization): total seconds, of which search and final fit,
+  and the choice;
+* final fit alone: a clone of that model (chosen values) fitted on the training
+  split, timed alone: the floor of the total;
+* sklearn: ``OneVsRestClassifier(LogisticRegression())`` at its default C, on the
+  features scaled as dmlr's model scaled them, ``n_jobs`` = the cores, one BLAS
+  thread each;
+* omikuji: its defaults, as many threads as cores (a benchmark extra: skipped
+  when not installed).
+
+Each row gives seconds and test P@1, P@3, P@5 (rows with no relevant label count
+as precision 0, as :func:`dmlr.evaluate` does), ranking loss and average
+precision. ``ratio`` is dmlr's total over its final fit alone; the goal is at most
+2 (or the final fit plus 10 s) on every set of 10,000 training rows or more.
+
+``--workers 1 2`` runs dmlr inside local clusters of 1 and 2 single-thread workers
+(and prints the speedup of the default fit from the first to the last count)
+instead of in this process. Run::
+
+    DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import clone
+from threadpoolctl import threadpool_limits
+
+import dmlr
+from dmlr.datasets import staged_store, synthetic_store
+from dmlr.metrics import multilabel_metrics
+from dmlr.model_selection import _materialize
+
+SETS = ("emotions", "enron", "bibtex", "tmc2007_500", "mediamill_discretized", "delicious", "bookmarks")
+METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ranking_loss", "average_precision")
+
+
+def store_of(name: str, workdir: Path) -> Path:
+    if name == "bookmarks":
+        return synthetic_store("bookmarks", workdir, seed=0)
+    return staged_store(name, workdir)
+
+
+def arrays(store: Path, split: str):
+    X, Y = _materialize(*dmlr.open_dataset(store).arrays(split))
+    return X, np.asarray(Y, dtype=np.int64)  # int64: scikit-learn's OneVsRest and int8 (see the brief)
+
+
+def run_dmlr(store: Path) -> dict:
+    t = time.perf_counter()
+    model = dmlr.fit(store, verbose=0)
+    total = time.perf_counter() - t
+    search = getattr(model, "search_seconds_", 0.0)
+    X, Y = dmlr.open_dataset(store).arrays("train")
+    alone = clone(model)
+    t = time.perf_counter()
+    alone.fit(X, Y)
+    final_alone = time.perf_counter() - t
+    values = dmlr.evaluate(model, store, metrics=list(METRICS))
+    chosen = ", ".join(f"{k}={v:.3g}" for k, v in getattr(model, "best_params_", {}).items())
+    rows = getattr(getattr(model, "search_", None), "n_rows", None)
+    return dict(
+        total=total,
+        search=search,
+        final=total - search,
+        final_alone=final_alone,
+        choice=f"{type(model).__name__} {chosen} stages={rows}",
+        **values,
+    )
+
+
+def run_sklearn(store: Path, scaling: str) -> dict:
+    from sklearn.feature_extraction.text import TfidfTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MaxAbsScaler, StandardScaler
+
+    X, Y = arrays(store, "train")
+    X_te, Y_te = arrays(store, "test")
+    scaler = {"standard": StandardScaler, "maxabs": MaxAbsScaler, "tfidf": TfidfTransformer}[scaling]()
+    model = make_pipeline(scaler, OneVsRestClassifier(LogisticRegression(max_iter=1000), n_jobs=os.cpu_count()))
+    t = time.perf_counter()
+    with warnings.catch_warnings(), threadpool_limits(1, user_api="blas"):
+        warnings.simplefilter("ignore")
+        model.fit(X, Y)
+    seconds = time.perf_counter() - t
+    S = model.decision_function(X_te)
+    return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0).astype(np.int8), metrics=list(METRICS)))
+
+
+def run_omikuji(store: Path) -> dict | None:
+    try:
+        import omikuji
+    except ImportError:
+        return None
+    X, Y = arrays(store, "train")
+    X_te, Y_te = arrays(store, "test")
+    X, X_te = sp.csr_matrix(X), sp.csr_matrix(X_te)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "train.txt"
+        with open(path, "w") as f:  # the XMC repository's format, which omikuji reads
+            f.write(f"{X.shape[0]} {X.shape[1]} {Y.shape[1]}\n")
+            for i in range(X.shape[0]):
+                labels = ",".join(map(str, np.flatnonzero(Y[i])))
+                row = X[i]
+                feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(row.indices, row.data))
+                f.write(f"{labels} {feats}\n")
+        t = time.perf_counter()
+        model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
+        seconds = time.perf_counter() - t
+    S = np.full(Y_te.shape, -np.inf)
+    for i in range(X_te.shape[0]):
+        row = X_te[i]
+        for label, score in model.predict(list(zip(row.indices.tolist(), row.data.tolist())), top_k=Y.shape[1]):
+            S[i, label] = score
+    S[np.isneginf(S)] = -1e9
+    return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0.5).astype(np.int8), metrics=list(METRICS)))
+
+
+def line(name: str, who: str, r: dict | None) -> str:
+    if r is None:
+        return f"{name:22} {who:12} (not installed)"
+    cells = " ".join(f"{r[m]:7.4f}" for m in METRICS)
+    extra = ""
+    if "search" in r:
+        ratio = r["total"] / r["final_alone"] if r["final_alone"] > 0 else float("nan")
+        extra = (
+            f"  search {r['search']:7.1f}  final {r['final']:6.1f}  alone {r['final_alone']:6.1f}  "
+            f"ratio {ratio:4.1f}  {r['choice']}"
+        )
+    return f"{name:22} {who:12} {r['total']:8.1f} {cells}{extra}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sets", default=",".join(SETS))
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
+    p.add_argument("--no-peers", action="store_true")
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_model-"))
+    head = f"{'set':22} {'who':12} {'seconds':>8} " + " ".join(f"{m[:7]:>7}" for m in METRICS)
+    print(head, flush=True)
+    for name in args.sets.split(","):
+        try:
+            store = store_of(name, workdir)
+        except FileNotFoundError as e:
+            print(f"{name:22} skipped: {e}", flush=True)
+            continue
+        if args.workers:
+            from distributed import Client
+
+            from dmlr.distributed import local_cluster
+
+            totals = []
+            for n in args.workers:
+                with local_cluster(n, 1) as cluster, Client(cluster) as client:
+                    client.run(lambda: None)
+                    r = run_dmlr(store)
+                totals.append(r["total"])
+                print(line(name, f"dmlr {n}w", r), flush=True)
+            print(
+                f"{name:22} speedup of dmlr.fit, {args.workers[0]} -> {args.workers[-1]} workers: "
+                f"{totals[0] / totals[-1]:.2f}x",
+                flush=True,
+            )
+        else:
+            r = run_dmlr(store)
+            print(line(name, "dmlr", r), flush=True)
+        if not args.no_peers:
+            scaling = dmlr.fit(store, search=False, verbose=0, max_iter=1).scaling_
+            print(line(name, "sklearn", run_sklearn(store, scaling)), flush=True)
+            print(line(name, "omikuji", run_omikuji(store)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
