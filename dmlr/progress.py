@@ -39,7 +39,17 @@ import numpy as np
 
 from dmlr.solvers.apg import relative_change
 
-__all__ = ["ProgressReporter", "SearchProgress", "format_seconds", "in_notebook"]
+__all__ = [
+    "DISPLAY_EVERY",
+    "PROGRESS_AFTER_SECONDS",
+    "ProgressReporter",
+    "SearchProgress",
+    "display",
+    "display_every",
+    "first_use_notice",
+    "format_seconds",
+    "in_notebook",
+]
 
 #: Iterations over which the rate of decrease of log(relative change) and the time per
 #: iteration are measured for the estimate of the time left.
@@ -355,7 +365,7 @@ class SearchProgress:
     ----------
     verbose : int
         0: nothing; 1: lines once the search has run
-        :data:`PROGRESS_AFTER_SECONDS`; 2: every line.
+        :data:`dmlr.progress.PROGRESS_AFTER_SECONDS`; 2: every line.
     space : list of Axis
         The searched parameters.
     sizes : list of int

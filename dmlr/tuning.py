@@ -346,7 +346,7 @@ def search(
         0: quiet. 1 (what :func:`dmlr.fit` passes by default): a line per
         path value with the stage, the value's place among those planned,
         the folds, the best so far and an estimate of the time left, shown
-        once the search has run :data:`PROGRESS_AFTER_SECONDS` (a short
+        once the search has run :data:`dmlr.progress.PROGRESS_AFTER_SECONDS` (a short
         search prints nothing); one updating line in a notebook.
         2: every line from the start.
 
