@@ -522,7 +522,8 @@ def test_progress_lines_for_a_long_search_only(monkeypatch, capsys):
     from dmlr import progress
 
     X, Y = _synthetic(n=120)
-    search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=1)  # short: nothing
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 1e9)  # every search is "short"
+    search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=1)
     assert capsys.readouterr().out == ""
     monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)  # every search is "long"
     search(RBRL(**SOLVER), X, Y, n_jobs=1, verbose=0)
@@ -540,6 +541,7 @@ def test_fit_shows_progress_of_a_long_fit_and_not_of_a_short_one(monkeypatch, ca
 
     X, Y = _synthetic(n=120)
     monkeypatch.setattr(progress, "first_use_notice", lambda: False)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 1e9)  # every fit is "short"
     dmlr.fit((X, Y), "rbrl", alpha=1.0, **SOLVER)
     assert capsys.readouterr().out == ""
     monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)
