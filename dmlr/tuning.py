@@ -22,12 +22,12 @@ gives each model's parameters and their starting grids):
 * **Stages over rows.** Training sets of :data:`HALVING_MIN_ROWS` rows or more
   are searched by successive halving over rows: the whole path on a seeded
   subsample of :data:`HALVING_FIRST_ROWS` rows, then on :data:`HALVING_FACTOR`
-  times more rows (nested subsamples) up to all of them, on
+  times more rows (nested subsamples) up to :data:`HALVING_LAST_FRACTION` of them, on
   :data:`HALVING_FOLDS` folds; each later stage starts from the previous
   stage's chosen value, as it is (not per row: the weight a summed loss needs
   falls per row as the rows grow, and the staged sets' choices kept their
   total better than their per-row value), and walks the grid from there only
-  while the score improves. The few fits at the full size settle where the
+  while the score improves. The few fits of the last stage settle where the
   optimum moved as the rows grew, at a fraction of a full path on every fold.
 * **Where it runs** (:mod:`dmlr.distributed.placement`). A stage whose rows
   fit comfortably in one worker (or, with no cluster, in this process) runs
@@ -82,22 +82,17 @@ HALVING_MIN_ROWS = 10_000
 HALVING_FIRST_ROWS = 4_096
 #: Rows grow by this factor from one stage to the next (the last stage has all the rows).
 HALVING_FACTOR = 4
+#: Rows of a staged search's last stage, as a fraction of the training rows (at least
+#: :data:`HALVING_FIRST_ROWS`). The value chosen there is carried to the final fit as it is, as
+#: it is carried from stage to stage. A last stage on all the rows cost about two final fits
+#: (its 2-fold walk: three values, the less regularized ones the slowest to fit); on a
+#: quarter, about half of one (``benchmarks/time_to_model.py`` prints both sides).
+HALVING_LAST_FRACTION = 0.25
 #: Folds of a staged search: thousands of validation rows per fold already.
 HALVING_FOLDS = 2
 #: Largest number of values a later stage walks from the previous stage's choice.
 HALVING_MAX_STEPS = 4
 
-#: Without a cluster, in-memory units run on ``n_jobs`` threads of this process until a
-#: round of them (one path value on every fold) takes more CPU seconds than this; then in
-#: ``n_jobs`` processes. CPU seconds, not wall seconds: on a machine busy with other jobs a
-#: small round's wall time grows while its work does not, and processes would then cost
-#: more than they save.
-#: Starting the processes (each imports dmlr and loads its compiled kernels) costs
-#: seconds, and ``n_jobs`` processes save at most ``(1 - 1/n_jobs)`` of each later
-#: round. Rounds grow along a path (less regularized fits take more iterations) and at
-#: least ``patience`` of them follow, so a round this slow leaves enough to pay for the
-#: processes; a small search never starts them.
-POOL_MIN_ROUND_SECONDS = 2.0
 
 #: Default ``tol`` of the cross-validation fits (:func:`search`'s ``tol``): a fit whose
 #: own ``tol`` is tighter stops at this one inside the search, and the refit on the whole
@@ -329,8 +324,10 @@ def search(
     widen_by, max_widen : int
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
-        Without a cluster, threads (then processes, :data:`POOL_MIN_ROUND_SECONDS`)
-        running in-memory units in parallel; None: one per core, 1: one unit at a
+        Without a cluster, threads running in-memory units in parallel (a unit's
+        work is BLAS calls and Numba kernels, which release the GIL; processes
+        took longer on mediamill_discretized's rounds, their copies of the data
+        included); None: one per core, 1: one unit at a
         time in this thread.
     checkpoint : str or Path, optional
         Directory recording finished units (scores as JSON, fitted models as
@@ -372,8 +369,8 @@ def search(
     space = [a for a in search_space(estimator) if (a.default if params is None else a.name in params)]
 
     n = int(X.shape[0])
-    staged = halving is True or (halving == "auto" and n >= HALVING_MIN_ROWS)
-    sizes = stage_rows(n) if staged and all(a.per_row for a in space) else [n]
+    halve = halving is True or (halving == "auto" and n >= HALVING_MIN_ROWS)
+    sizes = stage_rows(n) if halve and all(a.per_row for a in space) else [n]
     base = estimator.get_params()
     cv_params = {"tol": float(tol)} if tol is not None and "tol" in base and base["tol"] < tol else {}
     if step_rule is not None and "step_rule" in base:
@@ -385,14 +382,15 @@ def search(
     )
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=int(cv), n_rows=sizes)
-    order = np.random.default_rng(seed).permutation(n) if len(sizes) > 1 else None
+    staged = sizes != [n]
+    order = np.random.default_rng(seed).permutation(n) if staged else None
     nbytes, full = None, None
     chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
-    report = _Progress(verbose, space, sizes, int(cv), start)
+    report = _Progress(verbose, space, sizes, int(cv), start, n)
     for stage, m in enumerate(sizes):
         rows = None if m == n else np.sort(order[:m])
         X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
-        folds = int(cv) if len(sizes) == 1 else min(int(cv), HALVING_FOLDS)
+        folds = min(int(cv), HALVING_FOLDS) if staged else int(cv)
         splits = kfold_indices(m, folds, seed)
         n_train = min(len(tr) for tr, _ in splits)
         where = get_config()["backend"]
@@ -409,11 +407,22 @@ def search(
                 full = _load(X, Y, _resolve_client(client))
             data = _stage_data(full, rows, _resolve_client(client))
         runner = UnitRunner((*data, splits), client, n_jobs=1)
-        # Processes start at the first round that is slow enough to pay for them (see _run_units).
-        runner.pool_jobs = n_jobs
         result.backend = "chunks" if chunked else runner.backend
         ctx = _Context(
-            estimator, cv_params, X_s, Y_s, splits, scoring, not chunked, runner, store, result, verbose, m, report
+            estimator,
+            cv_params,
+            X_s,
+            Y_s,
+            splits,
+            scoring,
+            not chunked,
+            runner,
+            store,
+            result,
+            verbose,
+            m,
+            report,
+            n_jobs,
         )
         try:
             for axis in space:
@@ -435,12 +444,15 @@ def search(
 
 def stage_rows(n: int) -> list[int]:
     """Rows of each stage of a staged search of ``n`` training rows: :data:`HALVING_FIRST_ROWS`,
-    times :data:`HALVING_FACTOR` at each stage, then ``n`` (a stage within a factor of 2 of
-    ``n`` is merged into the last)."""
+    times :data:`HALVING_FACTOR` at each stage, up to :data:`HALVING_LAST_FRACTION` of ``n``
+    (a stage within a factor of 2 of that is merged into the last)."""
+    last = max(min(int(n), HALVING_FIRST_ROWS), int(round(HALVING_LAST_FRACTION * n)))
     sizes = [min(int(n), HALVING_FIRST_ROWS)]
-    while sizes[-1] < n:
+    while sizes[-1] < last:
         nxt = sizes[-1] * HALVING_FACTOR
-        sizes.append(int(n) if 2 * nxt > n else nxt)
+        sizes.append(last if 2 * nxt > last else nxt)
+    if len(sizes) > 1 and sizes[-1] < 2 * sizes[-2]:
+        del sizes[-2]  # the whole path on the last stage costs about what two stages would
     return sizes
 
 
@@ -503,6 +515,7 @@ class _Context:
     verbose: int
     n_rows: int  # rows of this stage
     report: object  # _Progress
+    n_jobs: int  # threads of in-memory units without a cluster
 
 
 def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
@@ -541,7 +554,7 @@ def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict)
         ctx.result.results.append(
             {
                 "param": axis.name,
-                "value": value,
+                "value": float(value),
                 "n_rows": ctx.n_rows,
                 "params": {**setting, axis.name: value},
                 "mean_score": float(np.mean(scores[value])),
@@ -550,7 +563,7 @@ def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict)
                 "mean_n_iter": float(np.mean(iters[value])),
             }
         )
-    ctx.result.best_params[axis.name] = best
+    ctx.result.best_params[axis.name] = float(best)
 
 
 def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponent: float) -> None:
@@ -561,18 +574,33 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
     greater = ctx.scoring not in LOSS_METRICS
     scores: dict[float, list] = {}
     iters: dict[float, list] = {}
+    models: dict[float, list] = {}  # value -> fold models
 
-    def walk(exponents) -> None:
-        states, from_value = [None] * len(ctx.splits), None
+    def walk(exponents, states, from_value) -> None:
         for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
             states, from_value = _run_path(ctx, axis.name, setting, [value], states, from_value, scores, iters, None)
+            models[value] = states
             if _best(scores, greater) != value and len(scores) > 1:
                 return
 
-    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)])
-    if len(scores) > 1 and _best(scores, greater) == max(scores):
-        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)])
+    # The first value starts cold: from the previous stage's fold models (other rows) the
+    # solver took more iterations than from zero on mediamill_discretized (295 against 186
+    # at the chosen value). Each later value starts from its neighbour's models, walking
+    # either way, where a warm start keeps the problem.
+    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], [None] * len(ctx.splits), None)
+    first = axis.values([exponent], n_train)[0]
+    if len(scores) > 1 and _best(scores, greater) == first:
+        warm = models[first] if _warm_keeps_problem(ctx.estimator) else [None] * len(ctx.splits)
+        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], warm, first)
     _record(ctx, axis, setting, scores, iters)
+
+
+def _warm_keeps_problem(estimator) -> bool:
+    """Whether a model fitted on other rows (or at another value) is a valid warm start of
+    ``estimator`` (see ``RBRL.warm_start_keeps_problem``)."""
+    return bool(getattr(type(estimator), "warm_start_keeps_problem", False)) and "warm_start" in (
+        estimator.get_params()
+    )
 
 
 def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, iters, patience):
@@ -633,14 +661,11 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
             ctx.store.put(keys[todo[j]], out)
 
     if todo:
-        if ctx.in_process:  # tasks on the cluster, processes, or threads here
-            t = time.process_time()  # the round's work, not its wait for cores other jobs hold
-            if ctx.runner.client is None and ctx.runner.n_jobs == 1 and ctx.runner.pool_jobs > 1:
+        if ctx.in_process:  # tasks on the cluster, or threads here
+            if ctx.runner.client is None and ctx.n_jobs > 1:
                 new = _map_threads(ctx, [units[i] for i in todo], done)
             else:
                 new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
-            if ctx.runner.n_jobs < ctx.runner.pool_jobs and time.process_time() - t > POOL_MIN_ROUND_SECONDS:
-                ctx.runner.n_jobs = ctx.runner.pool_jobs
         else:  # each fit distributed over the chunks: one at a time
             new = []
             for j, i in enumerate(todo):
@@ -652,7 +677,7 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
 
 
 def _map_threads(ctx: _Context, units: list, done) -> list:
-    """:func:`_fit_step` of each unit on ``ctx.runner.pool_jobs`` threads of this process.
+    """:func:`_fit_step` of each unit on ``ctx.n_jobs`` threads of this process.
 
     A unit's work is BLAS calls and Numba kernels that release the GIL, so threads
     use the cores without the processes' start or copies of the data. Each
@@ -671,7 +696,7 @@ def _map_threads(ctx: _Context, units: list, done) -> list:
             return _fit_step(ctx.X, ctx.Y, ctx.splits, *unit)
 
     outs = []
-    with single_threaded_blas(), ThreadPoolExecutor(min(ctx.runner.pool_jobs, len(units))) as pool:
+    with single_threaded_blas(), ThreadPoolExecutor(min(ctx.n_jobs, len(units))) as pool:
         for j, out in enumerate(pool.map(run, units)):  # in order, each as soon as it is there
             outs.append(out)
             done(j, out)

@@ -234,16 +234,13 @@ def test_same_choice_in_process_in_parallel_and_on_the_cluster(client2, monkeypa
     X, Y = _synthetic(n=120)
     est = RBRL(**SOLVER)
     here = search(est, X, Y, n_jobs=1, client="local")
-    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)
     threads = search(est, X, Y, n_jobs=2, client="local")  # every round on 2 threads
-    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.0)  # processes from the second round on
-    pool = search(est, X, Y, n_jobs=2, client="local")
     tasks = search(est, X, Y, client=client2)  # units as tasks on the 2 workers
     Xd, Yd = da.from_array(X, chunks=(25, -1)), da.from_array(Y, chunks=(25, -1))
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         chunked = search(est, Xd, Yd)  # each fit distributed over the workers' chunks
-    assert (here.backend, pool.backend, tasks.backend, chunked.backend) == ("local", "local", "dask", "chunks")
-    for other in (threads, pool, tasks):
+    assert (here.backend, threads.backend, tasks.backend, chunked.backend) == ("local", "local", "dask", "chunks")
+    for other in (threads, tasks):
         assert other.best_params == here.best_params
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
     assert chunked.best_params == here.best_params
@@ -274,7 +271,6 @@ def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
         return fit_step(*args)
 
     monkeypatch.setattr(tuning, "_fit_step", spy)
-    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", math.inf)  # no processes
     X, Y = _synthetic(n=80)
     with dmlr.config_context(kernel_memory="recompute"):
         threads = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
@@ -285,25 +281,6 @@ def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
     here = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local")  # n_jobs=1: here, one unit at a time
     assert {ident for ident, _ in seen} == {threading.get_ident()}
     assert [r["fold_scores"] for r in threads.results] == [r["fold_scores"] for r in here.results]
-
-
-def test_rounds_slow_only_by_waiting_start_no_processes(monkeypatch):
-    # A unit that waits (as for cores other jobs hold) takes wall time, not CPU time:
-    # the rounds stay in this process.
-    calls = []
-    fit_step = tuning._fit_step
-
-    def waiting(*args):
-        time.sleep(0.5)
-        calls.append(1)
-        return fit_step(*args)
-
-    X, Y = _synthetic(n=60)
-    search(RBRL(**SOLVER), X, Y, n_jobs=1)  # the kernels compiled or loaded: CPU time of the first fit
-    monkeypatch.setattr(tuning, "_fit_step", waiting)  # a process of the pool would run the original
-    monkeypatch.setattr(tuning, "POOL_MIN_ROUND_SECONDS", 0.4)
-    result = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
-    assert len(calls) == result.n_fits
 
 
 def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
@@ -455,24 +432,25 @@ def test_auto_model_is_the_kernel_model_for_small_dense_sets_else_linear(monkeyp
 
 @pytest.fixture
 def small_stages(monkeypatch):
-    """Stages of 100 and 400 rows (then all of them) on test-sized data."""
+    """Stages from 100 rows up to a quarter of the rows, on test-sized data."""
     monkeypatch.setattr(tuning, "HALVING_FIRST_ROWS", 100)
     monkeypatch.setattr(tuning, "HALVING_MIN_ROWS", 300)
 
 
-def test_stage_rows_grow_to_all_rows():
-    assert tuning.stage_rows(5_000) == [4096, 5_000]
-    assert tuning.stage_rows(30_970) == [4096, 30_970]  # 65,536 would be past twice the rows
-    assert tuning.stage_rows(87_856) == [4096, 16_384, 87_856]
+def test_stage_rows_grow_to_a_quarter_of_the_rows():
     assert tuning.stage_rows(1_000) == [1_000]
+    assert tuning.stage_rows(12_920) == [4096]  # a quarter is fewer than the first stage's rows
+    assert tuning.stage_rows(30_970) == [7742]  # within twice the first stage: one stage
+    assert tuning.stage_rows(87_856) == [4096, 21_964]
+    assert tuning.stage_rows(1_000_000) == [4096, 16_384, 65_536, 250_000]
 
 
-def test_staged_search_ends_on_all_rows_near_the_full_search(small_stages):
-    X, Y = _synthetic(n=1200, d=20, n_labels=5)
+def test_staged_search_walks_from_the_previous_choice(small_stages):
+    X, Y = _synthetic(n=1600, d=20, n_labels=5)
     staged = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local")
-    assert staged.n_rows == [100, 400, 1200]
-    assert [r["n_rows"] for r in staged.results][-1] == 1200
-    last = [r for r in staged.results if r["n_rows"] == 1200]
+    assert staged.n_rows == [100, 400]
+    assert [r["n_rows"] for r in staged.results][-1] == 400
+    last = [r for r in staged.results if r["n_rows"] == 400]
     assert all(len(r["fold_scores"]) == tuning.HALVING_FOLDS for r in last)
     # the choice is the best value of the last stage, on its scale (fold rows x 10**e)
     best = min(last, key=lambda r: r["mean_score"])
@@ -480,11 +458,12 @@ def test_staged_search_ends_on_all_rows_near_the_full_search(small_stages):
     # a later stage walks from the previous choice: few values
     assert len(last) <= 1 + 2 * tuning.HALVING_MAX_STEPS and len(last) < len(GRID)
     # ... starting from the previous stage's choice, carried as it is (to the grid's quarter decade)
-    middle = [r for r in staged.results if r["n_rows"] == 400]
+    middle = [r for r in staged.results if r["n_rows"] == 100]
     carried = min(middle, key=lambda r: (r["mean_score"], -r["value"]))["value"]
     assert min(abs(math.log10(r["value"] / carried)) for r in last) <= 0.125 + 1e-9
     full = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local", halving=False)
-    assert full.n_rows == [1200] and {r["n_rows"] for r in full.results} == {1200}
+    assert full.n_rows == [1600] and {r["n_rows"] for r in full.results} == {1600}
+    assert full.n_splits == 5
     cv = staged.cv_results()
     assert cv["n_rows"] == [r["n_rows"] for r in staged.results]
     assert staged.n_splits == 2 and set(cv) >= {"split0_test_score", "split1_test_score"}
@@ -506,7 +485,7 @@ def test_staged_search_same_choice_on_threads_workers_and_chunks(small_stages, c
     with dmlr.config_context(backend="dask", n_blocks=3, client=client2):
         chunked = search(est, Xd, Yd)  # each fit over the workers' chunks
     assert (two.backend, one.backend, chunked.backend) == ("dask", "dask", "chunks")
-    assert here.n_rows == [100, 600]
+    assert here.n_rows == [150]  # a quarter of the rows, one stage (within twice the first)
     for other in (threads, two, one):
         assert other.best_params == here.best_params
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
