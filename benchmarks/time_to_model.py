@@ -119,7 +119,7 @@ def run_omikuji(store: Path) -> dict | None:
                 labels = ",".join(map(str, np.flatnonzero(Y[i])))
                 row = X[i]
                 feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(row.indices, row.data))
-                f.write(f"{labels} {feats}\n")
+                f.write(f"{labels} {feats}".rstrip() + "\n")  # omikuji refuses a trailing space
         t = time.perf_counter()
         model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
         seconds = time.perf_counter() - t

@@ -69,3 +69,33 @@ def test_docs_build_without_warnings(tmp_path):
     for example in (ROOT / "examples").glob("plot_*.py"):
         figures = list((out / "_images").glob(f"sphx_glr_{example.stem}_*.png"))
         assert figures, f"{example.name} drew no figure"
+
+
+def _parameter_table(page: Path) -> dict:
+    """``{name: default text}`` from a model page's "Parameters" table: rows whose first
+    cell lists backticked names and whose second cell lists as many comma-separated defaults."""
+    import re
+
+    rows = {}
+    for line in page.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        names = re.findall(r"`(\w+)`", cells[0])
+        defaults = [d.strip() for d in cells[1].split(",")]
+        if names and len(names) == len(defaults):
+            rows.update(zip(names, defaults))
+    return rows
+
+
+def test_model_page_defaults_are_the_code_defaults():
+    import ast
+
+    from dmlr.models import RBRL
+
+    table = _parameter_table(ROOT / "docs" / "models" / "rbrl.md")
+    params = RBRL().get_params()
+    assert {"alpha", "step_rule", "tol", "max_iter"} <= set(table)
+    for name, text in table.items():
+        value = ast.literal_eval(text.strip("`"))
+        assert value == params[name], f"docs/models/rbrl.md gives {name}={text}, the code {params[name]!r}"
