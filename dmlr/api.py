@@ -127,7 +127,8 @@ def make_model(model, **params) -> BaseModel:
         cls = MODELS[str(model).lower()]
     except KeyError:
         raise ValueError(f"unknown model {model!r}; known models: {sorted(MODELS)}") from None
-    return cls(**params)
+    # set_params, not the constructor: a misspelt name is a ValueError that lists the valid ones
+    return cls().set_params(**params)
 
 
 def fit(

@@ -95,3 +95,12 @@ def test_demo_keeps_one_store_per_seed(tmp_path, small_presets, client2, capsys)
         "rbrl_mediamill_synthetic_seed1.npz",
         "rbrl_mediamill_synthetic_seed2.npz",
     }
+
+
+def test_misspelt_param_is_one_line_and_exit_2(store, tmp_path, capsys):
+    code = main(
+        ["fit", str(store), "--model", "rbrl", "--param", "alpha_nucelar=0.1", "--out", str(tmp_path / "m.npz")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "alpha_nucelar" in err and "alpha_nuclear" in err and "Traceback" not in err

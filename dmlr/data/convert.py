@@ -127,7 +127,9 @@ def _sniff(path: Path) -> str:
         return "xc"
     if ":" in first:
         return "libsvm"
-    raise DmlrInputError(f"cannot detect the file format; pass fmt= (one of {', '.join(FORMATS)})", path=path)
+    raise DmlrInputError(
+        f"cannot detect the file format; pass fmt= (dmlr convert --fmt), one of {', '.join(FORMATS)}", path=path
+    )
 
 
 def detect_format(path) -> str:

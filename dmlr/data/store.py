@@ -510,7 +510,7 @@ class Dataset:
             known = ", ".join(sorted(self.splits)) or "none"
             raise KeyError(
                 f"{self.path}: unknown split {split!r} (known splits: {known}; "
-                f"use split='all' or split=None for every row)"
+                f"use split='all' or split=None, --split all on the command line, for every row)"
             )
         return self.splits[split]
 
