@@ -437,6 +437,11 @@ def search(
                 report.end(stage, axis, best, _mean_at(result, axis.name, best, m))
         finally:
             runner.close()
+    if staged:  # between the grid's values, where the last stage's scores say the optimum is
+        last = [r for r in result.results if r["n_rows"] == sizes[-1]]
+        for axis in space:
+            curve = {r["value"]: r["mean_score"] for r in last if r["param"] == axis.name}
+            result.best_params[axis.name] = _vertex(curve, result.best_params[axis.name], axis.step, scoring)
     result.n_splits = max(len(r["fold_scores"]) for r in result.results) if result.results else int(cv)
     result.seconds = time.perf_counter() - start
     return result
@@ -454,6 +459,28 @@ def stage_rows(n: int) -> list[int]:
     if len(sizes) > 1 and sizes[-1] < 2 * sizes[-2]:
         del sizes[-2]  # the whole path on the last stage costs about what two stages would
     return sizes
+
+
+def _vertex(curve: dict, best: float, step: float, scoring: str) -> float:
+    """The optimum of the parabola through ``best`` and its two neighbours on the grid (in
+    log10 of the value), within half a step of ``best``; ``best`` when a neighbour is missing
+    or the parabola does not turn towards the optimum there.
+
+    A staged search's choice is carried to the final fit as a number, not a grid index, so
+    the last stage's grid need not bound its resolution: where the validation curve is
+    sharp, a quarter decade off its optimum cost percents of ranking loss on the Bookmarks
+    shape.
+    """
+    sign = -1.0 if scoring in LOSS_METRICS else 1.0  # maximize sign * score
+    near = {round(math.log10(v / best) / step): sign * s for v, s in curve.items()}
+    if not {-1, 0, 1} <= set(near) or any(math.isnan(near[k]) for k in (-1, 0, 1)):
+        return best
+    down, mid, up = near[-1], near[0], near[1]
+    bend = down - 2.0 * mid + up
+    if bend >= 0:  # not a maximum of sign * score
+        return best
+    shift = 0.5 * step * (down - up) / bend
+    return float(best * 10.0 ** max(-step / 2, min(step / 2, shift)))
 
 
 def _exponent(axis: Axis, value: float, n_train: int) -> float:

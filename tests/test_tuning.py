@@ -452,9 +452,10 @@ def test_staged_search_walks_from_the_previous_choice(small_stages):
     assert [r["n_rows"] for r in staged.results][-1] == 400
     last = [r for r in staged.results if r["n_rows"] == 400]
     assert all(len(r["fold_scores"]) == tuning.HALVING_FOLDS for r in last)
-    # the choice is the best value of the last stage, on its scale (fold rows x 10**e)
+    # the choice is the best value of the last stage (fold rows x 10**e), moved to the
+    # vertex of the parabola through it and its neighbours: within a quarter decade
     best = min(last, key=lambda r: r["mean_score"])
-    assert staged.best_params == {"alpha": best["value"]}
+    assert abs(math.log10(staged.best_params["alpha"] / best["value"])) <= 0.25 + 1e-12
     # a later stage walks from the previous choice: few values
     assert len(last) <= 1 + 2 * tuning.HALVING_MAX_STEPS and len(last) < len(GRID)
     # ... starting from the previous stage's choice, carried as it is (to the grid's quarter decade)
@@ -562,3 +563,19 @@ def test_guard_detection(tmp_path):
     assert _is_main_guard(ast.parse('__name__ == "__main__"', mode="eval").body)
     assert _is_main_guard(ast.parse('"__main__" == __name__', mode="eval").body)
     assert not _is_main_guard(ast.parse('__name__ != "__main__"', mode="eval").body)
+
+
+def test_vertex_recovers_the_optimum_between_grid_values():
+    from dmlr.tuning import _vertex
+
+    # a ranking loss that is a parabola in log10(alpha), lowest at alpha = 10**0.1
+    curve = {10.0**e: (e - 0.1) ** 2 + 0.05 for e in (-0.5, 0.0, 0.5)}
+    assert _vertex(curve, 1.0, 0.5, "ranking_loss") == pytest.approx(10**0.1)
+    # a score to maximize, highest at 10**-0.2
+    curve = {10.0**e: 1.0 - (e + 0.2) ** 2 for e in (-0.5, 0.0, 0.5)}
+    assert _vertex(curve, 1.0, 0.5, "average_precision") == pytest.approx(10**-0.2)
+    # never past half a step; a missing neighbour or no turn keeps the grid value
+    curve = {10.0**e: (e - 3.0) ** 2 for e in (-0.5, 0.0, 0.5)}
+    assert _vertex(curve, 1.0, 0.5, "ranking_loss") == pytest.approx(10**0.25)
+    assert _vertex({1.0: 0.1, 10**0.5: 0.2}, 1.0, 0.5, "ranking_loss") == 1.0
+    assert _vertex({10**-0.5: 0.1, 1.0: 0.2, 10**0.5: 0.1}, 1.0, 0.5, "ranking_loss") == 1.0
