@@ -23,7 +23,10 @@ precision. ``ratio`` is dmlr's total over its final fit alone; the goal is at mo
 (and prints the speedup of the default fit from the first to the last count)
 instead of in this process. Run::
 
-    DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
+    DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2] [--docs]
+
+``--docs`` also writes the table to ``docs/benchmarks/time_to_model.txt``
+(``time_to_model_workers.txt`` with ``--workers``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from docs_output import tee
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
@@ -152,7 +156,13 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
     args = p.parse_args(argv)
+    with tee("time_to_model_workers" if args.workers else "time_to_model", args.docs):
+        return _run(args)
+
+
+def _run(args) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_model-"))
     head = f"{'set':22} {'who':12} {'seconds':>8} " + " ".join(f"{m[:7]:>7}" for m in METRICS)
     print(head, flush=True)

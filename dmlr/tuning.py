@@ -48,6 +48,7 @@ does not depend on the number of workers or the order units finish in.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import math
@@ -406,6 +407,7 @@ def search(
             if full is None:
                 full = _load(X, Y, _resolve_client(client))
             data = _stage_data(full, rows, _resolve_client(client))
+            X_s, Y_s = data  # the units read these rows (in memory, or futures), never the dask arrays
         runner = UnitRunner((*data, splits), client, n_jobs=1)
         result.backend = "chunks" if chunked else runner.backend
         ctx = _Context(
@@ -606,7 +608,7 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
     def walk(exponents, states, from_value) -> None:
         for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
             states, from_value = _run_path(ctx, axis.name, setting, [value], states, from_value, scores, iters, None)
-            models[value] = states
+            models[value] = [copy.deepcopy(m) for m in states]  # the walk goes on from these objects
             if _best(scores, greater) != value and len(scores) > 1:
                 return
 
