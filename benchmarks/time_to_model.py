@@ -108,6 +108,7 @@ def run_sklearn(store: Path, scaling: str) -> dict:
 
 
 def run_omikuji(store: Path) -> dict | None:
+    os.environ.setdefault("RUST_LOG", "warn")  # omikuji's log lines otherwise go to stdout
     try:
         import omikuji
     except ImportError:
