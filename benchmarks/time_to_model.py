@@ -32,7 +32,9 @@ instead of in this process. Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -108,7 +110,6 @@ def run_sklearn(store: Path, scaling: str) -> dict:
 
 
 def run_omikuji(store: Path) -> dict | None:
-    os.environ.setdefault("RUST_LOG", "warn")  # omikuji's log lines otherwise go to stdout
     try:
         import omikuji
     except ImportError:
@@ -126,7 +127,8 @@ def run_omikuji(store: Path) -> dict | None:
                 feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(row.indices, row.data))
                 f.write(f"{labels} {feats}".rstrip() + "\n")  # omikuji refuses a trailing space
         t = time.perf_counter()
-        model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
+        with _quiet_stdout():  # omikuji's Rust logger writes its progress to file descriptor 1
+            model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
         seconds = time.perf_counter() - t
     S = np.full(Y_te.shape, -np.inf)
     for i in range(X_te.shape[0]):
@@ -135,6 +137,20 @@ def run_omikuji(store: Path) -> dict | None:
             S[i, label] = score
     S[np.isneginf(S)] = -1e9
     return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0.5).astype(np.int8), metrics=list(METRICS)))
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """File descriptor 1 to /dev/null for the block (what a native library prints there)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def line(name: str, who: str, r: dict | None) -> str:
