@@ -30,6 +30,7 @@ def cmd_convert(args) -> int:
         n_labels=args.n_labels,
         overwrite=args.overwrite,
         keep_identifiers=args.keep_identifiers,
+        **({"drop_truncated_last_line": True} if args.drop_truncated_last_line else {}),
     )
     return cmd_info(argparse.Namespace(data=str(dst), json=False))
 
@@ -213,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-identifiers",
         action="store_true",
         help="ARFF: keep (one-hot) nominal attributes with a different value in every row",
+    )
+    c.add_argument(
+        "--drop-truncated-last-line",
+        action="store_true",
+        help="text formats: drop a last line that has no line end and does not parse (a cut file), with a warning",
     )
     c.set_defaults(func=cmd_convert)
 

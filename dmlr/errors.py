@@ -24,6 +24,7 @@ class DmlrInputError(ValueError):
     """
 
     def __init__(self, message: str, *, path=None, line=None, row=None):
+        self.message = message
         self.path = None if path is None else str(path)
         self.line = line
         self.row = row

@@ -308,6 +308,15 @@ def test_truncated_last_line_raises_unless_dropped(tmp_path):
     with pytest.raises(DmlrInputError, match="truncated") as excinfo:
         convert(path, tmp_path / "o")
     assert_error(excinfo, path, line=12)
+    # the error says how to drop the line, in Python and on the command line
+    assert "drop_truncated_last_line=True" in str(excinfo.value)
+    assert "--drop-truncated-last-line" in str(excinfo.value)
+    from dmlr.cli import main
+
+    assert main(["convert", str(path), str(tmp_path / "cli.zarr")]) == 2
+    with pytest.warns(UserWarning, match="dropped truncated last line"):
+        assert main(["convert", str(path), str(tmp_path / "cli.zarr"), "--drop-truncated-last-line"]) == 0
+    assert load(tmp_path / "cli.zarr")[0].shape == (1, 5)
     with pytest.warns(UserWarning, match="dropped truncated last line"):
         out = convert(path, tmp_path / "o", drop_truncated_last_line=True)
     X, _, meta, _ = load(out)

@@ -142,10 +142,27 @@ def parse_in_blocks(records, parse, *, path, block_rows=BLOCK_ROWS, drop_truncat
         What ``parse`` returns, block by block.
     """
     texts, nos = [], []
+    cut = []  # the number of a last line with no line end
+
+    def parse_block(texts, nos):
+        try:
+            return parse(texts, nos)
+        except DmlrInputError as err:
+            if cut and err.line == cut[0]:
+                raise DmlrInputError(
+                    f"{err.message} (the file's last line has no line end: a cut file? "
+                    f"drop_truncated_last_line=True, or dmlr convert --drop-truncated-last-line, drops it)",
+                    path=err.path,
+                    line=err.line,
+                ) from err
+            raise
+
     for no, text, terminated in records:
+        if not terminated:
+            cut.append(no)
         if not terminated and drop_truncated_last_line:
             if texts:
-                yield parse(texts, nos)
+                yield parse_block(texts, nos)
             try:
                 last = parse([text], [no])
             except DmlrInputError as err:
@@ -158,10 +175,10 @@ def parse_in_blocks(records, parse, *, path, block_rows=BLOCK_ROWS, drop_truncat
         texts.append(text)
         nos.append(no)
         if len(texts) >= block_rows:
-            yield parse(texts, nos)
+            yield parse_block(texts, nos)
             texts, nos = [], []
     if texts:
-        yield parse(texts, nos)
+        yield parse_block(texts, nos)
 
 
 def str_array(tokens) -> np.ndarray:
