@@ -211,3 +211,18 @@ def test_synthetic_store_generates_the_seed0_preset_once(tmp_path, small_presets
     assert small_presets == [("bookmarks", 0)]  # the second call reuses the store
     np.testing.assert_array_equal(dmlr.open_dataset(again).Y.compute(), Y)
     assert dmlr.open_dataset(first).is_sparse
+
+
+def test_a_data_file_given_for_a_store_or_a_model_says_what_to_do(tmp_path):
+    import dmlr
+
+    csv = tmp_path / "data.csv"
+    csv.write_text("a,b,label\n1,2,0\n")
+    with pytest.raises(NotADmlrStoreError, match="convert it first") as excinfo:
+        dmlr.fit(csv)
+    assert "dmlr convert" in str(excinfo.value)
+    pickled = tmp_path / "model.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(DmlrInputError, match="not a dmlr model file") as excinfo:
+        dmlr.load(pickled)
+    assert "allow_pickle" not in str(excinfo.value) and "never loads" in str(excinfo.value)

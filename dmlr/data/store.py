@@ -546,7 +546,11 @@ def read_attrs(path) -> dict:
     try:
         g = zarr.open_group(str(p), mode="r")
     except Exception as e:  # zarr raises several types for a non-group path
-        raise NotADmlrStoreError(f"not a Zarr group ({type(e).__name__}: {e})", path=p) from None
+        hint = ""
+        if p.is_file():  # a data file: the converters make a store of it
+            hint = f"; convert it first: dmlr.convert({str(p)!r}, 'data.zarr') or dmlr convert {p} data.zarr"
+        why = f"({type(e).__name__}: {e})"
+        raise NotADmlrStoreError(f"not a dmlr data set (a Zarr store){hint} {why}", path=p) from None
     meta = dict(g.attrs).get("dmlr")
     if not isinstance(meta, dict) or meta.get("kind") != "dataset":
         raise NotADmlrStoreError("Zarr group is not a dmlr data set (no 'dmlr' attributes of kind 'dataset')", path=p)

@@ -312,7 +312,11 @@ def load_model(path):
     except (ValueError, OSError, EOFError) as e:
         if isinstance(e, FileNotFoundError):
             raise
-        raise DmlrInputError(f"not a readable dmlr model file ({e})", path=path) from None
+        # numpy's own message advises allow_pickle: never for a model file (they hold no pickle)
+        why = "it holds pickled objects, which dmlr never loads" if "pickle" in str(e) else str(e)
+        raise DmlrInputError(
+            f"not a dmlr model file (written by model.save: a .npz of arrays and JSON): {why}", path=path
+        ) from None
     if _META_KEY not in contents or contents[_META_KEY].dtype != np.uint8:
         raise DmlrInputError("not a dmlr model file (no metadata entry)", path=path)
     try:
