@@ -55,7 +55,7 @@ def cmd_info(args) -> int:
         print(json.dumps(info, indent=2))
     else:
         for k, v in info.items():
-            print(f"{k:12s} {v}")
+            print(f"{k:12s} {v:.4g}" if isinstance(v, float) else f"{k:12s} {v}")  # JSON keeps every digit
     return 0
 
 

@@ -104,3 +104,15 @@ def test_misspelt_param_is_one_line_and_exit_2(store, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "alpha_nucelar" in err and "alpha_nuclear" in err and "Traceback" not in err
+
+
+def test_info_rounds_for_reading_and_a_searched_model_repr_has_plain_floats(store, capsys):
+    import dmlr
+
+    assert main(["info", str(store)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cardinality"))
+    value = line.split()[1]
+    assert len(value.replace(".", "")) <= 4, line
+    X, Y = dmlr.open_dataset(store).arrays("train")
+    model = dmlr.fit((X.compute(), Y.compute()), "rbrl", max_iter=30, verbose=0)
+    assert "np.float64" not in repr(model) and type(model.best_params_["alpha"]) is float
