@@ -301,3 +301,18 @@ def test_a_warm_start_at_a_rank_deficient_point_starts_with_apg(monkeypatch):
     path.set_params(alpha_nuclear=0.5).fit(X, Y)
     again = path.set_params(alpha_nuclear=0.4).fit(X, Y)
     assert again.converged_ and np.isnan(again.lipschitz_)
+
+
+def test_progress_clock_runs_on_through_the_handover_to_apg(capsys):
+    # alpha_nuclear 30: a rank-deficient optimum, where L-BFGS hands the fit to APG
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(90, 7))
+    Y = (X @ rng.normal(size=(7, 5)) + rng.normal(size=(90, 5)) > 0.5).astype(np.int8)
+    model = RBRL(
+        alpha=2.0, alpha_rank=0.3, alpha_nuclear=30.0, scaling=None, step_rule="lbfgs", tol=1e-12, verbose=1
+    ).fit(X, Y)
+    lines = [x for x in capsys.readouterr().out.splitlines() if "elapsed" in x]
+    seconds = [float(x.split("elapsed")[1].split()[0]) for x in lines]
+    assert len(seconds) >= model.n_iter_  # every iteration shown (verbose=1)
+    assert all(b >= a for a, b in zip(seconds, seconds[1:])), seconds
+    assert np.all(np.diff(model.objective_seconds_) >= 0)

@@ -282,6 +282,7 @@ class _RBRLBase(BaseModel):
                 return res
         every, save = checkpoint if checkpoint is not None else (None, None)
         L_paper = paper_L()
+        offset = res.seconds[-1] if res.seconds else 0.0  # APG's clock starts at 0: continue L-BFGS's
         rest = apg(
             oracle,
             prox,
@@ -289,7 +290,9 @@ class _RBRLBase(BaseModel):
             lipschitz=L_paper / 1024.0,
             max_iter=max_iter - res.n_iter,
             tol=tol,
-            callback=None if callback is None else (lambda t, obj, seconds: callback(res.n_iter + t, obj, seconds)),
+            callback=None
+            if callback is None
+            else (lambda t, obj, seconds: callback(res.n_iter + t, obj, offset + seconds)),
             backtracking=True,
             restart=True,
             gradient_tol=gradient_tol,
@@ -298,7 +301,6 @@ class _RBRLBase(BaseModel):
             adaptive=True,
             tol_lipschitz=L_paper,
         )
-        offset = res.seconds[-1] if res.seconds else 0.0
         return APGResult(
             x=rest.x,
             objective_history=res.objective_history + rest.objective_history,
