@@ -200,16 +200,21 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlr", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="dmlr",
+        description="Distributed multi-label ranking on Dask: convert data to a Zarr store, fit, evaluate, report.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("convert", help="convert ARFF/MEKA/.mat/.npz/libsvm/XC files to a dmlr Zarr store")
     c.add_argument("src", nargs="+", help="input file(s); several files (e.g. train and test) become splits")
     c.add_argument("dst", help="output Zarr store")
-    c.add_argument("--fmt", choices=["arff", "meka", "mat", "npz", "libsvm", "xc"])
+    c.add_argument(
+        "--fmt", choices=["arff", "meka", "mat", "npz", "libsvm", "xc"], help="input format (default: from the name)"
+    )
     c.add_argument("--xml", help="MULAN XML label file")
-    c.add_argument("--n-labels", type=int)
-    c.add_argument("--overwrite", action="store_true")
+    c.add_argument("--n-labels", type=int, help="ARFF/libsvm without XML: the number of label columns")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
     c.add_argument(
         "--keep-identifiers",
         action="store_true",
@@ -223,22 +228,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_convert)
 
     i = sub.add_parser("info", help="describe a dmlr Zarr store")
-    i.add_argument("data")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("data", help="dmlr Zarr store")
+    i.add_argument("--json", action="store_true", help="print JSON (every digit) instead of a table")
     i.set_defaults(func=cmd_info)
 
     f = sub.add_parser(
         "fit",
-        help="fit a model on a dmlr Zarr store and save it (regularization not given: chosen by 5-fold CV)",
+        help="fit a model on a dmlr Zarr store and save it (regularization not given: chosen by cross-validation)",
     )
-    f.add_argument("data")
+    f.add_argument("data", help="dmlr Zarr store")
     f.add_argument(
         "--model",
         default="auto",
         help="auto (default: the RBF kernel model for small dense sets, else linear RBRL), or a model name",
     )
     f.add_argument("--out", required=True, help="model file to write (.npz)")
-    f.add_argument("--split", default="train")
+    f.add_argument("--split", default="train", help="split to train on (default: train; 'all': every row)")
     f.add_argument("--alpha", type=float, help="Frobenius (ridge) weight")
     f.add_argument("--alpha-rank", dest="alpha_rank", type=float, help="RBRL: pairwise ranking weight")
     f.add_argument("--alpha-nuclear", dest="alpha_nuclear", type=float, help="RBRL: nuclear-norm weight")
@@ -248,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the model's default regularization instead of choosing it by cross-validation",
     )
-    f.add_argument("--max-iter", dest="max_iter", type=int)
-    f.add_argument("--tol", type=float)
+    f.add_argument("--max-iter", dest="max_iter", type=int, help="solver iterations at most (model's default)")
+    f.add_argument("--tol", type=float, help="solver stopping tolerance (model's default)")
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
     f.add_argument(
@@ -296,10 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_fit)
 
     e = sub.add_parser("evaluate", help="evaluate a saved model on a dmlr Zarr store")
-    e.add_argument("model")
-    e.add_argument("data")
-    e.add_argument("--split", default="test")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("model", help="model file (.npz)")
+    e.add_argument("data", help="dmlr Zarr store")
+    e.add_argument("--split", default="test", help="split to evaluate on (default: test; 'all': every row)")
+    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser(
@@ -314,13 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
 
     d = sub.add_parser("demo", help="synthetic Mediamill-shaped set -> local cluster -> RBRL -> metrics")
-    d.add_argument("--dir", default="dmlr-demo")
-    d.add_argument("--max-iter", dest="max_iter", type=int, default=2000)
+    d.add_argument("--dir", default="dmlr-demo", help="folder of the store and the model (default: dmlr-demo)")
+    d.add_argument("--max-iter", dest="max_iter", type=int, default=2000, help="solver iterations at most")
     d.add_argument(
         "--seed", type=int, default=0, help="seed of the synthetic set (each seed gets its own store in --dir)"
     )
-    d.add_argument("--scheduler")
-    d.add_argument("--verbose", type=int, default=50)
+    d.add_argument("--scheduler", help="Dask scheduler address (default: DASK_SCHEDULER_ADDRESS or local)")
+    d.add_argument("--verbose", type=int, default=50, help="show progress every N iterations (default: 50; 0: none)")
     d.set_defaults(func=cmd_demo)
     return p
 

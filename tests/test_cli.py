@@ -116,3 +116,18 @@ def test_info_rounds_for_reading_and_a_searched_model_repr_has_plain_floats(stor
     X, Y = dmlr.open_dataset(store).arrays("train")
     model = dmlr.fit((X.compute(), Y.compute()), "rbrl", max_iter=30, verbose=0)
     assert "np.float64" not in repr(model) and type(model.best_params_["alpha"]) is float
+
+
+def test_every_option_has_help_and_no_rest_markup():
+    import argparse
+
+    from dmlr.cli import build_parser
+
+    parser = build_parser()
+    assert "``" not in parser.format_help()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        assert "``" not in sub.format_help(), name
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"dmlr {name} {action.option_strings or action.dest} has no help"
