@@ -240,6 +240,9 @@ def fit(
     if search is None:
         search = not isinstance(model, BaseEstimator)
     searched = [a.name for a in tuning.search_space(est) if a.default and a.name not in params] if search else []
+    if verbose > 1:  # what is about to run, before it runs
+        plan = f", choosing {', '.join(searched)} by cross-validation" if searched else ""
+        print(f"dmlr: fitting {est!r} on {int(X.shape[0])} training rows{plan}", flush=True)
     with config_context(**({"client": client} if client is not None else {})):
         result = None
         if searched:

@@ -131,3 +131,14 @@ def test_every_option_has_help_and_no_rest_markup():
         for action in sub._actions:
             if not isinstance(action, argparse._HelpAction):
                 assert action.help, f"dmlr {name} {action.option_strings or action.dest} has no help"
+
+
+def test_fit_says_what_it_fits_first_and_evaluate_says_on_which_rows(store, tmp_path, capsys):
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(store), "--out", str(model), "--max-iter", "30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dmlr: fitting ") and "choosing alpha by cross-validation" in lines[0]
+    assert "training rows" in lines[0]
+    assert main(["evaluate", str(model), str(store)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "split 'test'" in first and "rows" in first
