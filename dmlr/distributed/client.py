@@ -35,16 +35,12 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 #: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, and setting any malloc tunable turns off
 #: glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (a tile's
 #: scores, a CSR row slice, the output of ``X.T @ C``) would be a fresh ``mmap`` whose pages
-#: fault on first touch, which makes the sparse fused pass markedly slower on a worker than in
-#: one process (``benchmarks/rbrl_speed.py``, section 2, prints the pass on the workers and alone).
-#: The steady-state passes keep their tile buffers, so what remains above 1 MiB is
-#: model-sized: the d x l matrices a call receives and the gradient it returns (and, where
-#: d x l is that large, the per-tile ``X.T @ C``). Those are best mapped: freed, they go back
-#: to the OS at once, whereas in the heap they leave holes that Dask's trimming cannot return
-#: (it trims the top only), which raises the workers' peak memory (section 2's memory column).
-#: On a cluster that dmlr does not start, set the same variable in the workers' environment
-#: (``deploy/Dockerfile``).
-WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
+#: fault on first touch, which makes the kernels markedly slower on a worker than in one
+#: process (a search unit, a chunked fit's passes). The threshold is set back to 32 MiB, the
+#: ceiling glibc's dynamic threshold itself rises to on 64-bit systems, at the same peak
+#: worker memory as a 1 MiB threshold (``benchmarks/worker_malloc.py``). On a cluster that
+#: dmlr does not start, set the same variable in the workers' environment (``deploy/Dockerfile``).
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**25)}
 
 
 def local_cluster(n_workers: int | None = None, threads_per_worker: int | None = None, **kwargs):

@@ -1,0 +1,136 @@
+"""glibc's mmap threshold on dmlr's workers: a search unit and a chunked fit at each setting.
+
+Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` in its workers' environment, which turns off
+glibc's dynamic mmap threshold; dmlr's local clusters set ``MALLOC_MMAP_THRESHOLD_``
+(:data:`dmlr.distributed.client.WORKER_ENVIRON`). For each threshold, on local clusters of
+single-thread workers started with it:
+
+* unit: one cross-validation unit of the Bookmarks shape's search (a fold of 15,351 training
+  rows, ``dmlr.tuning._fit_step``) on a 1-worker cluster, and in this process for reference;
+* fit: the linear RBRL on all training rows over the chunks of 2 workers
+  (mediamill_discretized and the Bookmarks shape): ms per iteration, and each worker's peak
+  resident memory (VmHWM) against its resident memory before the fit.
+
+Each threshold runs in a process of its own (see :func:`one_row`).
+
+Run::
+
+    DMLR_DATA_DIR=../shared/datasets python benchmarks/worker_malloc.py [--workdir DIR] [--docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from distributed import Client
+from docs_output import tee
+from sklearn.base import clone
+
+import dmlr
+import dmlr.distributed.client as dclient
+from dmlr import tuning
+from dmlr.api import auto_model
+from dmlr.datasets import staged_store, synthetic_store
+from dmlr.model_selection import _materialize, kfold_indices
+
+THRESHOLDS = (2**20, 2**22, 2**25)
+
+
+def _status(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) // 1024
+    return -1
+
+
+def _rss():
+    return _status("VmRSS")
+
+
+def _hwm():
+    return _status("VmHWM")
+
+
+def unit_args(store: Path):
+    """A search unit of the Bookmarks shape: (X, Y, splits) of 15,351 rows and the unit's tail."""
+    X, Y = _materialize(*dmlr.open_dataset(store).arrays("train"))
+    rows = np.sort(np.random.default_rng(0).permutation(X.shape[0])[:15351])
+    est = auto_model(X).set_params(warm_start=True, tol=tuning.SEARCH_TOL, verbose=0)
+    return (X[rows], Y[rows], kfold_indices(len(rows), 2, 0)), (est, 0, "alpha", 2.45, "ranking_loss", True)
+
+
+def time_unit(client, data, tail) -> float:
+    est, *rest = tail
+    if client is None:
+        t = time.perf_counter()
+        tuning._fit_step(*data, clone(est), *rest)
+        return time.perf_counter() - t
+    shared = client.scatter(list(data), broadcast=True)
+    client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result()  # loads the kernels
+    t = time.perf_counter()
+    client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result()
+    return time.perf_counter() - t
+
+
+def time_fit(client, store: Path, alpha: float):
+    X, Y = dmlr.open_dataset(store).arrays("train")
+    est = auto_model(X).set_params(alpha=alpha)
+    before = client.run(_rss)
+    t = time.perf_counter()
+    with dmlr.config_context(backend="dask", client=client):
+        est.fit(X, Y)
+    seconds = time.perf_counter() - t
+    peak = client.run(_hwm)
+    growth = max(peak[w] - before[w] for w in peak)
+    return 1000 * seconds / est.n_iter_, growth
+
+
+def one_row(threshold: int, workdir: Path) -> str:
+    """The table's row of one threshold. Run in a process of its own: the nannies of a second
+    local cluster in a process start their workers with the first one's malloc environment."""
+    bookmarks = synthetic_store("bookmarks", workdir, seed=0)
+    mediamill = staged_store("mediamill_discretized", workdir)
+    data, tail = unit_args(bookmarks)
+    dclient.WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"] = str(threshold)
+    with dclient.local_cluster(1, 1) as cluster, Client(cluster) as client:
+        unit = time_unit(client, data, tail)
+    with dclient.local_cluster(2, 1) as cluster, Client(cluster) as client:
+        mm = time_fit(client, mediamill, 2.67)
+        bm = time_fit(client, bookmarks, 2.45)
+    return f"{threshold:>22} {unit:>7.2f} {mm[0]:>16.0f} {mm[1]:>9d} {bm[0]:>16.0f} {bm[1]:>9d}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--docs", action="store_true", help="also write docs/benchmarks/worker_malloc.txt")
+    p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="worker_malloc-"))
+    if args.one is not None:
+        print(one_row(args.one, workdir), flush=True)
+        return 0
+    bookmarks = synthetic_store("bookmarks", workdir, seed=0)
+    staged_store("mediamill_discretized", workdir)
+    data, tail = unit_args(bookmarks)
+    with tee("worker_malloc", args.docs):
+        print(f"unit in this process: {time_unit(None, data, tail):.2f} s")
+        print(
+            f"{'MALLOC_MMAP_THRESHOLD_':>22} {'unit s':>7} {'mediamill ms/it':>16} {'peak MiB':>9} "
+            f"{'bookmarks ms/it':>16} {'peak MiB':>9}"
+        )
+        for threshold in THRESHOLDS:
+            cmd = [sys.executable, __file__, "--one", str(threshold), "--workdir", str(workdir)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            print(out.stdout.rstrip().splitlines()[-1], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
