@@ -225,6 +225,8 @@ def test_searched_model_saves_and_reloads(tmp_path):
     model = dmlr.fit((X, Y), "rbrl", **SOLVER)
     loaded = dmlr.load(model.save(tmp_path / "m.npz"))
     assert loaded.alpha == model.alpha
+    assert loaded.best_params_ == model.best_params_  # what the search chose travels with the model
+    assert not hasattr(dmlr.load(RBRL(**SOLVER).fit(X, Y).save(tmp_path / "plain.npz")), "best_params_")
     np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
 
 

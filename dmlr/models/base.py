@@ -14,7 +14,8 @@ executes code. Entry ``__dmlr__`` holds UTF-8 JSON::
 
     {"format": "dmlr-model", "format_version": 2, "model": "RBRL",
      "params": {...constructor parameters, JSON scalars...},
-     "attributes": {...fitted scalars and lists, classes_ among them...},
+     "attributes": {...fitted scalars and lists, classes_ among them, and
+                    best_params_ where dmlr.fit searched...},
      "arrays": [names of the fitted array attributes]}
 
 Every other entry is one fitted numeric array. Saving writes a temporary file
@@ -48,6 +49,8 @@ _META_KEY = "__dmlr__"
 TARGET_ATTRIBUTES = ("classes_", "target_type_", "label_dtype_")
 #: ... and the feature scaling applied (:mod:`dmlr.preprocessing`).
 COMMON_ATTRIBUTES = TARGET_ATTRIBUTES + ("scaling_",)
+#: Attributes a model file may hold: the values :func:`dmlr.fit`'s search chose.
+OPTIONAL_ATTRIBUTES = ("best_params_",)
 #: Fitted arrays of the feature scaling, saved when ``scaling`` is not None.
 SCALING_ARRAYS = ("feature_offset_", "feature_scale_")
 #: ``_parameter_constraints`` entry of ``scaling``.
@@ -222,6 +225,8 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
             label_dtype_=self.label_dtype_,
             scaling_=self.scaling_,
         )
+        if getattr(self, "best_params_", None):  # what dmlr.fit's search chose, kept with the model
+            attributes["best_params_"] = dict(self.best_params_)
         meta = {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
@@ -356,8 +361,12 @@ def load_model(path):
             f"model arrays {sorted(contents)} do not match {cls.__name__}'s {sorted(expected)}", path=path
         )
     for key, value in attrs.items():
-        if key not in cls._fitted_attributes + COMMON_ATTRIBUTES:
+        if key not in cls._fitted_attributes + COMMON_ATTRIBUTES + OPTIONAL_ATTRIBUTES:
             raise DmlrInputError(f"unknown fitted attribute {key!r}", path=path)
+        if key == "best_params_" and not (
+            isinstance(value, dict) and all(k in params and isinstance(v, (int, float)) for k, v in value.items())
+        ):
+            raise DmlrInputError("best_params_ must map the model's parameters to numbers", path=path)
         setattr(model, key, value)
     for name, arr in contents.items():
         if arr.dtype.kind not in "fiub":
