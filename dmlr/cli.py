@@ -138,8 +138,9 @@ def cmd_evaluate(args) -> int:
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
-        rows = dmlr.open_dataset(args.data).split_rows(args.split)
-        n = dmlr.open_dataset(args.data).n_samples if rows is None else len(rows)
+        ds = dmlr.open_dataset(args.data)
+        rows = ds.split_rows(args.split)
+        n = ds.n_samples if rows is None else len(rows)
         where = "every row" if rows is None else f"split {args.split!r}"
         print(f"{type(model).__name__} from {args.model} on {args.data}, {where} ({n} rows):")
         _print_metrics(metrics)

@@ -666,13 +666,10 @@ def _resolve_client(client):
         if client != "local":
             raise ValueError(f"client must be a distributed.Client, 'local' or None, got {client!r}")
         return None
-    if client is None:
-        try:
-            from distributed import default_client
+    if client is None:  # the current client; never start a cluster here
+        from dmlr.distributed.placement import current_client
 
-            return default_client()
-        except (ImportError, ValueError):  # no current client: never start a cluster here
-            return None
+        return current_client()
     return client
 
 

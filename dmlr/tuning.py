@@ -202,7 +202,7 @@ class SearchResult:
         ``mean_score``, ``std_score``, ``fold_scores``, ``mean_n_iter``.
     scoring : str
     n_splits : int
-        Folds of the first stage (the most of any stage).
+        Folds of every stage.
     n_fits : int
         Cross-validation fits run (abandoned path ends not counted).
     n_abandoned : int
@@ -246,10 +246,8 @@ class SearchResult:
             "mean_n_iter": [r["mean_n_iter"] for r in self.results],
             "n_rows": [r["n_rows"] for r in self.results],
         }
-        for k in range(self.n_splits):  # nan where a stage had fewer folds
-            out[f"split{k}_test_score"] = [
-                r["fold_scores"][k] if k < len(r["fold_scores"]) else math.nan for r in self.results
-            ]
+        for k in range(self.n_splits):
+            out[f"split{k}_test_score"] = [r["fold_scores"][k] for r in self.results]
         return out
 
     def table(self) -> str:
@@ -382,33 +380,31 @@ def search(
         else None
     )
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
-    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=int(cv), n_rows=sizes)
     staged = sizes != [n]
+    folds = min(int(cv), HALVING_FOLDS) if staged else int(cv)
+    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=folds, n_rows=sizes)
     order = np.random.default_rng(seed).permutation(n) if staged else None
+    units_client = _resolve_client(client)
     nbytes, full = None, None
     chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
     report = _Progress(verbose, space, sizes, int(cv), start, n)
     for stage, m in enumerate(sizes):
         rows = None if m == n else np.sort(order[:m])
-        X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
-        folds = min(int(cv), HALVING_FOLDS) if staged else int(cv)
         splits = kfold_indices(m, folds, seed)
         n_train = min(len(tr) for tr, _ in splits)
         where = get_config()["backend"]
-        if is_dask(X_s) and where == "auto":
+        if is_dask(X) and where == "auto":
             if nbytes is None:
                 nbytes = data_nbytes(X, Y)
-            client_ = _resolve_client(client)
-            where = "local" if fits_in_memory(nbytes * m // n, client_) else "dask"
-        chunked = is_dask(X_s) and where == "dask"
-        if chunked:
-            data = (X_s, Y_s)
-        else:
+            where = "local" if fits_in_memory(nbytes * m // n, units_client) else "dask"
+        chunked = is_dask(X) and where == "dask"
+        if chunked:  # lazy row masks over the chunks
+            X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
+        else:  # the units read these rows (in memory, or futures), never the dask arrays
             if full is None:
-                full = _load(X, Y, _resolve_client(client))
-            data = _stage_data(full, rows, _resolve_client(client))
-            X_s, Y_s = data  # the units read these rows (in memory, or futures), never the dask arrays
-        runner = UnitRunner((*data, splits), client, n_jobs=1)
+                full = _load(X, Y, units_client)
+            X_s, Y_s = _stage_data(full, rows, units_client)
+        runner = UnitRunner((X_s, Y_s, splits), client, n_jobs=1)
         result.backend = "chunks" if chunked else runner.backend
         ctx = _Context(
             estimator,
@@ -421,7 +417,6 @@ def search(
             runner,
             store,
             result,
-            verbose,
             m,
             report,
             n_jobs,
@@ -431,7 +426,6 @@ def search(
                 setting = {a.name: chosen[a.name] for a in space if a.name in chosen and a.name != axis.name}
                 report.begin(stage, axis)
                 if stage == 0:
-                    ctx.result.best_params.update(setting)
                     _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
                 else:
                     _refine_axis(ctx, axis, n_train, setting, _exponent(axis, chosen[axis.name], n_train))
@@ -444,7 +438,6 @@ def search(
         for axis in space:
             curve = {r["value"]: r["mean_score"] for r in last if r["param"] == axis.name}
             result.best_params[axis.name] = _vertex(curve, result.best_params[axis.name], axis.step, scoring)
-    result.n_splits = max(len(r["fold_scores"]) for r in result.results) if result.results else int(cv)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -511,20 +504,16 @@ def _load(X, Y, client):
     return _materialize(X, Y)
 
 
-def _take(A, rows):
-    return A if rows is None else A[rows]
-
-
 def _stage_data(full, rows, client):
     """Rows ``rows`` (None: all) of the in-memory data :func:`_load` gave."""
     if rows is None:
         return full
-    if client is not None and is_future(full[0]):
-        return tuple(client.submit(_take, a, rows, pure=False) for a in full)
-    return tuple(_take(a, rows) for a in full)
+    if client is not None and _is_future(full[0]):
+        return tuple(client.submit(_chunk_rows, a, rows, pure=False) for a in full)
+    return tuple(_chunk_rows(a, rows) for a in full)
 
 
-def is_future(obj) -> bool:
+def _is_future(obj) -> bool:
     """Whether ``obj`` is a ``distributed.Future`` (without importing distributed)."""
     return type(obj).__name__ == "Future" and type(obj).__module__.startswith("distributed")
 
@@ -541,7 +530,6 @@ class _Context:
     runner: UnitRunner
     store: object
     result: SearchResult
-    verbose: int
     n_rows: int  # rows of this stage
     report: object  # _Progress
     n_jobs: int  # threads of in-memory units without a cluster
@@ -597,39 +585,31 @@ def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict)
 
 def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponent: float) -> None:
     """A later stage of a staged search: from the previous stage's choice ``exponent``, walk
-    down the grid (warm-started) while the score improves; if the first step down does not
-    improve, walk up (the first value cold) the same way. At most :data:`HALVING_MAX_STEPS`
-    values each way."""
+    down the grid while the score improves; if the first step down does not improve, walk
+    up from the first value the same way. At most :data:`HALVING_MAX_STEPS` values each way.
+
+    The first value starts cold: from the previous stage's fold models (other rows) the
+    solver took more iterations than from zero on mediamill_discretized. Every later value
+    starts from its neighbour's fold models, as along a path (:func:`_run_path`).
+    """
     greater = ctx.scoring not in LOSS_METRICS
     scores: dict[float, list] = {}
     iters: dict[float, list] = {}
-    models: dict[float, list] = {}  # value -> fold models
+    first = axis.values([exponent], n_train)[0]
+    at_first: list = []  # the fold models at the first value, before the walk down refits them
 
     def walk(exponents, states, from_value) -> None:
         for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
             states, from_value = _run_path(ctx, axis.name, setting, [value], states, from_value, scores, iters, None)
-            models[value] = [copy.deepcopy(m) for m in states]  # the walk goes on from these objects
+            if value == first:
+                at_first.extend(copy.deepcopy(m) for m in states)
             if _best(scores, greater) != value and len(scores) > 1:
                 return
 
-    # The first value starts cold: from the previous stage's fold models (other rows) the
-    # solver took more iterations than from zero on mediamill_discretized (295 against 186
-    # at the chosen value). Each later value starts from its neighbour's models, walking
-    # either way, where a warm start keeps the problem.
     walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], [None] * len(ctx.splits), None)
-    first = axis.values([exponent], n_train)[0]
     if len(scores) > 1 and _best(scores, greater) == first:
-        warm = models[first] if _warm_keeps_problem(ctx.estimator) else [None] * len(ctx.splits)
-        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], warm, first)
+        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], at_first, first)
     _record(ctx, axis, setting, scores, iters)
-
-
-def _warm_keeps_problem(estimator) -> bool:
-    """Whether a model fitted on other rows (or at another value) is a valid warm start of
-    ``estimator`` (see ``RBRL.warm_start_keeps_problem``)."""
-    return bool(getattr(type(estimator), "warm_start_keeps_problem", False)) and "warm_start" in (
-        estimator.get_params()
-    )
 
 
 def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, iters, patience):

@@ -454,11 +454,6 @@ class RBRL(_RBRLBase):
     }
     _fitted_arrays = ("coef_",)
     _checkpoint_params = _RBRLBase._checkpoint_params + ("fit_intercept", "penalize_intercept")
-    #: A warm start (``warm_start=True``) changes only where the solver starts (``coef_``),
-    #: never the problem solved, so a neighbouring value's model is a valid start (the staged
-    #: search's walk uses it). The Nystroem kernel model reuses its landmarks when
-    #: warm-started, so its warm start is not that.
-    warm_start_keeps_problem = True
 
     def __init__(
         self,
