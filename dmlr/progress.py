@@ -370,31 +370,27 @@ class SearchProgress:
         The searched parameters.
     sizes : list of int
         Rows of each stage.
-    cv : int
-        Folds of an unstaged search (a staged one has
-        :data:`dmlr.tuning.HALVING_FOLDS`).
+    folds : int
+        Folds of every stage.
     start : float
         ``time.perf_counter()`` at the search's start.
-    n_rows : int
-        Training rows (a search whose only stage has them all is not staged).
+    staged : bool
+        Whether the search runs in stages over rows (its lines then name the stage).
     file, notebook
         As :class:`ProgressReporter`'s.
     """
 
-    def __init__(self, verbose: int, space, sizes, cv: int, start: float, n_rows: int, *, file=None, notebook=None):
-        from dmlr.tuning import HALVING_FOLDS
-
+    def __init__(self, verbose: int, space, sizes, folds: int, start: float, *, staged: bool, file=None, notebook=None):
         self.verbose = int(verbose or 0)
         self.sizes = list(sizes)
         self.start = start
         self.file, self.notebook = file, notebook
         self.lines = 0
         self._out = _Output()
-        self._folds_staged = list(sizes) != [n_rows]
-        folds = [min(cv, HALVING_FOLDS) if self._folds_staged else cv] * len(sizes)
+        self._staged = bool(staged)
         # planned work: (values, folds, rows) per stage and axis; a later stage walks ~3 values
         self._plan = {
-            (s, a.name): (len(a.exponents) if s == 0 else 3, folds[s], m) for s, m in enumerate(sizes) for a in space
+            (s, a.name): (len(a.exponents) if s == 0 else 3, int(folds), m) for s, m in enumerate(sizes) for a in space
         }
         self._done = dict.fromkeys(self._plan, 0)
         self._stage, self._axis = 0, None
@@ -419,7 +415,7 @@ class SearchProgress:
         left = sum(self._work(k, max(self._plan[k][0] - v, 0)) for k, v in self._done.items())
         estimate = elapsed * left / done if done else math.inf
         stage = f"stage {self._stage + 1}/{len(self.sizes)} ({rows:,} rows, {folds} folds), "
-        stage = stage if self._folds_staged else ""
+        stage = stage if self._staged else ""
         best_mean = float(np.mean(scores[best]))
         self._show(
             f"search {name}: {stage}value {self._done[key]} (~{max(planned, self._done[key])} planned) "

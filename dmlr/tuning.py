@@ -387,7 +387,7 @@ def search(
     units_client = _resolve_client(client)
     nbytes, full = None, None
     chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
-    report = _Progress(verbose, space, sizes, int(cv), start, n)
+    report = _Progress(verbose, space, sizes, folds, start, staged=staged)
     for stage, m in enumerate(sizes):
         rows = None if m == n else np.sort(order[:m])
         splits = kfold_indices(m, folds, seed)
