@@ -18,12 +18,24 @@ give none; ``emotions_mat`` is the RBRL reference's split and features):
   :func:`dmlr.scoring.get_scorer`), ``n_jobs`` = the cores of this machine; then
   refitted on the training split. Seconds: ``GridSearchCV.fit``, refit included.
 
-Both run side by side in one process on the same machine, one set after the
+Labels: dmlr's are its model's rule (``threshold="auto"``: per-label thresholds
+learned on the training rows, :func:`dmlr.metrics.label_thresholds`); the row
+``dmlr@0`` gives the labels of the rule before it (score > 0) from the same
+scores. The logistic regression's labels are its probabilities above 0.5
+(``LR@0.5``), and above per-label thresholds with the best F1 on a held-out
+quarter of the training rows, the regression refitted on the other three
+quarters to tune them (``LR tuned``). Omikuji (a benchmark extra, where
+installed) runs with its defaults on mediamill_discretized and delicious.
+
+All run side by side in one process on the same machine, one set after the
 other, after a warm-up (:func:`warm_up`: Numba compiles dmlr's kernels at their
 first use after installation, and caches them; its seconds are printed on their
 own). The table gives ranking loss (lower is better), average precision, P@1,
-micro-F1 and seconds for both, the chosen values and whether dmlr wins on
-ranking loss and average precision. Run::
+P@3, P@5 (over all test rows: a row with no relevant label counts as precision
+0, as :func:`dmlr.evaluate` does), micro- and macro-F1 and seconds, the chosen
+values, whether dmlr wins on ranking loss and average precision, and whether
+its micro- and macro-F1 each reach the better of the regression's two rules.
+Run::
 
     DMLR_DATA_DIR=../shared/datasets python benchmarks/auto_vs_peers.py [--sets a,b] [--workdir DIR]
 
@@ -47,7 +59,7 @@ import dmlr
 from dmlr.data.store import write_dataset
 from dmlr.data.synthetic import make_multilabel
 from dmlr.datasets import anchors_dir, staged_store
-from dmlr.metrics import multilabel_metrics
+from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import kfold_indices
 from dmlr.scoring import get_scorer
 from dmlr.tuning import DEFAULT_SCORING
@@ -65,9 +77,32 @@ SETS = (
     "yahoo_recreation",
     "tmc2007_500",
     "mediamill_discretized",
+    "delicious",
 )
-METRICS = ("ranking_loss", "average_precision", "precision_at_1", "f1_micro")
+METRICS = (
+    "ranking_loss",
+    "average_precision",
+    "precision_at_1",
+    "precision_at_3",
+    "precision_at_5",
+    "f1_micro",
+    "f1_macro",
+)
+#: Share of the training rows the logistic regression's per-label thresholds are tuned on.
+HOLDOUT = 0.25
 C_GRID = [10.0**k for k in range(-3, 4)]
+#: Column titles.
+LABELS = {
+    "ranking_loss": "rankloss",
+    "average_precision": "avgprec",
+    "precision_at_1": "P@1",
+    "precision_at_3": "P@3",
+    "precision_at_5": "P@5",
+    "f1_micro": "micro-F1",
+    "f1_macro": "macro-F1",
+}
+#: Sets Omikuji runs on where installed (a benchmark extra): the two the issue names.
+OMIKUJI_SETS = ("mediamill_discretized", "delicious")
 
 
 def prepared_store(name: str, workdir: Path) -> Path:
@@ -127,16 +162,25 @@ def in_memory(store: Path, split: str):
 
 
 def run_dmlr(store: Path):
+    """dmlr's defaults; also the labels of the rule before ``threshold="auto"`` (score > 0, at
+    least one label per row) from the same scores, as the row ``dmlr@0``."""
     t = time.perf_counter()
-    model = dmlr.fit(store)
+    model = dmlr.fit(store, verbose=0)
     seconds = time.perf_counter() - t
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
+    X_te, Y_te = in_memory(store, "test")
+    S = np.asarray(model.decision_function(X_te))
+    at_zero = multilabel_metrics(Y_te, S, predict_from_scores(S, 0.0), metrics=list(METRICS))
     chosen = getattr(model, "best_params_", {})
-    return values, seconds, type(model).__name__, ", ".join(f"{k}={v:.3g}" for k, v in chosen.items()), model.scaling_
+    choice = ", ".join(f"{k}={v:.3g}" for k, v in chosen.items())
+    return values, at_zero, seconds, type(model).__name__, choice, model.scaling_
 
 
 def run_peer(store: Path, scaling: str):
-    """GridSearchCV's logistic regression on features scaled as dmlr's model scaled them (``scaling``)."""
+    """GridSearchCV's logistic regression on features scaled as dmlr's model scaled them
+    (``scaling``): its labels at probability 0.5, and with per-label thresholds tuned on a
+    held-out quarter of the training rows (:func:`tuned_thresholds`)."""
+    from sklearn.base import clone
     from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV
@@ -160,10 +204,40 @@ def run_peer(store: Path, scaling: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # labels absent from a fold, lbfgs iteration limits
         gs.fit(X, Y)
-    seconds = time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        perm = np.random.default_rng(0).permutation(X.shape[0])
+        cut = int((1 - HOLDOUT) * X.shape[0])
+        fit_rows, tune_rows = np.sort(perm[:cut]), np.sort(perm[cut:])
+        held = clone(gs.best_estimator_).fit(X[fit_rows], Y[fit_rows])
+        thresholds = tuned_thresholds(Y[tune_rows], held.predict_proba(X[tune_rows]))
     S = gs.decision_function(X_te)
-    values = multilabel_metrics(Y_te, S, gs.predict(X_te), metrics=list(METRICS))
-    return values, seconds, f"C={gs.best_params_['onevsrestclassifier__estimator__C']:.3g}"
+    P = gs.predict_proba(X_te)
+    at_half = multilabel_metrics(Y_te, S, (P > 0.5).astype(np.int8), metrics=list(METRICS))
+    tuned = multilabel_metrics(Y_te, S, (P > thresholds).astype(np.int8), metrics=list(METRICS))
+    return at_half, tuned, seconds, f"C={gs.best_params_['onevsrestclassifier__estimator__C']:.3g}"
+
+
+def tuned_thresholds(Y, P) -> np.ndarray:
+    """Per label, the probability threshold with the best F1 on held-out rows (scikit-learn's
+    ``precision_recall_curve``); 0.5 for a label with no relevant held-out row."""
+    from sklearn.metrics import precision_recall_curve
+
+    out = np.full(Y.shape[1], 0.5)
+    for j in range(Y.shape[1]):
+        if Y[:, j].any():
+            precision, recall, cuts = precision_recall_curve(Y[:, j], P[:, j])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                f1 = np.nan_to_num(2 * precision * recall / (precision + recall))[:-1]
+            out[j] = np.nextafter(cuts[int(np.argmax(f1))], -np.inf)  # predict P > threshold
+    return out
+
+
+def run_omikuji(store: Path):
+    """Omikuji's defaults (a benchmark extra), labels at score 0.5; None when not installed."""
+    from time_to_model import run_omikuji as omikuji_row
+
+    row = omikuji_row(store, METRICS)
+    return None if row is None else (row, row["total"])
 
 
 def main(argv=None) -> int:
@@ -184,7 +258,7 @@ def main(argv=None) -> int:
         f"# warm-up (Numba compiles dmlr's kernels, or loads its cache; not in the table): {warm:.1f} s",
         "",
     ]
-    head = f"{'set':<22} {'who':<6} {'rank loss':>9} {'avg prec':>9} {'P@1':>7} {'micro-F1':>8} {'seconds':>8}  choice"
+    head = f"{'set':<22} {'who':<8} " + " ".join(f"{LABELS[m]:>8}" for m in METRICS) + f" {'seconds':>8}  choice"
     lines.append(head)
 
     out = Path(a.out)
@@ -195,8 +269,12 @@ def main(argv=None) -> int:
         print(line, flush=True)
         out.write_text("\n".join(lines) + "\n")  # after every line: a partial run leaves its table
 
+    def row(name, who, v, sec, choice=""):
+        cells = " ".join(f"{v[m]:>8.4f}" for m in METRICS)
+        return f"{name:<22} {who:<8} {cells} {sec:>8.1f}  {choice}"
+
     print("\n".join(lines), flush=True)
-    wins = []
+    wins, labels_won = [], []
     for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
         try:
             store = prepared_store(name, workdir)
@@ -205,30 +283,38 @@ def main(argv=None) -> int:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d, d_sec, model_name, d_choice, scaling = run_dmlr(store)
-        lr, lr_sec, lr_choice = run_peer(store, scaling)
-        rows = (
-            ("dmlr", d, d_sec, f"{model_name}: {d_choice}, {scaling}"),
-            ("LR", lr, lr_sec, f"{lr_choice}, {scaling}"),
-        )
-        for who, v, sec, choice in rows:
-            emit(
-                f"{name:<22} {who:<6} {v['ranking_loss']:>9.4f} {v['average_precision']:>9.4f} "
-                f"{v['precision_at_1']:>7.4f} {v['f1_micro']:>8.4f} {sec:>8.1f}  {choice}"
-            )
+            d, d_zero, d_sec, model_name, d_choice, scaling = run_dmlr(store)
+        lr, lr_tuned, lr_sec, lr_choice = run_peer(store, scaling)
+        omikuji = run_omikuji(store) if name in OMIKUJI_SETS else None
+        emit(row(name, "dmlr", d, d_sec, f"{model_name}: {d_choice}, {scaling}"))
+        emit(row(name, "dmlr@0", d_zero, d_sec, "same model, labels: score > 0"))
+        emit(row(name, "LR@0.5", lr, lr_sec, f"{lr_choice}, {scaling}"))
+        emit(row(name, "LR tuned", lr_tuned, lr_sec, f"per-label thresholds on {HOLDOUT:.0%} held out"))
+        if omikuji is not None:
+            emit(row(name, "omikuji", omikuji[0], omikuji[1], "defaults, labels: score > 0.5"))
         rl_rel = (d["ranking_loss"] - lr["ranking_loss"]) / lr["ranking_loss"]
         ap_rel = (lr["average_precision"] - d["average_precision"]) / lr["average_precision"]
         better = rl_rel < 0 and ap_rel < 0
         wins.append((name, better, max(rl_rel, ap_rel), d_sec < lr_sec))
+        f1_won = all(d[m] >= max(lr[m], lr_tuned[m]) for m in ("f1_micro", "f1_macro"))
+        rule_won = all(d[m] > d_zero[m] for m in ("f1_micro", "f1_macro"))
+        labels_won.append((name, f1_won, rule_won))
         emit(
             f"{'':<22} dmlr vs LR: ranking loss {100 * rl_rel:+.1f}%, average precision {-100 * ap_rel:+.1f}%, "
-            f"time {d_sec / lr_sec:.2f}x  -> {'better on both' if better else 'not better on both'}"
+            f"time {d_sec / lr_sec:.2f}x  -> {'better on both' if better else 'not better on both'}; "
+            f"micro- and macro-F1 at least LR's better rule: {f1_won}; above dmlr@0 on both: {rule_won}"
         )
     emit("")
     emit(
         f"dmlr better on both ranking loss and average precision: {sum(w[1] for w in wins)} of {len(wins)} sets; "
         f"never worse by more than 1%: {all(w[2] <= 0.01 for w in wins)}; "
         f"faster than GridSearchCV: {sum(w[3] for w in wins)} of {len(wins)}"
+    )
+    emit(
+        f"dmlr's micro-F1 and macro-F1 each at least the better of LR's two rules: "
+        f"{sum(w[1] for w in labels_won)} of {len(labels_won)} sets "
+        f"(not on: {', '.join(w[0] for w in labels_won if not w[1]) or 'none'}); "
+        f"threshold='auto' above score > 0 on both: {sum(w[2] for w in labels_won)} of {len(labels_won)}"
     )
     print(f"written to {out}", file=sys.stderr)
     return 0

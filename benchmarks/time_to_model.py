@@ -109,7 +109,7 @@ def run_sklearn(store: Path, scaling: str) -> dict:
     return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0).astype(np.int8), metrics=list(METRICS)))
 
 
-def run_omikuji(store: Path) -> dict | None:
+def run_omikuji(store: Path, metrics=METRICS) -> dict | None:
     try:
         import omikuji
     except ImportError:
@@ -136,7 +136,7 @@ def run_omikuji(store: Path) -> dict | None:
         for label, score in model.predict(list(zip(row.indices.tolist(), row.data.tolist())), top_k=Y.shape[1]):
             S[i, label] = score
     S[np.isneginf(S)] = -1e9
-    return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0.5).astype(np.int8), metrics=list(METRICS)))
+    return dict(total=seconds, **multilabel_metrics(Y_te, S, (S > 0.5).astype(np.int8), metrics=list(metrics)))
 
 
 @contextlib.contextmanager

@@ -149,7 +149,10 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr.distributed.chunks import tree_reduce
+
 __all__ = [
+    "LABEL_METRICS",
     "LOSS_METRICS",
     "METRIC_NAMES",
     "PS_METRIC_NAMES",
@@ -157,6 +160,7 @@ __all__ = [
     "combine",
     "finalize",
     "label_propensities",
+    "label_thresholds",
     "multilabel_metrics",
     "micro_f1_threshold",
     "predict_from_scores",
@@ -201,6 +205,9 @@ PS_METRIC_NAMES = (
 
 #: Metrics for which lower is better; every other metric is higher-better.
 LOSS_METRICS = ("hamming_loss", "ranking_loss", "one_error", "coverage")
+#: Metrics of the predicted labels P, hence of the model's label rule; the others read the
+#: scores only.
+LABEL_METRICS = ("hamming_loss", "subset_accuracy", "accuracy", "f1_example", "f1_micro", "f1_macro")
 
 #: Default propensity parameters A and B of Jain et al. (2016), as pyxclib's.
 PROPENSITY_A = 0.55
@@ -269,28 +276,42 @@ def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str,
     return {name: values[name] for name in names}
 
 
-def predict_from_scores(S, threshold: float = 0.0):
+def predict_from_scores(S, threshold=0.0):
     """Threshold scores into 0/1 labels, giving every row at least one label.
 
     Parameters
     ----------
     S : ndarray or dask.array.Array of shape (n, l)
         Scores.
-    threshold : float
-        A label is predicted where its score is strictly greater.
+    threshold : float or array-like of shape (l,)
+        A label is predicted where its score is strictly greater: one
+        threshold for every label, or one per label (:func:`label_thresholds`).
 
     Returns
     -------
     ndarray or dask.array.Array of int8, shape (n, l)
-        Same array type as ``S``. A row with no score above ``threshold``
-        gets its first arg-max label set to 1 (the RBRL reference's rule).
+        Same array type as ``S``. A row with no score above its threshold
+        gets the label with the largest ``S - threshold`` (the first such
+        label; with one threshold, the first arg-max of ``S``, the RBRL
+        reference's rule).
     """
+    threshold = np.asarray(threshold, dtype=np.float64)
     if isinstance(S, da.Array):
         _check_2d(S, "S")
+        _check_thresholds(threshold, S.shape[1])
         return S.rechunk({1: -1}).map_blocks(_predict_block, threshold, dtype=np.int8)
     S = np.asarray(S)
     _check_2d(S, "S")
+    _check_thresholds(threshold, S.shape[1])
     return _predict_block(S, threshold)
+
+
+def _check_thresholds(threshold: np.ndarray, n_labels: int) -> None:
+    """Raise unless ``threshold`` is one number or one per label (NaN-free)."""
+    if threshold.shape not in ((), (n_labels,)):
+        raise ValueError(f"threshold must be a number or one per label ({n_labels},), got shape {threshold.shape}")
+    if np.isnan(threshold).any():
+        raise ValueError("threshold must not be NaN")
 
 
 #: Histogram bins of :func:`micro_f1_threshold` on dask scores.
@@ -301,8 +322,7 @@ def micro_f1_threshold(Y, S) -> float:
     """The score threshold ``t`` whose labels ``S > t`` have the highest micro-F1 against ``Y``.
 
     Micro-F1 pools every (row, label) entry, so the best ``t`` is found on the
-    flattened scores: in memory exactly, by scikit-learn's
-    ``precision_recall_curve`` (every distinct score is a candidate); for dask
+    flattened scores: in memory exactly (every distinct score is a candidate); for dask
     arrays by map-reduced histograms of all scores and of the relevant ones
     (:data:`THRESHOLD_BINS` bins between the smallest and largest score, the
     candidates being the bin edges), so the scores are never gathered.
@@ -322,31 +342,131 @@ def micro_f1_threshold(Y, S) -> float:
         every threshold is then as good on these rows).
     """
     if isinstance(S, da.Array) or isinstance(Y, da.Array):
-        S, Y = da.asarray(S), da.asarray(Y)
-        Y = Y.rechunk(S.chunks)
-        lo, hi, n_pos, n_all = dask.compute(S.min(), S.max(), Y.sum(), Y.size)
-        if n_pos == 0 or n_pos == n_all or not hi > lo:
-            return 0.0
-        edges = np.linspace(float(lo), float(hi), THRESHOLD_BINS + 1)
-        (all_counts, _), (pos_counts, _) = dask.compute(
-            da.histogram(S, bins=edges), da.histogram(S, bins=edges, weights=Y.astype(np.float64))
-        )
-        # predicted positive above edge k: the bins from k up (bin k holds [edge k, edge k+1))
-        predicted = np.cumsum(all_counts[::-1])[::-1]
-        true_pos = np.cumsum(pos_counts[::-1])[::-1]
-        f1 = 2.0 * true_pos / (predicted + float(n_pos))
-        return float(edges[int(np.argmax(f1))])
-    from sklearn.metrics import precision_recall_curve
-
-    y, s = np.asarray(Y).ravel(), np.asarray(S, dtype=np.float64).ravel()
-    if not y.any() or y.all():
+        return _histogram_thresholds(Y, S)[0]
+    y, s = _as_binary(Y, "Y").ravel(), _as_scores(S).ravel()
+    if y.shape != s.shape:
+        raise ValueError(f"Y and S must have the same shape, got {np.shape(Y)} and {np.shape(S)}")
+    n_pos = int(y.sum())
+    if n_pos == 0 or n_pos == y.size:
         return 0.0
-    precision, recall, thresholds = precision_recall_curve(y, s)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f1 = np.nan_to_num(2.0 * precision * recall / (precision + recall))
-    best = int(np.argmax(f1[:-1]))  # the last point (recall 0) has no threshold
-    # precision_recall_curve predicts s >= t; the label rule is s > threshold
-    return float(np.nextafter(thresholds[best], -np.inf))
+    # Every distinct score c is a candidate (predict s >= c); counts by binary search in the
+    # sorted scores, all and relevant: sorting values, not indices, is several times faster
+    # than scikit-learn's precision_recall_curve here, with the same candidates.
+    every, relevant = np.sort(s), np.sort(s[y])
+    candidates = every[np.r_[True, every[1:] != every[:-1]]]
+    predicted = y.size - np.searchsorted(every, candidates, side="left")
+    true_pos = n_pos - np.searchsorted(relevant, candidates, side="left")
+    best = int(np.argmax(2.0 * true_pos / (predicted + n_pos)))
+    return float(np.nextafter(candidates[best], -np.inf))  # the rule is s > threshold
+
+
+def label_thresholds(Y, S) -> np.ndarray:
+    """dmlr's learned label rule: one threshold per label, for ``S > threshold``.
+
+    Label ``j``'s threshold is the lower of two: the threshold with the
+    highest micro-F1 over all labels (as :func:`micro_f1_threshold`), and the
+    one with the highest F1 of label ``j`` alone (the SCut rule of Yang,
+    SIGIR 2001, on the rows given). A label is thus predicted where its score
+    clears the common threshold, or where it clears its own, lower one: rare
+    labels, whose scores seldom reach the common threshold however well they
+    are ranked, are predicted where their own rows say it pays; frequent
+    labels keep at least the common threshold's predictions, which micro-F1
+    favours. A label with no relevant row (too rare to tune) falls back to
+    the common threshold.
+
+    The candidates are the :data:`THRESHOLD_BINS` bin edges between the
+    smallest and the largest score (just below each edge), counted by
+    per-label histograms of all scores and of the relevant ones: summed over
+    the row chunks of dask arrays along a fixed tree (the scores are never
+    gathered), computed at once in memory. Integer counts make the result
+    the same however the rows are chunked.
+
+    Parameters
+    ----------
+    Y : array-like or dask array (n, l) of 0/1
+    S : array-like or dask array (n, l) of float
+        Scores of the same rows (a model's scores on its training rows).
+
+    Returns
+    -------
+    ndarray of float64, shape (l,)
+    """
+    common, own = _histogram_thresholds(Y, S)
+    return np.minimum(own, common)
+
+
+def _histogram_thresholds(Y, S) -> tuple[float, np.ndarray]:
+    """(common micro-F1 threshold, per-label F1 thresholds) from per-label histograms on
+    :data:`THRESHOLD_BINS` common bins (``inf`` for a label with no relevant row)."""
+    if isinstance(S, da.Array) or isinstance(Y, da.Array):
+        S, Y = da.asarray(S), da.asarray(Y)
+        _check_2d(S, "S")
+        if Y.shape != S.shape:
+            raise ValueError(f"Y and S must have the same shape, got {Y.shape} and {S.shape}")
+        S = S.rechunk({1: -1})
+        Y = Y.rechunk(S.chunks)
+        lo, hi = (float(v) for v in dask.compute(S.min(), S.max()))
+        parts = [
+            dask.delayed(_threshold_counts)(s, y, lo, hi)
+            for s, y in zip(S.to_delayed().ravel(), Y.to_delayed().ravel())
+        ]
+        counts, positives = dask.compute(tree_reduce(parts, dask.delayed(_add_counts)))[0]
+    else:
+        S = _as_scores(S)
+        _check_2d(S, "S")
+        if np.shape(Y) != S.shape:
+            raise ValueError(f"Y and S must have the same shape, got {np.shape(Y)} and {S.shape}")
+        lo, hi = float(S.min()), float(S.max())
+        counts, positives = _threshold_counts(S, Y, lo, hi)
+    edges = np.linspace(lo, hi, THRESHOLD_BINS + 1)
+    n_pos = positives.sum(axis=1)
+    total_pos = int(n_pos.sum())
+    if total_pos == 0 or total_pos == int(counts.sum()) or not hi > lo:
+        common = 0.0
+    else:
+        common = float(_best_cut(counts.sum(axis=0, keepdims=True), positives.sum(axis=0, keepdims=True), edges)[0])
+    return common, np.where(n_pos > 0, _best_cut(counts, positives, edges), np.inf)
+
+
+def _best_cut(counts: np.ndarray, positives: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per row of (rows, bins) histograms, the threshold of the highest F1 of ``S > t``.
+
+    Above edge ``k`` the bins from ``k`` up are predicted. F1 does not change across empty
+    bins, so the best edge opens a run of equally good ones, up to the next non-empty bin:
+    the threshold is the middle of that run, half-way between the scores on either side
+    (up to a bin), not hard against the highest score left out.
+    """
+    bins = counts.shape[1]
+    predicted = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]
+    true_pos = np.cumsum(positives[:, ::-1], axis=1)[:, ::-1]
+    n_pos = true_pos[:, :1]
+    with np.errstate(invalid="ignore"):
+        best = np.argmax(np.nan_to_num(2.0 * true_pos / (predicted + n_pos)), axis=1)
+    # the first non-empty bin at or above each bin (bins: none above)
+    filled = np.where(counts > 0, np.arange(bins), bins)
+    next_filled = np.minimum.accumulate(filled[:, ::-1], axis=1)[:, ::-1]
+    top = next_filled[np.arange(len(best)), best]
+    cut = 0.5 * (edges[best] + edges[np.minimum(top, bins)])
+    return np.where(top > best, cut, np.nextafter(edges[best], -np.inf))  # S > t keeps bin `best`
+
+
+def _threshold_counts(S, Y, lo: float, hi: float):
+    """Per-label histograms of one chunk's scores, all and relevant: two (l, bins) arrays."""
+    S = _as_scores(S)
+    Y = _as_binary(Y.toarray() if sp.issparse(Y) else Y, "Y")
+    n_labels = S.shape[1]
+    bins = THRESHOLD_BINS
+    scale = bins / (hi - lo) if hi > lo else 0.0
+    index = np.clip(((S - lo) * scale).astype(np.int64), 0, bins - 1) + np.arange(n_labels) * bins
+    # int32 halves the (l, bins) tables a chunk sends; a chunk holds fewer than 2**31 rows
+    counts = np.bincount(index.ravel(), minlength=n_labels * bins).astype(np.int32)
+    positives = np.bincount(index[Y], minlength=n_labels * bins).astype(np.int32)
+    return counts.reshape(n_labels, bins), positives.reshape(n_labels, bins)
+
+
+def _add_counts(a, b):
+    """The tree's node: the sum of two chunks' (or subtrees') histograms."""
+    return (a[0] + b[0], a[1] + b[1])
 
 
 def propensities_from_counts(
@@ -667,11 +787,11 @@ def _ratio(numerator, denominator) -> float:
     return float(numerator) / float(denominator) if denominator else math.nan
 
 
-def _predict_block(S: np.ndarray, threshold: float) -> np.ndarray:
+def _predict_block(S: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     """:func:`predict_from_scores` of one NumPy block."""
     P = (S > threshold).astype(np.int8)
     empty = np.flatnonzero(~P.any(axis=1))
-    P[empty, np.argmax(S[empty], axis=1)] = 1
+    P[empty, np.argmax(S[empty] - threshold, axis=1)] = 1
     return P
 
 

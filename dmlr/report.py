@@ -200,12 +200,21 @@ def label_metrics(model, data, split: str | None = "test", *, bins: int = 50) ->
     S = model.decision_function(X)
     final = final_estimator(model)
     out = report_statistics(Y, S, final.labels_from_scores(S), bins=bins)
-    rule = getattr(final, "label_rule", "threshold")
-    out["threshold"] = float(final.threshold) if hasattr(final, "threshold") and rule == "threshold" else None
+    out["thresholds"] = _label_thresholds(final)
     ds = _as_dataset(data)
     out["split"] = split
     out["label_names"] = list(ds.label_names) if ds is not None and ds.label_names else None
     return out
+
+
+def _label_thresholds(final):
+    """The label rule's thresholds (float64 (n_labels,)), None for a rule without them."""
+    if getattr(final, "label_rule", "threshold") != "threshold":
+        return None
+    if hasattr(final, "threshold_"):
+        return np.asarray(final.threshold_, dtype=np.float64)
+    t = getattr(final, "threshold", None)
+    return np.full(len(final.classes_), float(t)) if isinstance(t, (int, float)) else None
 
 
 def _as_model(model):
@@ -346,9 +355,12 @@ def plot_score_distributions(stats, ax=None):
         total = int(counts.sum())
         if total:
             ax.stairs(counts / (total * np.diff(edges)), edges, color=color, lw=1.5, label=f"{key} ({total:,} pairs)")
-    if stats.get("threshold") is not None:
-        t = stats["threshold"]
-        ax.axvline(t, color="k", ls="--", lw=1, label=f"threshold {t:g}")
+    thresholds = stats.get("thresholds")
+    if thresholds is not None:
+        t = float(thresholds.max())  # the common threshold; labels with their own sit below it
+        lower = int((thresholds < t).sum())
+        own = f", {lower} labels lower (their own)" if lower else ""
+        ax.axvline(t, color="k", ls="--", lw=1, label=f"threshold {t:.3g}{own}")
     ax.set_xlabel("decision score")
     ax.set_ylabel("density")
     where = f" ({stats['split']!r} split)" if stats.get("split") else ""

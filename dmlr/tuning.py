@@ -70,6 +70,7 @@ from dmlr.model_selection import (
     _materialize,
     _resolve_client,
     kfold_indices,
+    unit_label_rule,
 )
 from dmlr.progress import SearchProgress as _Progress
 
@@ -627,6 +628,7 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
         warm["warm_start"] = True
     if "verbose" in base:
         warm["verbose"] = 0  # the search reports progress, not each fit
+    warm.update(unit_label_rule(base, [ctx.scoring]))
     for k, value in enumerate(values):
         units = []
         for fold, state in enumerate(states):

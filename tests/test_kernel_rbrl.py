@@ -153,7 +153,15 @@ def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
     Xtr, Ytr, Xte, _ = reference_emotions
     # the reference appends the constant feature before the kernel (it does not change RBF distances)
     model = KernelRBRL(
-        "rbf", scaling=None, gamma=1 / 72, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, step_rule="paper"
+        "rbf",
+        scaling=None,
+        gamma=1 / 72,
+        alpha=1,
+        alpha_rank=0.01,
+        alpha_nuclear=0.1,
+        max_iter=1999,
+        step_rule="paper",
+        threshold=0.0,  # the reference's label rule
     ).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "kernel_obj.txt"))
     assert model.n_iter_ == 1648 == len(ref_obj)

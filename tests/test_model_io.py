@@ -28,7 +28,13 @@ def test_round_trip_keeps_params_and_predictions(fitted, tmp_path):
     assert again.objective_history_ == model.objective_history_ and again.n_iter_ == model.n_iter_
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
     with zipfile.ZipFile(path) as z:
-        assert sorted(z.namelist()) == ["__dmlr__.npy", "coef_.npy", "feature_offset_.npy", "feature_scale_.npy"]
+        assert sorted(z.namelist()) == [
+            "__dmlr__.npy",
+            "coef_.npy",
+            "feature_offset_.npy",
+            "feature_scale_.npy",
+            "threshold_.npy",
+        ]
 
 
 def _rewrite(path, **entries):
@@ -108,11 +114,11 @@ def test_files_before_the_renames_are_refused_naming_their_format_version(fitted
     old = {"lambda1": 1.0, "lambda2": 0.01, "lambda3": 0.1, "kernel": None, "step": "paper", "backend": "auto"}
     attrs = {k: v for k, v in meta["attributes"].items() if k not in ("classes_", "target_type_", "label_dtype_")}
     _with_meta(path, format_version=1, params=old, attributes=attrs)
-    with pytest.raises(DmlrInputError, match="format version 1 .*CHANGELOG.md.*reads format version 2"):
+    with pytest.raises(DmlrInputError, match="format version 1 .*CHANGELOG.md.*reads format version 3"):
         dmlr.load(path)
-    path = model.save(tmp_path / "v3.npz")
-    _with_meta(path, format_version=3)
-    with pytest.raises(DmlrInputError, match="unsupported model format version 3"):
+    path = model.save(tmp_path / "v4.npz")
+    _with_meta(path, format_version=4)
+    with pytest.raises(DmlrInputError, match="unsupported model format version 4"):
         dmlr.load(path)
 
 

@@ -184,6 +184,7 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
         scaling=None,
         step_rule="paper",
         penalize_intercept=True,
+        threshold=0.0,  # the reference's label rule
     ).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "linear_obj.txt"))
     assert model.n_iter_ == 702 == len(ref_obj)

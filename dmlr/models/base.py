@@ -8,11 +8,11 @@ scores come from one place, :meth:`~dmlr.models.BaseModel.decision_function`; it
 from one rule, :meth:`~dmlr.models.BaseModel.labels_from_scores`, which ``predict``,
 :func:`dmlr.evaluate`, grid search, the report and the command line all use.
 
-Model file format (``.npz``, format version 2): a zip of ``.npy`` arrays written
+Model file format (``.npz``, format version 3): a zip of ``.npy`` arrays written
 by :func:`numpy.savez` and read with ``allow_pickle=False``, so loading never
 executes code. Entry ``__dmlr__`` holds UTF-8 JSON::
 
-    {"format": "dmlr-model", "format_version": 2, "model": "RBRL",
+    {"format": "dmlr-model", "format_version": 3, "model": "RBRL",
      "params": {...constructor parameters, JSON scalars...},
      "attributes": {...fitted scalars and lists, classes_ among them, and
                     best_params_ where dmlr.fit searched...},
@@ -21,7 +21,9 @@ executes code. Entry ``__dmlr__`` holds UTF-8 JSON::
 Every other entry is one fitted numeric array. Saving writes a temporary file
 beside the target and renames it into place, so an interrupted save leaves
 the old file intact. Version 1 files (parameters named before the renames
-listed in CHANGELOG.md) are refused with a message that names the version.
+listed in CHANGELOG.md) are refused with a message that names the version;
+version 2 files (one threshold for every label) load with their rule as
+``threshold_`` (``_upgrade_from_version_2``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from numbers import Integral
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +45,7 @@ from dmlr.preprocessing import SCALINGS, fit_scaling_of, scaled_by
 from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 MODEL_FORMAT = "dmlr-model"
-MODEL_FORMAT_VERSION = 2
+MODEL_FORMAT_VERSION = 3
 _META_KEY = "__dmlr__"
 #: Fitted attributes of every model: the target encoding (:mod:`dmlr.validation`).
 TARGET_ATTRIBUTES = ("classes_", "target_type_", "label_dtype_")
@@ -55,6 +57,11 @@ OPTIONAL_ATTRIBUTES = ("best_params_",)
 SCALING_ARRAYS = ("feature_offset_", "feature_scale_")
 #: ``_parameter_constraints`` entry of ``scaling``.
 SCALING = [StrOptions(set(SCALINGS)), None]
+#: ``_parameter_constraints`` entry of ``threshold``: one number for every label, or "auto"
+#: (learned per label on the training rows, :func:`dmlr.metrics.label_thresholds`).
+THRESHOLD = [Real, StrOptions({"auto"})]
+#: The fitted array of a model with a ``threshold`` parameter: one threshold per label.
+THRESHOLD_ARRAYS = ("threshold_",)
 #: ``_parameter_constraints`` entry of a seed: dmlr seeds numpy's SeedSequence, so an integer.
 SEED = [Interval(Integral, 0, None, closed="left"), None]
 
@@ -83,6 +90,8 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
 
     _fitted_arrays: tuple = ()
     _fitted_attributes: tuple = ()
+    #: Whether the model has a ``threshold`` parameter and learns ``threshold_`` (:meth:`_learn_threshold`).
+    _learns_threshold: bool = False
     #: scikit-learn checks this model cannot pass, with the reason (``check_estimator``'s
     #: ``expected_failed_checks``; tests/test_sklearn.py).
     _expected_failed_checks: dict = {}
@@ -99,11 +108,18 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         return tuple(self._fitted_arrays)
 
     def _saved_array_names(self) -> tuple:
-        """Every fitted array saved in the model file: the model's and the feature scaling's."""
-        return self._fitted_array_names() + (SCALING_ARRAYS if self.scaling is not None else ())
+        """Every fitted array saved in the model file: the model's, its label thresholds and the
+        feature scaling's."""
+        return (
+            self._fitted_array_names()
+            + (THRESHOLD_ARRAYS if self._learns_threshold else ())
+            + (SCALING_ARRAYS if self.scaling is not None else ())
+        )
 
     def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "target_type_") and all(hasattr(self, n) for n in self._saved_array_names())
+        # threshold_ is learned from the fitted model's own scores, at the end of fit
+        arrays = (n for n in self._saved_array_names() if n not in THRESHOLD_ARRAYS)
+        return hasattr(self, "target_type_") and all(hasattr(self, n) for n in arrays)
 
     # -- data -------------------------------------------------------------------
     def _fit_data(self, X, y, *, classes=None):
@@ -147,14 +163,30 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
     def labels_from_scores(self, S):
         """0/1 labels from this model's (n, n_labels) scores: the model's own label rule.
 
-        Default: score > the fitted ``threshold_`` where the model learns one,
-        else ``threshold`` (0 when the model has none), at least one label per
-        row (:func:`dmlr.metrics.predict_from_scores`).
+        Default: score > the fitted ``threshold_`` (one per label) where the model learns it,
+        else ``threshold`` (0 when the model has none), at least one label per row
+        (:func:`dmlr.metrics.predict_from_scores`).
         """
         from dmlr.metrics import predict_from_scores
 
         threshold = getattr(self, "threshold_", None)
-        return predict_from_scores(S, float(getattr(self, "threshold", 0.0) if threshold is None else threshold))
+        return predict_from_scores(S, getattr(self, "threshold", 0.0) if threshold is None else threshold)
+
+    def _learn_threshold(self, X, Y):
+        """Set ``threshold_``, float64 (n_labels,): ``threshold`` for every label, or with "auto"
+        :func:`dmlr.metrics.label_thresholds` of the model's scores on (X, Y), its (scaled)
+        training rows: one scoring pass, map-reduced for dask. A class vector's labels are its
+        highest score, not thresholds: its ``threshold_`` is then 0. Returns self."""
+        from dmlr.metrics import label_thresholds
+
+        n_labels = int(np.shape(Y)[1])
+        if self.threshold != "auto":
+            self.threshold_ = np.full(n_labels, float(self.threshold))
+        elif self.target_type_ != "multilabel":
+            self.threshold_ = np.zeros(n_labels)
+        else:
+            self.threshold_ = label_thresholds(Y, self._label_scores(X))
+        return self
 
     def score(self, X, y, sample_weight=None):
         """Accuracy (scikit-learn's classifier score; subset accuracy for a label matrix).
@@ -338,7 +370,9 @@ def load_model(path):
             f"{MODEL_FORMAT_VERSION}: refit the model and save it again",
             path=path,
         )
-    if version != MODEL_FORMAT_VERSION:
+    if version == 2:
+        _upgrade_from_version_2(meta, contents, path)
+    elif version != MODEL_FORMAT_VERSION:
         raise DmlrInputError(
             f"unsupported model format version {version!r} (this dmlr reads {MODEL_FORMAT_VERSION})", path=path
         )
@@ -376,8 +410,33 @@ def load_model(path):
         raise DmlrInputError(f"model metadata lacks {sorted(set(COMMON_ATTRIBUTES) - set(attrs))}", path=path)
     model.classes_ = _loaded_classes(attrs, path)
     _check_loaded_scaling(model, path)
+    if model._learns_threshold:
+        t = model.threshold_
+        if t.dtype.kind != "f" or t.shape != (len(model.classes_),) or np.isnan(t).any():
+            raise DmlrInputError(f"threshold_ must be {len(model.classes_)} floats, got {t.dtype} {t.shape}", path=path)
     model._validate_loaded(path)
     return model
+
+
+def _upgrade_from_version_2(meta: dict, contents: dict, path) -> None:
+    """Read a version 2 file as version 3, in place: its label rule becomes ``threshold_``.
+
+    Version 2 had one threshold for every label: ``threshold_`` a number among the attributes
+    (Rank-SVM, MMP, OMF), or none at all (RBRL and KernelRBRL, whose rule was score > 0 and
+    which had no ``threshold`` parameter: they load with ``threshold=0.0``). The file's model
+    predicts the labels it predicted when it was saved.
+    """
+    cls = MODEL_REGISTRY.get(meta.get("model"))
+    params, attrs = meta.get("params"), meta.get("attributes")
+    if cls is None or not cls._learns_threshold or not isinstance(params, dict) or not isinstance(attrs, dict):
+        return  # load_model's own checks name what is wrong, if anything
+    params.setdefault("threshold", 0.0)
+    value = attrs.pop("threshold_", params["threshold"])
+    classes = attrs.get("classes_")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(classes, list):
+        raise DmlrInputError("malformed version 2 label rule (threshold_, classes_)", path=path)
+    contents["threshold_"] = np.full(len(classes), float(value))
+    meta["arrays"] = list(meta.get("arrays", [])) + ["threshold_"]
 
 
 def _loaded_classes(attrs: dict, path) -> np.ndarray:

@@ -45,8 +45,7 @@ from dmlr.config import config_context, get_config, stream_where
 from dmlr.data.arrays import is_dask
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.metrics import micro_f1_threshold
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, THRESHOLD, BaseModel, linear_scores, register_model
 from dmlr.objectives import omf as objective
 from dmlr.solvers.omf import omf_train_stream
 
@@ -92,9 +91,9 @@ class OMF(BaseModel):
         (THRESHOLD), or the ``top_k`` highest scores (SELECT-TOP).
     top_k : int >= 1
     threshold : float or "auto"
-        "auto": learned by ``fit`` (and each ``partial_fit``) as the
-        threshold with the best micro-F1 on the training rows
-        (:func:`dmlr.metrics.micro_f1_threshold`), kept as ``threshold_``.
+        "auto": learned per label by ``fit`` (and each ``partial_fit``) on
+        the training rows' scores (:func:`dmlr.metrics.label_thresholds`),
+        kept as ``threshold_``. A number: that threshold for every label.
         The scores' scale depends on the data and on every other parameter:
         the best fixed threshold on the staged sets ranges from 0.02 to 0.35.
     fit_intercept : bool
@@ -125,8 +124,8 @@ class OMF(BaseModel):
     n_updates_ : int
         SGD updates so far (the t of the step-size schedule).
     n_features_in_, n_labels_ : int
-    threshold_ : float
-        The ``"threshold"`` rule's threshold (``threshold``, or the learned one).
+    threshold_ : float64 (n_labels,)
+        The ``"threshold"`` rule's thresholds (``threshold``, or the learned ones).
     fit_seconds_ : float
 
     Notes
@@ -151,7 +150,7 @@ class OMF(BaseModel):
 
     _expected_failed_checks = {
         "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-            rule="score > threshold_, learned on the training rows (threshold='auto'), or Algorithm 2's top_k"
+            rule="score > threshold_, learned per label on the training rows (threshold='auto'), or Algorithm 2's top_k"
         )
     }
     _fitted_arrays = ("P_", "Q_")
@@ -161,9 +160,9 @@ class OMF(BaseModel):
         "n_updates_",
         "n_features_in_",
         "n_labels_",
-        "threshold_",
         "fit_seconds_",
     )
+    _learns_threshold = True
     _parameter_constraints = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "label_weight": [Interval(Real, 0, 1, closed="both")],
@@ -177,7 +176,7 @@ class OMF(BaseModel):
         "init_scale": [Interval(Real, 0, None, closed="neither")],
         "label_rule": [StrOptions(set(RULES))],
         "top_k": [Interval(Integral, 1, None, closed="left")],
-        "threshold": [Real, StrOptions({"auto"})],
+        "threshold": THRESHOLD,
         "fit_intercept": ["boolean"],
         "random_state": SEED,
         "scaling": SCALING,
@@ -295,10 +294,7 @@ class OMF(BaseModel):
         self.n_epochs_ = int(out["epoch"])
         self.n_labels_ = int(np.shape(Y)[1])
         self.fit_seconds_ = time.perf_counter() - start
-        # X is scaled already; one scoring pass over the training rows (map-reduced for dask)
-        auto = self.threshold == "auto"
-        self.threshold_ = micro_f1_threshold(Y, self._label_scores(X)) if auto else float(self.threshold)
-        return self
+        return self._learn_threshold(X, Y)  # X is scaled already
 
     # -- prediction --------------------------------------------------------------------
     def prediction_matrix(self) -> np.ndarray:
@@ -318,8 +314,7 @@ class OMF(BaseModel):
         """0/1 labels (int8, (n, n_labels)) by ``label_rule``: the scores > ``threshold_`` or the
         ``top_k`` best scores."""
         check_is_fitted(self)
-        t = getattr(self, "threshold_", None)
-        t = float(self.threshold) if t is None else float(t)  # files written before threshold_
+        t = self.threshold_
         if is_dask(S):
             return S.map_blocks(apply_rule, self.label_rule, self.top_k, t, dtype=np.int8)
         return apply_rule(S, self.label_rule, self.top_k, t)
@@ -344,8 +339,9 @@ def apply_rule(S, rule: str, top_k: int = 1, threshold: float = 0.5) -> np.ndarr
     rule : {"top_k", "threshold"}
     top_k : int
         "top_k": the min(top_k, l) highest scores of each row (ties: the lower label index).
-    threshold : float
-        "threshold": the labels scoring strictly above it (a row may get none, as in the paper).
+    threshold : float or float ndarray (l,)
+        "threshold": the labels scoring strictly above it (a row may get none, as in the paper);
+        one threshold per label, or one for all.
 
     Returns
     -------

@@ -15,9 +15,8 @@ loss, uniform update), the paper's other online baseline.
 The models rank labels: ``decision_function`` gives the scores
 ``[X, 1] @ coef_``. The pairwise loss only constrains score differences, so 0
 is not a calibrated threshold: by default (``threshold="auto"``) ``fit``
-learns the one whose labels have the best micro-F1 on the training rows
-(:func:`dmlr.metrics.micro_f1_threshold`), kept as ``threshold_``; ``predict``
-labels the scores above it, at least one per row
+learns one per label on the training rows (:func:`dmlr.metrics.label_thresholds`),
+kept as ``threshold_``; ``predict`` labels the scores above them, at least one per row
 (:func:`dmlr.metrics.predict_from_scores`, the rule ``dmlr.evaluate`` applies
 to every model).
 """
@@ -36,8 +35,8 @@ from dmlr.data.blocks import Block, make_block
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
-from dmlr.metrics import micro_f1_threshold, multilabel_metrics, predict_from_scores
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, LinearModel, register_model
+from dmlr.metrics import multilabel_metrics, predict_from_scores
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, THRESHOLD, LinearModel, register_model
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
@@ -83,11 +82,11 @@ class _OnlineRanker(LinearModel):
         "fit_seconds_",
         "converged_",
         "backend_",
-        "threshold_",
     )
+    _learns_threshold = True
     _expected_failed_checks = {
         "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-            rule="score > threshold_, learned on the training rows (threshold='auto')"
+            rule="score > threshold_, learned per label on the training rows (threshold='auto')"
         )
     }
     _parameter_constraints = {
@@ -97,7 +96,7 @@ class _OnlineRanker(LinearModel):
         "average": ["boolean"],
         "sampling": [StrOptions({"auto", *solvers.SAMPLING})],
         "record_every": [Interval(Integral, 0, None, closed="left")],
-        "threshold": [Real, StrOptions({"auto"})],
+        "threshold": THRESHOLD,
         "scaling": SCALING,
     }
 
@@ -156,15 +155,6 @@ class _OnlineRanker(LinearModel):
         order = solvers.instance_order(block.n_rows, T, self.random_state, self._sampling(X))
         self.backend_ = "local"
         return self._run(block, order, int(X.shape[1]), reset=True)._learn_threshold(X, Y)
-
-    def _learn_threshold(self, X, Y):
-        """Set ``threshold_``: ``threshold``, or with "auto" the best micro-F1 threshold of
-        the scores of (X, Y), the (scaled) training rows. Returns self."""
-        if self.threshold != "auto":
-            self.threshold_ = float(self.threshold)
-        else:
-            self.threshold_ = micro_f1_threshold(Y, self._label_scores(X))
-        return self
 
     def _sampling(self, X) -> str:
         if self.sampling == "auto":
@@ -318,9 +308,10 @@ class RankSVM(_OnlineRanker):
         updates (0: never; each record costs a pass over those rows).
         "lbfgs" records the smoothed objective after every iteration regardless.
     threshold : float or "auto"
-        Score threshold of ``predict``. "auto": learned by ``fit`` (and each
-        ``partial_fit``, on its rows), the one with the best micro-F1 on the
-        training rows (:func:`dmlr.metrics.micro_f1_threshold`).
+        Score threshold of ``predict``. "auto": learned per label by ``fit``
+        (and each ``partial_fit``, on its rows) on the training rows' scores
+        (:func:`dmlr.metrics.label_thresholds`), kept as ``threshold_``,
+        float64 (n_labels,). A number: that threshold for every label.
     scaling : {"auto", "standard", "maxabs", "tfidf"} or None
         Feature scaling fitted inside the model and applied by every
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes

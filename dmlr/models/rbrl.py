@@ -34,7 +34,15 @@ from dmlr.errors import DmlrInputError
 from dmlr.kernels.approx import KernelFeatureMap, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models import checkpoint as ckpt_store
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, linear_scores, register_model
+from dmlr.models.base import (
+    NOT_A_ZERO_THRESHOLD,
+    SCALING,
+    SEED,
+    THRESHOLD,
+    BaseModel,
+    linear_scores,
+    register_model,
+)
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
@@ -54,7 +62,7 @@ class _RBRLBase(BaseModel):
 
     _expected_failed_checks = {
         "check_classifier_multioutput": NOT_A_ZERO_THRESHOLD.format(
-            rule="score > 0 with at least one label per row (the RBRL reference's rule)"
+            rule="score > threshold_, learned per label on the training rows (threshold='auto')"
         )
     }
 
@@ -70,7 +78,9 @@ class _RBRLBase(BaseModel):
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
         "scaling": SCALING,
+        "threshold": THRESHOLD,
     }
+    _learns_threshold = True
     _fitted_attributes = (
         "objective_history_",
         "objective_seconds_",
@@ -134,6 +144,7 @@ class _RBRLBase(BaseModel):
         self.n_backtracks_ = res.n_backtracks
         self.n_restarts_ = res.n_restarts
         self.n_labels_ = int(np.shape(Y)[1])
+        self._learn_threshold(X, Y)
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
@@ -390,6 +401,15 @@ _COMMON_PARAMETERS = """
         predict-type method (:mod:`dmlr.preprocessing`): "auto" standardizes
         dense features and divides sparse ones by their largest absolute
         value; None uses the features as given.
+    threshold : "auto" or float
+        The label rule of ``predict``: a label is predicted where its score
+        exceeds its threshold, and a row with none gets the label closest to
+        its threshold. "auto" (default): thresholds learned per label on the
+        training rows' scores after the fit (``threshold_``,
+        :func:`dmlr.metrics.label_thresholds`), so that rare labels, which
+        rank well but seldom score above 0, are predicted. A number: that
+        threshold for every label; 0.0 is the paper's and the reference's
+        rule (the virtual label's score).
 
     Execution (where the row blocks live, how many) is set with
     :func:`dmlr.config_context`, not here.
@@ -414,6 +434,8 @@ _COMMON_ATTRIBUTES = """
     resumed_from_iteration_ : int
         The checkpoint iteration this fit continued from (0: started from
         scratch; ``n_iter_``: the checkpoint held the finished fit).
+    threshold_ : float64 (n_labels,)
+        The label rule's thresholds (see ``threshold``).
 """
 
 
@@ -471,6 +493,7 @@ class RBRL(_RBRLBase):
         warm_start=False,
         verbose=0,
         scaling="auto",
+        threshold="auto",
     ):
         self.alpha = alpha
         self.alpha_rank = alpha_rank
@@ -485,6 +508,7 @@ class RBRL(_RBRLBase):
         self.warm_start = warm_start
         self.verbose = verbose
         self.scaling = scaling
+        self.threshold = threshold
 
     def _fit_arrays(self, X, Y, ckpt):
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
@@ -622,6 +646,7 @@ class KernelRBRL(_RBRLBase):
         warm_start=False,
         verbose=0,
         scaling="auto",
+        threshold="auto",
     ):
         self.kernel = kernel
         self.n_components = n_components
@@ -640,6 +665,7 @@ class KernelRBRL(_RBRLBase):
         self.warm_start = warm_start
         self.verbose = verbose
         self.scaling = scaling
+        self.threshold = threshold
 
     def _fitted_array_names(self) -> tuple:
         return self._fitted_arrays if self.n_components is None else self._approximate_arrays
