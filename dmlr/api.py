@@ -14,7 +14,6 @@ from dmlr.data.arrays import is_dask, is_sparse
 from dmlr.data.store import Dataset, open_dataset
 from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
 from dmlr.models.base import BaseModel, load_model
-from dmlr.tuning import DEFAULT_SCORING
 
 #: ``model=`` names accepted by :func:`dmlr.fit`.
 MODELS = {
@@ -139,7 +138,7 @@ def fit(
     client=None,
     search: bool | None = None,
     cv: int = 5,
-    scoring: str = DEFAULT_SCORING,
+    scoring: str | None = None,
     seed: int | None = 0,
     checkpoint=None,
     checkpoint_every: int = 10,
@@ -178,9 +177,12 @@ def fit(
         ``search_seconds_`` and ``search_`` (:class:`dmlr.tuning.SearchResult`).
     cv : int
         Folds of the search.
-    scoring : str
+    scoring : str, optional
         Metric the search maximizes (losses are minimized), a name in
-        :data:`dmlr.metrics.METRIC_NAMES`.
+        :data:`dmlr.metrics.METRIC_NAMES`. Default:
+        :data:`dmlr.tuning.DEFAULT_SCORING`, or for a label matrix with one
+        column (a tag: no labels to rank within a row)
+        :data:`dmlr.tuning.ONE_LABEL_SCORING`.
     seed : int or None
         Seed of the search's folds.
     checkpoint : str or Path, optional
@@ -252,7 +254,7 @@ def fit(
                 Y,
                 params=searched,
                 cv=cv,
-                scoring=scoring,
+                scoring=scoring if scoring is not None else tuning.default_scoring(Y),
                 seed=seed,
                 checkpoint=Path(checkpoint) / "search" if checkpoint is not None else None,
                 resume=resume,

@@ -293,7 +293,7 @@ def predict_from_scores(S, threshold=0.0):
         Same array type as ``S``. A row with no score above its threshold
         gets the label with the largest ``S - threshold`` (the first such
         label; with one threshold, the first arg-max of ``S``, the RBRL
-        reference's rule).
+        reference's rule), unless ``l = 1``: one label (a tag) may be absent.
     """
     threshold = np.asarray(threshold, dtype=np.float64)
     if isinstance(S, da.Array):
@@ -790,8 +790,9 @@ def _ratio(numerator, denominator) -> float:
 def _predict_block(S: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     """:func:`predict_from_scores` of one NumPy block."""
     P = (S > threshold).astype(np.int8)
-    empty = np.flatnonzero(~P.any(axis=1))
-    P[empty, np.argmax(S[empty] - threshold, axis=1)] = 1
+    if S.shape[1] > 1:  # with one label, "at least one" would label every row
+        empty = np.flatnonzero(~P.any(axis=1))
+        P[empty, np.argmax(S[empty] - threshold, axis=1)] = 1
     return P
 
 

@@ -74,8 +74,11 @@ from dmlr.model_selection import (
 )
 from dmlr.progress import SearchProgress as _Progress
 
-__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "search", "search_space", "stage_rows"]
+__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "default_scoring", "search", "search_space", "stage_rows"]
 
+#: The scoring of a one-label target, where the ranking metrics rank nothing: the label's
+#: ROC AUC, which ranks the rows.
+ONE_LABEL_SCORING = "auc_macro"
 #: Training sets of at least this many rows are searched in stages over rows (see the module).
 #: Below it a full path on every fold is cheap next to the final fit; above it that search
 #: costs many final fits (``benchmarks/time_to_model.py``).
@@ -182,6 +185,11 @@ SEARCH_SPACES = {
     "RankSVM": (Axis("alpha", _half_decades(-1.0, -6.0)),),
     "OMF": (Axis("alpha", _half_decades(-1.0, -5.0), default=False),),
 }
+
+
+def default_scoring(Y) -> str:
+    """:data:`DEFAULT_SCORING`, or :data:`ONE_LABEL_SCORING` for a label matrix of one column."""
+    return ONE_LABEL_SCORING if np.ndim(Y) == 2 and np.shape(Y)[1] == 1 else DEFAULT_SCORING
 
 
 def search_space(estimator) -> tuple:
@@ -567,6 +575,12 @@ def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: in
 
 def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict) -> None:
     """Append the records of one axis at one stage and set its best value."""
+    if all(math.isnan(float(np.mean(s))) for s in scores.values()):
+        raise ValueError(
+            f"the search's scoring {ctx.scoring!r} is nan on every fold at every value: the validation "
+            "rows give it nothing to measure (the ranking metrics need rows with relevant and irrelevant "
+            "labels; with one label column, use scoring='auc_macro')"
+        )
     best = _best(scores, ctx.scoring not in LOSS_METRICS)
     for value in sorted(scores, reverse=True):
         ctx.result.results.append(

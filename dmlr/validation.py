@@ -13,8 +13,9 @@ problem a label ranker solves as a multi-label one with exactly one relevant
 label per row: each class is one label column (one-hot), and ``predict``
 returns the class with the highest score. A binary target uses two columns,
 not one, because the pairwise ranking losses (RBRL, Rank-SVM, MMP) need at
-least two labels to rank. A column vector (n, 1) is a 1-D target (as in
-scikit-learn).
+least two labels to rank. A column (n, 1) of 0/1 is a label matrix with one
+label (one tag; ``predict`` returns (n, 1)); a column of other class labels
+is a 1-D target (as in scikit-learn).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def encode_target(y, classes=None):
     label_dtype : str
         dtype name of a multi-label target (``predict`` returns it).
     """
-    if is_dask(y) and y.ndim == 2 and y.shape[1] > 1:
+    if is_dask(y) and y.ndim == 2 and (y.shape[1] > 1 or y.dtype.kind == "b"):
         if y.dtype.kind not in "biu":
             raise DmlrInputError(f"labels must be 0/1 integers or booleans, got dtype {y.dtype}")
         # values are checked by the kernels that read the chunks (reading them here computes them)
@@ -150,8 +151,8 @@ def encode_target(y, classes=None):
     if sp.issparse(y):
         y = y.toarray()
     y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
+    if y.ndim == 2 and y.shape[1] == 1 and not (y.dtype.kind in "biuf" and np.isin(y, (0, 1)).all()):
+        y = y[:, 0]  # a column of class labels: a 1-D target, as in scikit-learn
     if y.ndim == 2:
         if y.dtype.kind not in "biuf":
             raise DmlrInputError(f"labels must be 0 or 1, got dtype {y.dtype}")

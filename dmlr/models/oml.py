@@ -530,6 +530,11 @@ class OML(_NeighbourModel):
         X, Y = self._fit_data(X, y, classes=classes)
         start = time.perf_counter()
         n, q = int(X.shape[0]), int(np.shape(Y)[1])
+        if q < 2:  # the update's eigen-decomposition is in the 2-D span of two label vectors
+            raise ValueError(
+                "OML learns a metric between label vectors and needs at least 2 labels; got 1 label "
+                "column (KNN, RBRL and the other models take one)"
+            )
         d = int(self.n_components) if self.n_components is not None else default_code_dim(q)
         rng = np.random.default_rng(self.random_state)
         n_init = min(n, max(1, int(round(float(self.init_fraction) * n))))
