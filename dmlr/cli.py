@@ -205,20 +205,24 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dmlr.data.convert import FORMATS
+
     p = argparse.ArgumentParser(
         prog="dmlr",
         description="Distributed multi-label ranking on Dask: convert data to a Zarr store, fit, evaluate, report.",
     )
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("convert", help="convert ARFF/MEKA/.mat/.npz/libsvm/XC files to a dmlr Zarr store")
+    c = sub.add_parser("convert", help="convert ARFF/MEKA/.mat/.npz/libsvm/XC/CSV files to a dmlr Zarr store")
     c.add_argument("src", nargs="+", help="input file(s); several files (e.g. train and test) become splits")
     c.add_argument("dst", help="output Zarr store")
-    c.add_argument(
-        "--fmt", choices=["arff", "meka", "mat", "npz", "libsvm", "xc"], help="input format (default: from the name)"
-    )
+    c.add_argument("--fmt", choices=list(FORMATS), help="input format (default: from the name)")
     c.add_argument("--xml", help="MULAN XML label file")
-    c.add_argument("--n-labels", type=int, help="ARFF/libsvm without XML: the number of label columns")
+    c.add_argument(
+        "--n-labels",
+        type=int,
+        help="CSV (required), ARFF without XML, libsvm: the number of label columns (CSV, ARFF: the last ones)",
+    )
     c.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
     c.add_argument(
         "--keep-identifiers",

@@ -716,8 +716,8 @@ def test_npz_row_mismatch_and_naming(tmp_path):
 
 
 def test_unknown_and_undetectable_formats(tmp_path, toy_dense):
-    with pytest.raises(ValueError, match="unknown format 'csv'"):
-        convert(toy_dense, tmp_path / "o", fmt="csv")
+    with pytest.raises(ValueError, match="unknown format 'xlsx'"):
+        convert(toy_dense, tmp_path / "o", fmt="xlsx")
     odd = write(tmp_path / "data.bin", "hello world\n")
     with pytest.raises(DmlrInputError, match="cannot detect the file format"):
         convert(odd, tmp_path / "o")

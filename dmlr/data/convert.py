@@ -1,7 +1,8 @@
 """Convert multi-label data sets from common file formats to dmlr stores.
 
 :func:`dmlr.convert` reads MULAN/MEKA ARFF, MATLAB ``.mat``, scipy.sparse
-``.npz`` pairs, LIBSVM multi-label and Extreme Classification text files and
+``.npz`` pairs, LIBSVM multi-label and Extreme Classification text files,
+delimited text (CSV, TSV: :mod:`dmlr.data.delimited`) and
 streams them into a :class:`~dmlr.data.store.StoreWriter`. Text formats are
 parsed line by line in row blocks (gzip-transparent); nothing is written at
 the destination unless the whole conversion succeeds.
@@ -21,14 +22,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arff import BLOCK_ROWS, ArffReader, find_identifiers, open_text
+from dmlr.data.delimited import DelimitedReader
 from dmlr.data.libsvm import SvmLightReader, SvmStats, parse_xc_header, read_xc_header
 from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
 from dmlr.data.store import StoreWriter
 from dmlr.errors import DmlrInputError
 
 #: Formats accepted by :func:`dmlr.convert`.
-FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc")
-_TEXT_FORMATS = ("arff", "meka", "libsvm", "xc")
+FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc", "csv")
+_TEXT_FORMATS = ("arff", "meka", "libsvm", "xc", "csv")
+_CSV_SUFFIXES = (".csv", ".tsv")
 _SVM_SUFFIXES = (".svm", ".libsvm", ".svmlight", ".txt")
 #: Upper bound on the bytes of one dense int8 label block.
 _LABEL_BLOCK_BYTES = 2**24
@@ -150,6 +153,8 @@ def detect_format(path) -> str:
     base = name[:-3] if name.endswith(".gz") else name
     if base.endswith(".arff"):
         return "arff"
+    if base.endswith(_CSV_SUFFIXES):
+        return "csv"
     if name.endswith(".mat"):
         return "mat"
     if name.endswith(".npz"):
@@ -183,6 +188,31 @@ def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line
         raise ValueError("XC files are 0-based; zero_based=False does not apply")
     if drop_truncated_last_line and fmt not in _TEXT_FORMATS:
         raise ValueError(f"drop_truncated_last_line applies to text formats, not {fmt}")
+
+
+def _open_csv(paths, *, n_labels, drop_truncated_last_line, **_) -> _Source:
+    if n_labels is None:
+        raise DmlrInputError(
+            "a CSV file does not say which columns are labels: pass n_labels= (dmlr convert --n-labels), "
+            "the number of label columns, which come last",
+            path=paths[0],
+        )
+    readers = [DelimitedReader(p, n_labels) for p in paths]
+    for other in readers[1:]:
+        readers[0].check_compatible(other)
+    parts = [
+        _Part(
+            _split_name_of_file(r.path),
+            (r.path,),
+            partial(r.blocks, drop_truncated_last_line=drop_truncated_last_line),
+            r.dropped_lines,
+        )
+        for r in readers
+    ]
+    first = readers[0]
+    detail = f"{first.n_features} feature columns, then {first.n_labels} label columns"
+    names = (first.feature_names, first.label_names)
+    return _Source("csv", first.n_features, first.n_labels, False, parts, *names, detail)
 
 
 def _split_name_of_file(path: Path) -> str | None:
@@ -362,6 +392,7 @@ _OPENERS = {
     "xc": partial(_open_svm, xc=True),
     "mat": _open_mat,
     "npz": _open_npz,
+    "csv": _open_csv,
 }
 
 
@@ -432,12 +463,13 @@ def convert(
         ``*_Y.npz`` or the first is not named ``*_X.npz``.
     dst : str or Path
         Destination store (a directory).
-    fmt : {"arff", "meka", "mat", "npz", "libsvm", "xc"}, optional
+    fmt : {"arff", "meka", "mat", "npz", "libsvm", "xc", "csv"}, optional
         Input format. By default detected: ``.arff``/``.arff.gz`` is ARFF
         (MEKA when there is no MULAN XML and the relation holds ``-C L``),
         ``.mat`` MATLAB, ``.npz`` scipy.sparse, ``.svm``/``.libsvm``/``.txt``
-        XC when the first line is three integers, else LIBSVM; other
-        extensions are sniffed from the content.
+        XC when the first line is three integers, else LIBSVM,
+        ``.csv``/``.tsv`` (and ``.gz``) delimited text; other extensions are
+        sniffed from the content.
     xml : str or Path, optional
         ARFF: the MULAN label file. Default: the sibling ``<name>.xml``
         found by :func:`dmlr.data.arff.find_xml` (``emotions-train.arff.gz``
@@ -446,6 +478,8 @@ def convert(
         the store's feature names name the columns (``color=red``).
     n_labels : int, optional
         ARFF without XML: the last ``n_labels`` attributes are the labels.
+        CSV (required): the last ``n_labels`` columns are the labels, 0/1;
+        the others are numeric features (:mod:`dmlr.data.delimited`).
         LIBSVM: the number of labels (default: largest label + 1). Other
         formats: checked against the file.
     n_features : int, optional
