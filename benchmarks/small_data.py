@@ -11,6 +11,8 @@ difference (negative ranking loss and positive average precision: dmlr better), 
 whether dmlr is within 1% of the regression on both (the goal). Run::
 
     DMLR_DATA_DIR=../shared/datasets python benchmarks/small_data.py [--sets a,b] [--sizes 100,200,400]
+
+The table is also written to ``docs/benchmarks/small_data.txt``.
 """
 
 from __future__ import annotations
@@ -57,11 +59,19 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--sizes", default=",".join(map(str, SIZES)))
     p.add_argument("--workdir", default="/tmp/dmlr-small-data")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "small_data.txt"))
     a = p.parse_args(argv)
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+        Path(a.out).write_text("\n".join(lines) + "\n")  # after every line: a partial run leaves its table
+
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"# small_data.py on {machine()}; means over seeds {SEEDS}")
-    print(
+    emit(f"# small_data.py on {machine()}; means over seeds {SEEDS}")
+    emit(
         f"{'set':<22} {'n':>4} {'dmlr RL':>8} {'LR RL':>8} {'dmlr AP':>8} {'LR AP':>8} "
         f"{'RL diff':>8} {'AP diff':>8}  within 1%  dmlr's models"
     )
@@ -70,9 +80,13 @@ def main(argv=None) -> int:
         try:
             store = prepared_store(name, workdir)
         except FileNotFoundError as e:
-            print(f"{name:<22} skipped: {e}")
+            emit(f"{name:<22} skipped: {e}")
             continue
+        n_train = in_memory(store, "train")[0].shape[0]
         for n in [int(s) for s in a.sizes.split(",")]:
+            if n >= n_train:
+                emit(f"{name:<22} {n:>4} skipped: the training split has {n_train} rows")
+                continue
             d_rl, d_ap, p_rl, p_ap, models = [], [], [], [], []
             for seed in SEEDS:
                 sub = subsample_store(store, n, seed, workdir)
@@ -89,13 +103,13 @@ def main(argv=None) -> int:
             ap = (np.mean(d_ap) - np.mean(p_ap)) / np.mean(p_ap)
             ok = rl <= 0.01 and ap >= -0.01
             verdicts.append(ok)
-            print(
+            emit(
                 f"{name:<22} {n:>4} {np.mean(d_rl):>8.4f} {np.mean(p_rl):>8.4f} {np.mean(d_ap):>8.4f} "
                 f"{np.mean(p_ap):>8.4f} {100 * rl:>+7.1f}% {100 * ap:>+7.1f}%  {'yes' if ok else 'NO ':<9}  "
-                f"{'; '.join(models)}",
-                flush=True,
+                f"{'; '.join(models)}"
             )
-    print(f"\ndmlr within 1% of the tuned logistic regression on both: {sum(verdicts)} of {len(verdicts)}")
+    emit("")
+    emit(f"dmlr within 1% of the tuned logistic regression on both: {sum(verdicts)} of {len(verdicts)}")
     return 0
 
 

@@ -61,7 +61,11 @@ it averages over is empty. The metrics::
     ==================  =============================================  =====================  ==========================
 
 ``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
-1 when the label at position r of the top-k is relevant.
+1 when the label at position r of the top-k is relevant. ``precision_at_k``
+averages over all rows: a row with no relevant label counts as precision 0
+(the Extreme Classification Repository's convention). Figures "over the
+rows with a relevant label" (as some papers and peers report) are
+``precision_at_k`` divided by the fraction of such rows.
 
 Propensity-scored metrics
 -------------------------

@@ -5,7 +5,9 @@
     from dmlr.report import write_report
     write_report(model, "data.zarr", "report.png", split="test")   # or: dmlr report MODEL.npz DATA.zarr
 
-writes a PNG with four panels (top row: 1 and 4; bottom row: 2 and 3):
+writes a PNG with four panels (top row: 1 and 4; bottom row: 2 and 3) under a
+headline of the split's main metrics (:func:`headline`: ranking loss, average
+precision, P@1 over all rows, micro- and macro-F1):
 
 - panel 1, **convergence**: ``F_t - min_t F_t`` against the iteration t on a log
   scale (F = the training objective recorded in ``objective_history_``;
@@ -20,7 +22,8 @@ writes a PNG with four panels (top row: 1 and 4; bottom row: 2 and 3):
   means are exactly ``f1_macro`` and ``auc_macro`` of :func:`dmlr.evaluate`;
 - panel 4, **score distributions**: histograms (as densities) of the decision
   scores of the relevant and of the irrelevant (instance, label) pairs,
-  with the model's score threshold where its label rule has one.
+  with the model's (common) score threshold where its label rule has one and
+  the number of labels with a lower threshold of their own.
 
 The numbers come from :func:`report_statistics`, which reuses the
 map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact two-pass AUC):
@@ -52,6 +55,7 @@ from dmlr.metrics import (
     _sort_positives,
     chunk_statistics,
     combine,
+    finalize,
     label_auc,
     label_f1,
     predict_from_scores,
@@ -59,6 +63,7 @@ from dmlr.metrics import (
 
 __all__ = [
     "MatplotlibMissingError",
+    "headline",
     "label_metrics",
     "plot_convergence",
     "plot_label_metrics",
@@ -129,7 +134,9 @@ def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
         :func:`dmlr.metrics.multilabel_metrics`); ``order``: label indices
         by decreasing ``n_positive`` (ties: lower index first);
         ``edges`` (bins + 1), ``relevant`` and ``irrelevant`` (bins): the
-        histogram counts of the scores of relevant / irrelevant pairs.
+        histogram counts of the scores of relevant / irrelevant pairs;
+        ``metrics``: every metric of :func:`dmlr.metrics.multilabel_metrics`
+        on these rows (the report's headline).
     """
     if P is None:
         P = predict_from_scores(S)
@@ -162,6 +169,7 @@ def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
     n = int(stats["n_rows"])
     f1 = label_f1(stats)
     auc = label_auc({**stats, "auc_twice_correct": twice_correct})
+    metrics = finalize({**stats, "auc_twice_correct": twice_correct})
     n_pos = (stats["tp"] + stats["fn"]).astype(np.int64)
     return {
         "n_rows": n,
@@ -174,6 +182,7 @@ def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
         "edges": edges,
         "relevant": hist["relevant"],
         "irrelevant": hist["irrelevant"],
+        "metrics": metrics,
     }
 
 
@@ -286,11 +295,16 @@ def _bars(ax, values, color):
 def _label_axis(ax, stats):
     order = stats["order"]
     names = stats.get("label_names")
+    counts = stats["n_positive"]
     if len(order) <= MAX_TICK_LABELS:
-        counts = stats["n_positive"]
         ticks = [f"{names[j] if names else j} ({counts[j]})" for j in order]
         ax.set_xticks(np.arange(len(order)), ticks, rotation=90, fontsize=7)
         ax.set_xlabel("label (relevant rows), most frequent first")
+    elif names:  # every step-th label named, up to MAX_TICK_LABELS names
+        step = -(-len(order) // MAX_TICK_LABELS)
+        at = np.arange(0, len(order), step)
+        ax.set_xticks(at, [f"{names[order[k]]} ({counts[order[k]]})" for k in at], rotation=90, fontsize=7)
+        ax.set_xlabel(f"label (relevant rows), most frequent first; one named every {step}")
     else:
         ax.set_xlabel("labels by frequency rank (most frequent first)")
 
@@ -378,6 +392,16 @@ def plot_report(model, stats, fig):
     return axes
 
 
+def headline(metrics: dict) -> str:
+    """One line of the report's main numbers, each with its direction and P@k's convention."""
+    m = metrics
+    return (
+        f"ranking loss {m['ranking_loss']:.4f} (lower is better) · average precision {m['average_precision']:.4f} · "
+        f"P@1 {m['precision_at_1']:.3f} (a row with no relevant label counts 0) · "
+        f"micro-F1 {m['f1_micro']:.3f} · macro-F1 {m['f1_macro']:.3f}"
+    )
+
+
 def write_report(model, data, path, split: str | None = "test", *, dpi: int = 100, bins: int = 50) -> Path:
     """Write the four-panel report of a fitted model on a data set to a PNG file.
 
@@ -416,10 +440,8 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
     plot_report(model, stats, fig)
     source = "arrays" if isinstance(data, tuple) else Path(str(getattr(data, "path", data))).name
     split_text = "all rows" if split in (None, "all") else f"split {split!r}"
-    fig.suptitle(
-        f"{type(model).__name__} on {source}, {split_text}: {stats['n_rows']:,} rows, {len(stats['f1'])} labels",
-        fontsize=12,
-    )
+    title = f"{type(model).__name__} on {source}, {split_text}: {stats['n_rows']:,} rows, {len(stats['f1'])} labels"
+    fig.suptitle(f"{title}\n{headline(stats['metrics'])}", fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, format="png")

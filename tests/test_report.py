@@ -11,7 +11,7 @@ import dmlr
 from dmlr.cli import main
 from dmlr.datasets import make_multilabel
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.report import MatplotlibMissingError, label_metrics, report_statistics, write_report
+from dmlr.report import MatplotlibMissingError, headline, label_metrics, report_statistics, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -65,6 +65,11 @@ def test_per_label_numbers_agree_with_scikit_learn(fitted):
     metrics = dmlr.evaluate(model, store, split="test")
     assert stats["f1_macro"] == pytest.approx(metrics["f1_macro"], abs=1e-12)
     assert stats["auc_macro"] == pytest.approx(metrics["auc_macro"], abs=1e-12)
+    # the headline's numbers are dmlr.evaluate's, each one
+    for name in ("ranking_loss", "average_precision", "precision_at_1", "f1_micro", "auc_macro"):
+        assert stats["metrics"][name] == pytest.approx(metrics[name], rel=1e-12), name
+    line = headline(stats["metrics"])
+    assert f"ranking loss {metrics['ranking_loss']:.4f}" in line and "no relevant label counts 0" in line
     # labels sorted by frequency, histograms over every (instance, label) pair
     assert np.array_equal(stats["n_positive"], Y.sum(axis=0))
     assert np.all(np.diff(stats["n_positive"][stats["order"]]) <= 0)
