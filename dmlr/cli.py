@@ -30,6 +30,7 @@ def cmd_convert(args) -> int:
         n_labels=args.n_labels,
         overwrite=args.overwrite,
         keep_identifiers=args.keep_identifiers,
+        labels=args.labels.split(",") if args.labels else args.label_prefix,
         **({"drop_truncated_last_line": True} if args.drop_truncated_last_line else {}),
     )
     return cmd_info(argparse.Namespace(data=str(dst), json=False))
@@ -223,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="CSV (required), ARFF without XML, libsvm: the number of label columns (CSV, ARFF: the last ones)",
     )
+    labels = c.add_mutually_exclusive_group()
+    labels.add_argument("--labels", help="CSV with a header: the label columns' names, comma-separated")
+    labels.add_argument("--label-prefix", help="CSV with a header: the label columns are those whose name starts so")
     c.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
     c.add_argument(
         "--keep-identifiers",

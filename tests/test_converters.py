@@ -804,3 +804,26 @@ def test_real_reference_emotions_mat(tmp_path):
     m = scipy.io.loadmat(path)
     np.testing.assert_array_equal(np.asarray(ds.Y.compute())[ds.splits["test"]], m["Y_test"] > 0)
     np.testing.assert_array_equal(np.asarray(ds.X.compute())[ds.splits["train"]], m["X_train"])
+
+
+def test_a_rare_index_0_in_libsvm_files_is_read_0_based_with_a_warning_naming_its_lines(tmp_path):
+    rows = ["1 1:0.5 2:1"] * 300
+    rows[7] = "0 0:1 2:2"  # one stray index 0 in a 1-based file
+    path = write(tmp_path / "d.svm", "\n".join(rows) + "\n")
+    with pytest.warns(UserWarning, match=r"index 0 occurs on 1 of 300 rows only \(lines d.svm:8\).*zero_based=False"):
+        X, _, meta, _ = load(convert(path, tmp_path / "o"))
+    assert X.shape[1] == 3 and "0-based" in meta["source"]  # "auto" keeps scikit-learn's rule
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as given: no warning; an index 0 on half the rows: none either
+        convert(path, tmp_path / "o2", zero_based=True)
+        convert(write(tmp_path / "z.svm", "1 0:1\n0 1:1\n"), tmp_path / "o3")
+
+
+def test_an_attribute_after_data_names_its_line(tmp_path):
+    path = write(
+        tmp_path / "late.arff",
+        "@relation t\n@attribute a numeric\n@attribute y {0,1}\n@data\n1,0\n@ATTRIBUTE b numeric\n2,1\n",
+    )
+    with pytest.raises(DmlrInputError, match=r"@attribute after @data \(line 4\)") as excinfo:
+        convert(path, tmp_path / "o", n_labels=1)
+    assert_error(excinfo, path, line=6)

@@ -87,3 +87,47 @@ def test_cli_converts_a_csv_and_fit_on_the_csv_points_to_it(tmp_path):
     assert dmlr.open_dataset(tmp_path / "s.zarr").n_labels == 2
     with pytest.raises(DmlrInputError, match="dmlr convert .* --n-labels L"):
         dmlr.fit(src)
+
+
+def test_an_empty_csv_and_a_header_only_csv_are_refused(tmp_path):
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(DmlrInputError, match="empty file"):
+        convert(tmp_path / "e.csv", tmp_path / "e.zarr", n_labels=1)
+    (tmp_path / "h.csv").write_text("a,b,y\n")
+    with pytest.raises(DmlrInputError, match="no data rows"):
+        convert(tmp_path / "h.csv", tmp_path / "h.zarr", n_labels=1)
+    assert not (tmp_path / "h.zarr").exists()
+
+
+def test_label_columns_by_name_or_prefix_anywhere_in_the_row(tmp_path):
+    rng = np.random.default_rng(2)
+    X, Y = rng.normal(size=(20, 3)).round(3), (rng.random((20, 2)) < 0.5).astype(int)
+    rows = ["tag_x,f0,f1,tag_y,f2"] + [f"{y[0]},{x[0]},{x[1]},{y[1]},{x[2]}" for x, y in zip(X, Y)]
+    src = tmp_path / "d.csv"
+    src.write_text("\n".join(rows) + "\n")
+    for i, labels in enumerate(("tag_", ["tag_y", "tag_x"])):
+        ds = dmlr.open_dataset(convert(src, tmp_path / f"s{i}.zarr", labels=labels))
+        np.testing.assert_allclose(ds.arrays(None)[0].compute(), X)
+        np.testing.assert_array_equal(ds.arrays(None)[1].compute(), Y)
+        assert list(ds.label_names) == ["tag_x", "tag_y"] and list(ds.feature_names) == ["f0", "f1", "f2"]
+    assert main(["convert", str(src), str(tmp_path / "c.zarr"), "--labels", "tag_x,tag_y"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(src),
+                str(
+                    tmp_path / "p.zarr",
+                ),
+                "--label-prefix",
+                "tag_",
+            ]
+        )
+        == 0
+    )
+    with pytest.raises(DmlrInputError, match="no column named 'tag_z'"):
+        convert(src, tmp_path / "z.zarr", labels=["tag_z"])
+    with pytest.raises(DmlrInputError, match="no column name starts with 'y_'"):
+        convert(src, tmp_path / "y.zarr", labels="y_")
+    with pytest.raises(DmlrInputError, match="n_labels=.*or, with a header line, labels="):
+        convert(src, tmp_path / "n.zarr")

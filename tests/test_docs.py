@@ -8,6 +8,7 @@ sphinx-gallery executes the examples in ``examples/``. No network: nothing is li
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,16 @@ def test_docs_build_without_warnings(tmp_path):
     for example in (ROOT / "examples").glob("plot_*.py"):
         figures = list((out / "_images").glob(f"sphx_glr_{example.stem}_*.png"))
         assert figures, f"{example.name} drew no figure"
+    # No page loads anything from the network (links may point anywhere); formulas use the
+    # MathJax copy in the site.
+    fetched = re.compile(r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["']((?:https?:)?//[^"']*)""", re.I)
+    styled = re.compile(r"""<link\b[^>]*\bhref=["']((?:https?:)?//[^"']*)""", re.I)
+    for page in out.rglob("*.html"):
+        text = page.read_text(errors="replace")
+        remote = fetched.findall(text) + styled.findall(text) + re.findall(r"@import\s+url\(['\"]?(?:https?:)?//", text)
+        assert not remote, f"{page.relative_to(out)} loads {remote[:3]}"
+    math_page = (out / "models" / "rbrl.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in math_page and (out / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
 def _parameter_table(page: Path) -> dict:

@@ -783,7 +783,7 @@ class ArffReader:
                 counts[int(j)] = c
             return len(texts), counts
 
-        records = ((no, t, term) for no, t, term in iter_lines(self.path) if no > self.header.data_line and _is_data(t))
+        records = self._data_records()
         yield from parse_in_blocks(
             records, parse, path=self.path, block_rows=block_rows, drop_truncated_last_line=drop_truncated_last_line
         )
@@ -807,6 +807,21 @@ class ArffReader:
                 f"label attributes differ from {self.path.name}'s", path=other.path, line=other.header.data_line
             )
 
+    def _data_records(self):
+        """The data lines (no, text, terminated) after ``@data``; a header keyword among them
+        (an ``@attribute`` after ``@data``) is an error naming its line."""
+        for no, text, terminated in iter_lines(self.path):
+            if no <= self.header.data_line or not _is_data(text):
+                continue
+            keyword = text.lstrip().split(None, 1)[0].lower()
+            if keyword in ("@attribute", "@relation", "@data"):
+                raise DmlrInputError(
+                    f"{keyword} after @data (line {self.header.data_line}): the header must come before the data",
+                    path=self.path,
+                    line=no,
+                )
+            yield no, text, terminated
+
     def blocks(self, *, block_rows=BLOCK_ROWS, drop_truncated_last_line=False):
         """Yield ``(X, Y)`` blocks of at most ``block_rows`` rows.
 
@@ -823,7 +838,7 @@ class ArffReader:
             CSR when ``store_sparse``.
         Y : ndarray (r, n_labels) int8
         """
-        records = ((no, t, term) for no, t, term in iter_lines(self.path) if no > self.header.data_line and _is_data(t))
+        records = self._data_records()
         yield from parse_in_blocks(
             records,
             self._parse_block,

@@ -33,6 +33,8 @@ FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc", "csv")
 _TEXT_FORMATS = ("arff", "meka", "libsvm", "xc", "csv")
 _CSV_SUFFIXES = (".csv", ".tsv")
 _SVM_SUFFIXES = (".svm", ".libsvm", ".svmlight", ".txt")
+#: zero_based="auto" warns when fewer than one row in this many holds a feature index 0.
+ZERO_RARE = 100
 #: Upper bound on the bytes of one dense int8 label block.
 _LABEL_BLOCK_BYTES = 2**24
 
@@ -175,7 +177,9 @@ def _resolve_format(items, fmt) -> str:
     return found.pop()
 
 
-def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line, keep_identifiers) -> None:
+def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line, keep_identifiers, labels) -> None:
+    if labels is not None and fmt != "csv":
+        raise ValueError(f"labels= applies to CSV input, not {fmt}")
     if xml is not None and fmt not in ("arff", "meka"):
         raise ValueError(f"xml= applies to ARFF input, not {fmt}")
     if keep_identifiers and fmt not in ("arff", "meka"):
@@ -190,14 +194,8 @@ def _check_options(fmt, *, xml, zero_based, n_features, drop_truncated_last_line
         raise ValueError(f"drop_truncated_last_line applies to text formats, not {fmt}")
 
 
-def _open_csv(paths, *, n_labels, drop_truncated_last_line, **_) -> _Source:
-    if n_labels is None:
-        raise DmlrInputError(
-            "a CSV file does not say which columns are labels: pass n_labels= (dmlr convert --n-labels), "
-            "the number of label columns, which come last",
-            path=paths[0],
-        )
-    readers = [DelimitedReader(p, n_labels) for p in paths]
+def _open_csv(paths, *, n_labels, labels, drop_truncated_last_line, **_) -> _Source:
+    readers = [DelimitedReader(p, n_labels, labels) for p in paths]
     for other in readers[1:]:
         readers[0].check_compatible(other)
     parts = [
@@ -210,7 +208,7 @@ def _open_csv(paths, *, n_labels, drop_truncated_last_line, **_) -> _Source:
         for r in readers
     ]
     first = readers[0]
-    detail = f"{first.n_features} feature columns, then {first.n_labels} label columns"
+    detail = f"{first.n_features} feature columns, label columns {(first.label_idx + 1).tolist()}"
     names = (first.feature_names, first.label_names)
     return _Source("csv", first.n_features, first.n_labels, False, parts, *names, detail)
 
@@ -311,6 +309,16 @@ def _svm_sizes(readers, *, n_features, n_labels, zero_based, drop_truncated_last
                 line=line,
             )
         how = "as given" if zero_based is True else f"auto: index 0 on line {line} of {Path(path).name}"
+        if zero_based == "auto" and stats.zero_rows * ZERO_RARE < stats.n_rows:
+            lines = ", ".join(f"{Path(f).name}:{no}" for f, no in stats.zero_lines)
+            warnings.warn(
+                f"feature index 0 occurs on {stats.zero_rows} of {stats.n_rows} rows only (lines {lines}"
+                f"{', ...' if stats.zero_rows > len(stats.zero_lines) else ''}): the files are read as 0-based "
+                "(scikit-learn's rule), which shifts every column by one if they are 1-based with stray zeros. "
+                "zero_based=False reads them 1-based (and names each line with an index 0); zero_based=True "
+                "keeps 0-based without this warning",
+                stacklevel=4,
+            )
     else:
         how = "as given" if zero_based != "auto" else "auto: no index 0 in the files"
     offset = 0 if zero_based is True or stats.zero_at is not None else 1
@@ -443,6 +451,7 @@ def convert(
     zero_based="auto",
     drop_truncated_last_line=False,
     keep_identifiers=False,
+    labels=None,
     overwrite=False,
     chunk_rows=None,
     dtype="float64",
@@ -478,8 +487,8 @@ def convert(
         the store's feature names name the columns (``color=red``).
     n_labels : int, optional
         ARFF without XML: the last ``n_labels`` attributes are the labels.
-        CSV (required): the last ``n_labels`` columns are the labels, 0/1;
-        the others are numeric features (:mod:`dmlr.data.delimited`).
+        CSV (this or ``labels``): the last ``n_labels`` columns are the
+        labels, 0/1; the others are numeric features (:mod:`dmlr.data.delimited`).
         LIBSVM: the number of labels (default: largest label + 1). Other
         formats: checked against the file.
     n_features : int, optional
@@ -499,6 +508,10 @@ def convert(
         row (of more than two) is an identifier; it is left out of X with
         a warning naming it unless this is True, when it is kept one-hot
         (still with a warning). Either way the store's ``source`` says so.
+    labels : str or sequence of str, optional
+        CSV with a header line: the label columns, by their names (a
+        sequence) or the prefix of their names (a string); every other
+        column is a feature.
     overwrite : bool
         Replace an existing store at ``dst`` (only once the new one is
         complete).
@@ -529,6 +542,7 @@ def convert(
         n_features=n_features,
         drop_truncated_last_line=drop_truncated_last_line,
         keep_identifiers=keep_identifiers,
+        labels=labels,
     )
     if fmt != "npz" and any(isinstance(it, tuple) for it in items):
         raise ValueError(f"(X, Y) path pairs are only for npz input, not {fmt}")
@@ -543,6 +557,7 @@ def convert(
         zero_based=zero_based,
         drop_truncated_last_line=drop_truncated_last_line,
         keep_identifiers=keep_identifiers,
+        labels=labels,
     )
     if n_labels is not None and source.n_labels != n_labels:
         raise DmlrInputError(

@@ -1,9 +1,11 @@
-"""Delimited text (CSV, TSV): numeric feature columns, then 0/1 label columns.
+"""Delimited text (CSV, TSV): numeric feature columns and 0/1 label columns.
 
-The form most users hold a multi-label set in: one row per line, the
-features first and the ``n_labels`` label columns last, separated by commas
-(or semicolons, or tabs: the first line decides), with an optional header
-line naming the columns. The file is read line by line in blocks
+The form most users hold a multi-label set in: one row per line, separated
+by commas (or semicolons, or tabs: the first line decides), with an
+optional header line naming the columns. The label columns are the last
+``n_labels`` ones, or, given a header, those named in a list or whose names
+start with a prefix (``labels=``); every other column is a feature, in the
+file's order. The file is read line by line in blocks
 (gzip-transparent, :func:`dmlr.data.arff.iter_lines`); a bad value is
 reported with its line and column. Every feature must have a value: a
 missing one is an error (dmlr's models take no missing values).
@@ -37,11 +39,14 @@ class DelimitedReader:
     Parameters
     ----------
     path : str or Path
-    n_labels : int
+    n_labels : int, optional
         The last ``n_labels`` columns are the labels (0/1).
+    labels : str or sequence of str, optional
+        With a header line instead: the label columns' names (a sequence),
+        or the prefix of their names (a string).
     """
 
-    def __init__(self, path, n_labels: int):
+    def __init__(self, path, n_labels: int | None = None, labels=None):
         self.path = Path(path)
         self.dropped_lines: list = []
         first = next(((no, text) for no, text, _ in iter_lines(self.path) if text.strip()), None)
@@ -52,18 +57,49 @@ class DelimitedReader:
         tokens = next(csv.reader([text], delimiter=self.delimiter))
         self.header_line = no if not all(_is_number(t) for t in tokens if t.strip()) else None
         self.n_columns = len(tokens)
-        if not isinstance(n_labels, int) or isinstance(n_labels, bool) or not 1 <= n_labels < self.n_columns:
+        names = [t.strip() for t in tokens] if self.header_line is not None else None
+        self.label_idx = self._label_columns(names, n_labels, labels, no)
+        self.feature_idx = np.setdiff1d(np.arange(self.n_columns), self.label_idx)
+        self.n_labels, self.n_features = len(self.label_idx), len(self.feature_idx)
+        self.feature_names = [names[j] for j in self.feature_idx] if names else None
+        self.label_names = [names[j] for j in self.label_idx] if names else None
+
+    def _label_columns(self, names, n_labels, labels, no) -> np.ndarray:
+        """Indices of the label columns (see the class), at least one and not all."""
+        if (n_labels is None) == (labels is None):
             raise DmlrInputError(
-                f"n_labels must be an integer from 1 to {self.n_columns - 1} (the file has {self.n_columns} "
-                f"columns: features first, then the labels), got {n_labels!r}",
+                "say which columns are labels: n_labels= (the last ones; dmlr convert --n-labels) or, with a "
+                "header line, labels= (their names, or a prefix of them; dmlr convert --labels)",
                 path=self.path,
                 line=no,
             )
-        self.n_labels = n_labels
-        self.n_features = self.n_columns - n_labels
-        names = [t.strip() for t in tokens] if self.header_line is not None else None
-        self.feature_names = names[: self.n_features] if names else None
-        self.label_names = names[self.n_features :] if names else None
+        if n_labels is not None:
+            if not isinstance(n_labels, int) or isinstance(n_labels, bool) or not 1 <= n_labels < self.n_columns:
+                raise DmlrInputError(
+                    f"n_labels must be an integer from 1 to {self.n_columns - 1} (the file has {self.n_columns} "
+                    f"columns: features first, then the labels), got {n_labels!r}",
+                    path=self.path,
+                    line=no,
+                )
+            return np.arange(self.n_columns - n_labels, self.n_columns)
+        if names is None:
+            raise DmlrInputError(
+                "labels= names columns, but the first line is data, not a header: pass n_labels=", path=self.path
+            )
+        if isinstance(labels, str):
+            found = [j for j, name in enumerate(names) if name.startswith(labels)]
+            what = f"no column name starts with {labels!r}"
+        else:
+            missing = [name for name in labels if name not in names]
+            if missing:
+                raise DmlrInputError(f"no column named {missing[0]!r} in the header", path=self.path, line=no)
+            found = sorted(names.index(name) for name in labels)
+            what = "labels= is empty"
+        if not found or len(found) == self.n_columns:
+            raise DmlrInputError(
+                what if not found else "every column would be a label: no features left", path=self.path, line=no
+            )
+        return np.asarray(found)
 
     def _records(self):
         for no, text, terminated in iter_lines(self.path):
@@ -87,19 +123,18 @@ class DelimitedReader:
             raise DmlrInputError(f"{what} in column {j + 1}", path=self.path, line=nos[i])
 
         values = parse_numbers(tokens, np.float64, fail).reshape(len(rows), self.n_columns)
-        X, Y = values[:, : self.n_features], values[:, self.n_features :]
+        X, Y = values[:, self.feature_idx], values[:, self.label_idx]
         bad = np.argwhere((Y != 0) & (Y != 1))
         if bad.size:
             i, j = bad[0]
             raise DmlrInputError(
-                f"label column {self.n_features + j + 1} holds {Y[i, j]:g}; labels must be 0 or 1 "
-                f"(the last n_labels={self.n_labels} columns are the labels)",
+                f"label column {self.label_idx[j] + 1} holds {Y[i, j]:g}; labels must be 0 or 1",
                 path=self.path,
                 line=nos[i],
             )
         if not np.isfinite(X).all():
             i, j = np.argwhere(~np.isfinite(X))[0]
-            raise DmlrInputError(f"feature column {j + 1} is {X[i, j]}", path=self.path, line=nos[i])
+            raise DmlrInputError(f"feature column {self.feature_idx[j] + 1} is {X[i, j]}", path=self.path, line=nos[i])
         return X, Y.astype(np.int8)
 
     def blocks(self, *, block_rows: int = BLOCK_ROWS, drop_truncated_last_line: bool = False):
@@ -115,10 +150,11 @@ class DelimitedReader:
 
     def check_compatible(self, other: DelimitedReader) -> None:
         """Raise unless ``other`` has the same columns (a split of the same set)."""
-        if (other.n_columns, other.feature_names, other.label_names) != (
+        if (other.n_columns, other.feature_names, other.label_names, other.label_idx.tolist()) != (
             self.n_columns,
             self.feature_names,
             self.label_names,
+            self.label_idx.tolist(),
         ):
             raise DmlrInputError(
                 f"its columns differ from those of {self.path.name} ({other.n_columns} against {self.n_columns}, "

@@ -26,7 +26,7 @@ Blank lines and ``#`` comments are skipped. Errors name the file and the
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +154,10 @@ def parse_svm_block(texts, nos, path) -> SvmBlock:
     return SvmBlock(list(nos), label_rows, labels, feat_ptr, idx, val)
 
 
+#: Lines with a feature index 0 that :class:`SvmStats` keeps, for messages.
+ZERO_LINES_KEPT = 5
+
+
 @dataclass
 class SvmStats:
     """What a first pass over a LIBSVM file learns.
@@ -167,6 +171,10 @@ class SvmStats:
         Smallest and largest feature index as written (-1 if none).
     zero_at : tuple (path, line) or None
         Where a feature index 0 first occurs.
+    zero_rows : int
+        Rows holding a feature index 0.
+    zero_lines : list of (path, line)
+        The first :data:`ZERO_LINES_KEPT` of them.
     """
 
     n_rows: int = 0
@@ -174,6 +182,8 @@ class SvmStats:
     min_index: int = -1
     max_index: int = -1
     zero_at: tuple | None = None
+    zero_rows: int = 0
+    zero_lines: list = field(default_factory=list)
 
     def update(self, block: SvmBlock, path=None) -> None:
         self.n_rows += block.n_rows
@@ -182,13 +192,18 @@ class SvmStats:
             lo, hi = int(block.idx.min()), int(block.idx.max())
             self.min_index = lo if self.min_index < 0 else min(self.min_index, lo)
             self.max_index = max(self.max_index, hi)
-            if lo == 0 and self.zero_at is None:
-                k = int(np.argmax(block.idx == 0))
-                self.zero_at = (path, block.nos[block.feature_rows()[k]])
+            if lo == 0:
+                rows = np.unique(block.feature_rows()[block.idx == 0])
+                self.zero_rows += int(rows.size)
+                room = ZERO_LINES_KEPT - len(self.zero_lines)
+                self.zero_lines += [(path, block.nos[r]) for r in rows[:room]]
+                self.zero_at = self.zero_at or self.zero_lines[0]
 
     def merge(self, other: SvmStats) -> SvmStats:
         out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index, self.zero_at)
         out.zero_at = out.zero_at or other.zero_at
+        out.zero_rows = self.zero_rows + other.zero_rows
+        out.zero_lines = (self.zero_lines + other.zero_lines)[:ZERO_LINES_KEPT]
         out.n_rows += other.n_rows
         out.max_label = max(out.max_label, other.max_label)
         if other.min_index >= 0:
