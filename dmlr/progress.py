@@ -54,8 +54,9 @@ __all__ = [
 #: Iterations over which the rate of decrease of log(relative change) and the time per
 #: iteration are measured for the estimate of the time left.
 ESTIMATE_WINDOW = 50
-#: Fewest iterations with a positive relative change before the trend is used.
-MIN_TREND_POINTS = 3
+#: Fewest iterations with a positive relative change, in the recent half of the window, before
+#: the trend is used (before that, only the ``max_iter`` cap).
+MIN_TREND_POINTS = 8
 
 
 def format_seconds(seconds: float) -> str:
@@ -112,9 +113,13 @@ class ProgressReporter:
 
     * ``max_iter - t`` (a hard cap: the run cannot go further), and
     * a linear extrapolation of ``log(relative change)`` against the
-      iteration number, fitted by least squares over the last
-      ``ESTIMATE_WINDOW`` iterations, to the iteration where it reaches
-      ``log(tol)``; used only when that fit is decreasing.
+      iteration number, fitted by least squares over the recent half of the
+      last ``ESTIMATE_WINDOW`` iterations (at least
+      ``MIN_TREND_POINTS`` of them), to the iteration where it reaches
+      ``log(tol)``; used only when that fit is decreasing. The older half is
+      left out because solvers' relative change falls fastest in their
+      first iterations: a fit over them extrapolates that pace and
+      announces the end far too early.
 
     It assumes that the recent geometric (linear-rate) convergence
     continues, and it targets the relative-change test only (not other
@@ -233,6 +238,7 @@ class ProgressReporter:
             per_iter = window[-1][1] / max(window[-1][0], 1) if window else math.nan
         trend = math.inf
         points = [(it, lc) for it, _, lc in window if math.isfinite(lc)]
+        points = points[len(points) // 2 :]  # the recent half: the first iterations' fast fall misleads
         if (
             self.tol is not None
             and self.tol > 0

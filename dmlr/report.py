@@ -25,6 +25,10 @@ precision, P@1 over all rows, micro- and macro-F1):
   with the model's (common) score threshold where its label rule has one and
   the number of labels with a lower threshold of their own.
 
+When the model was searched by :func:`dmlr.fit` (an in-memory model: model files keep the
+chosen values, ``best_params_``, not the search), a fifth panel below shows the search's
+validation curve (:func:`plot_search`).
+
 The numbers come from :func:`report_statistics`, which reuses the
 map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact two-pass AUC):
 two ``dask.compute`` calls, and the score matrix is never gathered. The
@@ -68,6 +72,7 @@ __all__ = [
     "plot_convergence",
     "plot_label_metrics",
     "plot_report",
+    "plot_search",
     "plot_score_distributions",
     "report_statistics",
     "write_report",
@@ -383,12 +388,58 @@ def plot_score_distributions(stats, ax=None):
     return ax
 
 
+def plot_search(result, ax=None):
+    """The search's validation curve: mean score (with its standard deviation over the folds)
+    against each searched value, one line per parameter and stage, the chosen value marked.
+
+    Parameters
+    ----------
+    result : :class:`dmlr.tuning.SearchResult`
+        A searched model's ``search_``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    ax = ax if ax is not None else _new_axes()[0]
+    groups: dict = {}
+    for r in result.results:
+        groups.setdefault((r["param"], r["n_rows"]), []).append(r)
+    for (param, n_rows), records in groups.items():
+        records = sorted(records, key=lambda r: r["value"])
+        values = [r["value"] for r in records]
+        ax.errorbar(
+            values,
+            [r["mean_score"] for r in records],
+            yerr=[r["std_score"] for r in records],
+            marker="o",
+            ms=3,
+            capsize=2,
+            label=f"{param}, {n_rows:,} rows",
+        )
+    for param, value in result.best_params.items():
+        ax.axvline(value, color="k", ls="--", lw=1, label=f"chosen {param} = {value:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("value")
+    ax.set_ylabel(f"mean validation {result.scoring}")
+    ax.set_title(f"search: {result.n_splits}-fold cross-validation, {result.n_fits} fits", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
 def plot_report(model, stats, fig):
-    """Draw the four panels on ``fig`` (a matplotlib Figure); returns the 2 x 2 axes."""
-    axes = fig.subplots(2, 2)
-    plot_convergence(model, axes[0, 0])
-    plot_score_distributions(stats, axes[0, 1])
-    plot_label_metrics(stats, (axes[1, 0], axes[1, 1]))
+    """Draw the panels on ``fig`` (a matplotlib Figure): the four, and below them the search's
+    curve when ``model`` carries one (``search_``, set by :func:`dmlr.fit`). Returns the axes."""
+    searched = getattr(model, "search_", None) is not None and bool(model.search_.results)
+    rows = [["convergence", "scores"], ["f1", "auc"]] + ([["search", "search"]] if searched else [])
+    axes = fig.subplot_mosaic(rows)
+    plot_convergence(model, axes["convergence"])
+    plot_score_distributions(stats, axes["scores"])
+    plot_label_metrics(stats, (axes["f1"], axes["auc"]))
+    if searched:
+        plot_search(model.search_, axes["search"])
     return axes
 
 
@@ -415,7 +466,7 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
     split : str or None
         Named split to evaluate on (None or "all": every row).
     dpi : int
-        Resolution (the figure is 13 x 9 inches).
+        Resolution (the figure is 13 x 9 inches, 13 x 12 with the search's curve).
     bins : int
         Bins of the score histograms.
 
@@ -435,7 +486,8 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
 
     model = _as_model(model)
     stats = label_metrics(model, data, split, bins=bins)
-    fig = Figure(figsize=(13, 9), layout="constrained")
+    searched = getattr(model, "search_", None) is not None
+    fig = Figure(figsize=(13, 12 if searched else 9), layout="constrained")
     FigureCanvasAgg(fig)
     plot_report(model, stats, fig)
     source = "arrays" if isinstance(data, tuple) else Path(str(getattr(data, "path", data))).name

@@ -104,14 +104,29 @@ def test_estimate_is_finite_after_a_few_iterations(capsys):
     rep = ProgressReporter(1, max_iter=None, tol=tol)
     F = lambda t: 1.0 + 0.5**t
     actual_stop = next(t for t in range(2, 200) if abs(F(t) - F(t - 1)) / F(t - 1) <= tol)
-    for t in range(1, 6):
+    for t in range(1, 18):
         rep(t, F(t), per_iter * t)
     assert rep.last_estimate is not None and math.isfinite(rep.last_estimate)
     assert not rep.last_estimate_capped
     # trend-based, so close to the true remaining time (a rough guide: within 30 % here)
-    assert rep.last_estimate == pytest.approx((actual_stop - 5) * per_iter, rel=0.3)
+    assert rep.last_estimate == pytest.approx((actual_stop - 17) * per_iter, rel=0.3)
     out = capsys.readouterr().out.splitlines()[-1]
     assert re.search(r"left ~\d+\.\d+ s", out)
+
+
+def test_a_fast_first_fall_does_not_shorten_the_estimate():
+    # the relative change falls 10x per iteration for 10 iterations, then by 10% per iteration
+    tol, per_iter = 1e-12, 0.1
+    logs = [math.log(0.1) * min(t, 10) + math.log(0.9) * max(t - 10, 0) for t in range(1, 400)]
+    F = [1.0]
+    for lc in logs:
+        F.append(F[-1] * (1.0 - math.exp(lc)))
+    actual_stop = next(t for t, lc in enumerate(logs, 1) if math.exp(lc) <= tol)
+    rep = ProgressReporter(0, tol=tol)
+    for t in range(1, 31):
+        rep(t, F[t - 1], per_iter * t)
+    # the old fit over every iteration since the first said about a quarter of this
+    assert rep.last_estimate == pytest.approx((actual_stop - 30) * per_iter, rel=0.5)
 
 
 def test_estimate_falls_back_to_the_max_iter_cap():

@@ -46,7 +46,9 @@ def test_write_report_png(fitted, tmp_path):
     store, model = fitted
     png = write_report(model, store, tmp_path / "out" / "report.png", split="test")
     assert png == tmp_path / "out" / "report.png" and png.exists()
-    assert _png_size(png) == (1300, 900)  # 13 x 9 inches at 100 dpi
+    assert _png_size(png) == (1300, 1200)  # 13 x 12 inches at 100 dpi: searched, the search's curve below
+    saved = write_report(dmlr.load(model.save(tmp_path / "m.npz")), store, tmp_path / "saved.png")
+    assert _png_size(saved) == (1300, 900)  # a model file keeps no search: the four panels
     assert 30_000 < png.stat().st_size < 3_000_000
     print(f"report PNG: {png}")
 
