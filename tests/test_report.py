@@ -125,3 +125,23 @@ def test_missing_matplotlib_names_the_plot_extra(fitted, tmp_path, monkeypatch, 
     saved = model.save(tmp_path / "m.npz")
     assert main(["report", str(saved), str(store), "--out", str(tmp_path / "r.png")]) == 2
     assert "'plot' extra" in capsys.readouterr().err and not (tmp_path / "r.png").exists()
+
+
+def test_labels_past_the_tick_limit_are_named_every_few():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from dmlr.report import MAX_TICK_LABELS, plot_label_metrics
+
+    rng = np.random.default_rng(0)
+    n_labels = 2 * MAX_TICK_LABELS + 5
+    Y = (rng.random((200, n_labels)) < 0.2).astype(np.int8)
+    stats = report_statistics(Y, rng.normal(size=Y.shape) + Y)
+    stats["label_names"] = [f"tag{j}" for j in range(n_labels)]
+    axes = Figure().subplots(1, 2)
+    plot_label_metrics(stats, axes)
+    names = [t.get_text() for t in axes[0].get_xticklabels()]
+    assert 0 < len(names) <= MAX_TICK_LABELS
+    first = stats["order"][0]
+    assert names[0] == f"tag{first} ({stats['n_positive'][first]})"
+    assert "one named every 3" in axes[0].get_xlabel()
