@@ -178,3 +178,15 @@ def test_search_units_learn_thresholds_only_for_label_metrics():
     assert unit_label_rule(params, ["ranking_loss", "average_precision"]) == {"threshold": 0.0}
     assert unit_label_rule(params, ["ranking_loss", "f1_macro"]) == {}  # the model's own rule is scored
     assert unit_label_rule({"alpha": 1.0}, ["ranking_loss"]) == {}  # no threshold to skip
+
+
+def test_a_label_the_model_does_not_separate_keeps_the_common_threshold():
+    rng = np.random.default_rng(4)
+    Y = (rng.random((600, 3)) < [0.4, 0.4, 0.05]).astype(np.int8)
+    S = 3.0 * Y + rng.normal(size=Y.shape)
+    S[:, 2] = rng.normal(size=600)  # a rare label its scores do not separate
+    t = label_thresholds(Y, S)
+    common = t.max()
+    assert t[2] == common  # its own F1-best cut would label many rows for a few hits
+    alone = label_thresholds(Y[:, [2]], S[:, [2]])  # alone, common and own coincide
+    assert (S[:, 2] > alone[0]).mean() > 0.1 and _label_f1(Y[:, 2].astype(bool), S[:, 2] > alone[0]) < 0.3
