@@ -189,4 +189,4 @@ def test_a_label_the_model_does_not_separate_keeps_the_common_threshold():
     common = t.max()
     assert t[2] == common  # its own F1-best cut would label many rows for a few hits
     alone = label_thresholds(Y[:, [2]], S[:, [2]])  # alone, common and own coincide
-    assert (S[:, 2] > alone[0]).mean() > 0.1 and _label_f1(Y[:, 2].astype(bool), S[:, 2] > alone[0]) < 0.3
+    assert (S[:, 2] > alone[0]).mean() > 0.1 and _label_f1(Y[:, 2].astype(bool), S[:, 2] > alone[0]) < 0.2
