@@ -445,7 +445,7 @@ def _histogram_thresholds(Y, S) -> tuple[float, np.ndarray]:
     return common, np.where((n_pos > 0) & (f1 >= LABEL_F1_MIN), own, np.inf)
 
 
-def _best_cut(counts: np.ndarray, positives: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def _best_cut(counts: np.ndarray, positives: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of (rows, bins) histograms, the threshold of the highest F1 of ``S > t``, and
     that F1.
 
@@ -459,14 +459,15 @@ def _best_cut(counts: np.ndarray, positives: np.ndarray, edges: np.ndarray) -> n
     true_pos = np.cumsum(positives[:, ::-1], axis=1)[:, ::-1]
     n_pos = true_pos[:, :1]
     with np.errstate(invalid="ignore"):
-        best = np.argmax(np.nan_to_num(2.0 * true_pos / (predicted + n_pos)), axis=1)
+        f1 = np.nan_to_num(2.0 * true_pos / (predicted + n_pos))
+    best = np.argmax(f1, axis=1)
+    rows = np.arange(len(best))
     # the first non-empty bin at or above each bin (bins: none above)
     filled = np.where(counts > 0, np.arange(bins), bins)
     next_filled = np.minimum.accumulate(filled[:, ::-1], axis=1)[:, ::-1]
-    top = next_filled[np.arange(len(best)), best]
+    top = next_filled[rows, best]
     cut = 0.5 * (edges[best] + edges[np.minimum(top, bins)])
-    f1 = 2.0 * true_pos[rows := np.arange(len(best)), best] / np.maximum(predicted[rows, best] + n_pos[:, 0], 1)
-    return np.where(top > best, cut, np.nextafter(edges[best], -np.inf)), f1  # S > t keeps bin `best`
+    return np.where(top > best, cut, np.nextafter(edges[best], -np.inf)), f1[rows, best]  # S > t keeps bin `best`
 
 
 def _threshold_counts(S, Y, lo: float, hi: float):

@@ -503,7 +503,7 @@ def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, 
     train_idx, val_idx = splits[fold]
     X_tr, Y_tr, X_val, Y_val = X[train_idx], Y[train_idx], X[val_idx], Y[val_idx]
     warm = {"warm_start": True} if path is not None else {}
-    est = cls(**{**base_params, **setting, **warm, **unit_label_rule(base_params, metric_names)})
+    est = cls(**{**base_params, **setting, **warm, **unit_label_rule(cls, metric_names)})
     out = []
     # In-process backend and one block: the unit is already the parallel grain; a nested
     # cluster (or a client call from inside a task) would only add overhead, and blocks on
@@ -522,11 +522,11 @@ def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, 
     return out
 
 
-def unit_label_rule(params: dict, metric_names) -> dict:
-    """Parameters a search unit overrides when its metrics read scores only: no learned
-    thresholds (``threshold=0.0``), which would cost a scoring pass and a sort of the
-    training rows' scores per fit and change none of those metrics."""
-    if "threshold" in params and not any(m in LABEL_METRICS for m in metric_names):
+def unit_label_rule(cls, metric_names) -> dict:
+    """Parameters a search unit of model class ``cls`` overrides when its metrics read scores
+    only: no learned thresholds (``threshold=0.0``), which would cost a scoring pass and a
+    histogram pass over the training rows per fit and change none of those metrics."""
+    if getattr(cls, "_learns_threshold", False) and not any(m in LABEL_METRICS for m in metric_names):
         return {"threshold": 0.0}
     return {}
 

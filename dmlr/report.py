@@ -432,7 +432,7 @@ def plot_search(result, ax=None):
 def plot_report(model, stats, fig):
     """Draw the panels on ``fig`` (a matplotlib Figure): the four, and below them the search's
     curve when ``model`` carries one (``search_``, set by :func:`dmlr.fit`). Returns the axes."""
-    searched = getattr(model, "search_", None) is not None and bool(model.search_.results)
+    searched = _searched(model)
     rows = [["convergence", "scores"], ["f1", "auc"]] + ([["search", "search"]] if searched else [])
     axes = fig.subplot_mosaic(rows)
     plot_convergence(model, axes["convergence"])
@@ -441,6 +441,11 @@ def plot_report(model, stats, fig):
     if searched:
         plot_search(model.search_, axes["search"])
     return axes
+
+
+def _searched(model) -> bool:
+    """Whether ``model`` carries a search with records to draw (:func:`plot_search`)."""
+    return getattr(model, "search_", None) is not None and bool(model.search_.results)
 
 
 def headline(metrics: dict) -> str:
@@ -486,8 +491,7 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
 
     model = _as_model(model)
     stats = label_metrics(model, data, split, bins=bins)
-    searched = getattr(model, "search_", None) is not None
-    fig = Figure(figsize=(13, 12 if searched else 9), layout="constrained")
+    fig = Figure(figsize=(13, 12 if _searched(model) else 9), layout="constrained")
     FigureCanvasAgg(fig)
     plot_report(model, stats, fig)
     source = "arrays" if isinstance(data, tuple) else Path(str(getattr(data, "path", data))).name

@@ -642,7 +642,7 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
         warm["warm_start"] = True
     if "verbose" in base:
         warm["verbose"] = 0  # the search reports progress, not each fit
-    warm.update(unit_label_rule(base, [ctx.scoring]))
+    warm.update(unit_label_rule(type(ctx.estimator), [ctx.scoring]))
     for k, value in enumerate(values):
         units = []
         for fold, state in enumerate(states):

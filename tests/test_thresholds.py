@@ -11,7 +11,7 @@ import pytest
 
 import dmlr
 from dmlr.metrics import label_thresholds, micro_f1_threshold
-from dmlr.models import MMP, RBRL, RankSVM
+from dmlr.models import MMP, OML, RBRL, LinearMultiLabel, RankSVM
 
 
 def _micro_f1(Y, P) -> float:
@@ -174,10 +174,10 @@ def test_a_version_2_file_keeps_the_labels_it_predicted():
 def test_search_units_learn_thresholds_only_for_label_metrics():
     from dmlr.model_selection import unit_label_rule
 
-    params = RBRL().get_params()
-    assert unit_label_rule(params, ["ranking_loss", "average_precision"]) == {"threshold": 0.0}
-    assert unit_label_rule(params, ["ranking_loss", "f1_macro"]) == {}  # the model's own rule is scored
-    assert unit_label_rule({"alpha": 1.0}, ["ranking_loss"]) == {}  # no threshold to skip
+    assert unit_label_rule(RBRL, ["ranking_loss", "average_precision"]) == {"threshold": 0.0}
+    assert unit_label_rule(RBRL, ["ranking_loss", "f1_macro"]) == {}  # the model's own rule is scored
+    assert unit_label_rule(LinearMultiLabel, ["ranking_loss"]) == {}  # no threshold to skip
+    assert unit_label_rule(OML, ["ranking_loss"]) == {}  # a fixed vote threshold, not a learned one
 
 
 def test_a_label_the_model_does_not_separate_keeps_the_common_threshold():

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arff import BLOCK_ROWS, ArffReader, find_identifiers, open_text
-from dmlr.data.delimited import DelimitedReader
+from dmlr.data.delimited import CSV_SUFFIXES, DelimitedReader
 from dmlr.data.libsvm import SvmLightReader, SvmStats, parse_xc_header, read_xc_header
 from dmlr.data.matlab import array_blocks, npz_label_path, read_mat, read_npz
 from dmlr.data.store import StoreWriter
@@ -31,7 +31,6 @@ from dmlr.errors import DmlrInputError
 #: Formats accepted by :func:`dmlr.convert`.
 FORMATS = ("arff", "meka", "mat", "npz", "libsvm", "xc", "csv")
 _TEXT_FORMATS = ("arff", "meka", "libsvm", "xc", "csv")
-_CSV_SUFFIXES = (".csv", ".tsv")
 _SVM_SUFFIXES = (".svm", ".libsvm", ".svmlight", ".txt")
 #: zero_based="auto" warns when fewer than one row in this many holds a feature index 0.
 ZERO_RARE = 100
@@ -155,7 +154,7 @@ def detect_format(path) -> str:
     base = name[:-3] if name.endswith(".gz") else name
     if base.endswith(".arff"):
         return "arff"
-    if base.endswith(_CSV_SUFFIXES):
+    if base.endswith(CSV_SUFFIXES):
         return "csv"
     if name.endswith(".mat"):
         return "mat"

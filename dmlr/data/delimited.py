@@ -21,6 +21,8 @@ import numpy as np
 from dmlr.data.arff import BLOCK_ROWS, iter_lines, parse_in_blocks, parse_numbers, str_array
 from dmlr.errors import DmlrInputError
 
+#: File name endings of delimited text (before any ``.gz``).
+CSV_SUFFIXES = (".csv", ".tsv")
 #: Separators recognised on the first line, in order of preference.
 DELIMITERS = ("\t", ";", ",")
 

@@ -549,7 +549,9 @@ def read_attrs(path) -> dict:
         hint = ""
         if p.is_file():  # a data file: the converters make a store of it
             hint = f"; convert it first: dmlr.convert({str(p)!r}, 'data.zarr') or dmlr convert {p} data.zarr"
-            if p.name.lower().removesuffix(".gz").endswith((".csv", ".tsv")):
+            from dmlr.data.delimited import CSV_SUFFIXES
+
+            if p.name.lower().removesuffix(".gz").endswith(CSV_SUFFIXES):
                 hint += " --n-labels L (the last L columns are the labels)"
         why = f"({type(e).__name__}: {e})"
         raise NotADmlrStoreError(f"not a dmlr data set (a Zarr store){hint} {why}", path=p) from None
