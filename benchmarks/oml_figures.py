@@ -27,7 +27,10 @@ Protocol (the paper gives none beyond "we keep 20% of data for nearest neighbour
   ``dmlr.metrics.predict_from_scores`` (score > 0, at least one label).
 
 Usage: python benchmarks/oml_figures.py [--sets a,b] [--scaling none|auto] [--iters 20000]
-[--lams 1e-6,1e-4,1e-2,1e0] [--seed 0] [--out FILE]
+[--lams 1e-6,1e-4,1e-2,1e0] [--seed 0] [--docs]
+
+``--docs`` also writes the output to ``docs/benchmarks/oml_figures_raw.txt`` (``--scaling
+none``) or ``oml_figures_scaled.txt``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from docs_output import tee
 
 import dmlr
 from dmlr.data.arrays import as_matrix
@@ -104,8 +108,13 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--scaling", choices=["none", "auto"], default="none", help="feature scaling of every model")
-    ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--docs", action="store_true", help="also write the output to docs/benchmarks/")
     args = ap.parse_args(argv)
+    with tee(f"oml_figures_{'raw' if args.scaling == 'none' else 'scaled'}", args.docs):
+        _run(args)
+
+
+def _run(args) -> None:
     scaling = None if args.scaling == "none" else "auto"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-oml-"))
     lams = [float(x) for x in args.lams.split(",")]
@@ -161,8 +170,6 @@ def main(argv=None):
     else:
         lines.append("Paper's claim 'OML beats kNN on every set' holds on every set and metric run here.")
     print("\n" + "\n".join(lines))
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ the mean over the subsamples of ranking loss and average precision, dmlr's relat
 difference (negative ranking loss and positive average precision: dmlr better), and
 whether dmlr is within 1% of the regression on both (the goal). Run::
 
-    DMLR_DATA_DIR=../shared/datasets python benchmarks/small_data.py [--sets a,b] [--sizes 100,200,400]
+    DMLR_DATA_DIR=../shared/datasets python benchmarks/small_data.py [--sets a,b] [--sizes 100,200,400] [--docs]
 
-The table is also written to ``docs/benchmarks/small_data.txt``.
+``--docs`` also writes the table to ``docs/benchmarks/small_data.txt``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from auto_vs_peers import in_memory, prepared_store, run_dmlr, run_peer
-from docs_output import machine
+from docs_output import tee
 
 from dmlr.data.store import write_dataset
 
@@ -59,19 +59,17 @@ def main(argv=None) -> int:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--sizes", default=",".join(map(str, SIZES)))
     p.add_argument("--workdir", default="/tmp/dmlr-small-data")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "small_data.txt"))
+    p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/small_data.txt")
     a = p.parse_args(argv)
-    lines: list[str] = []
+    with tee("small_data", a.docs):
+        return _run(a)
 
-    def emit(line: str) -> None:
-        lines.append(line)
-        print(line, flush=True)
-        Path(a.out).write_text("\n".join(lines) + "\n")  # after every line: a partial run leaves its table
 
+def _run(a) -> int:
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    emit(f"# small_data.py on {machine()}; means over seeds {SEEDS}")
-    emit(
+    print(f"# means over seeds {SEEDS}")
+    print(
         f"{'set':<22} {'n':>4} {'dmlr RL':>8} {'LR RL':>8} {'dmlr AP':>8} {'LR AP':>8} "
         f"{'RL diff':>8} {'AP diff':>8}  within 1%  dmlr's models"
     )
@@ -80,12 +78,12 @@ def main(argv=None) -> int:
         try:
             store = prepared_store(name, workdir)
         except FileNotFoundError as e:
-            emit(f"{name:<22} skipped: {e}")
+            print(f"{name:<22} skipped: {e}")
             continue
         n_train = in_memory(store, "train")[0].shape[0]
         for n in [int(s) for s in a.sizes.split(",")]:
             if n >= n_train:
-                emit(f"{name:<22} {n:>4} skipped: the training split has {n_train} rows")
+                print(f"{name:<22} {n:>4} skipped: the training split has {n_train} rows")
                 continue
             d_rl, d_ap, p_rl, p_ap, models = [], [], [], [], []
             for seed in SEEDS:
@@ -103,13 +101,13 @@ def main(argv=None) -> int:
             ap = (np.mean(d_ap) - np.mean(p_ap)) / np.mean(p_ap)
             ok = rl <= 0.01 and ap >= -0.01
             verdicts.append(ok)
-            emit(
+            print(
                 f"{name:<22} {n:>4} {np.mean(d_rl):>8.4f} {np.mean(p_rl):>8.4f} {np.mean(d_ap):>8.4f} "
                 f"{np.mean(p_ap):>8.4f} {100 * rl:>+7.1f}% {100 * ap:>+7.1f}%  {'yes' if ok else 'NO ':<9}  "
                 f"{'; '.join(models)}"
             )
-    emit("")
-    emit(f"dmlr within 1% of the tuned logistic regression on both: {sum(verdicts)} of {len(verdicts)}")
+    print("")
+    print(f"dmlr within 1% of the tuned logistic regression on both: {sum(verdicts)} of {len(verdicts)}")
     return 0
 
 
