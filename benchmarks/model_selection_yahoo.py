@@ -134,7 +134,16 @@ def main(argv=None):
             warnings.simplefilter("ignore", RuntimeWarning)  # the count is printed below
             if args.checkpoint is None:
                 res = grid_search_cv(
-                    est, X_tr, Y_tr, grid, cv=5, seed=args.seed, client=client, path_param=path_param, verbose=25
+                    est,
+                    X_tr,
+                    Y_tr,
+                    grid,
+                    cv=5,
+                    seed=args.seed,
+                    client=client,
+                    path_param=path_param,
+                    verbose=25,
+                    scoring="paper_mean",
                 )
             else:
                 # One alpha value (49 points) at a time, each saved when done: a killed run resumes
@@ -153,6 +162,7 @@ def main(argv=None):
                         path_param=path_param,
                         refit=False,
                         verbose=49,
+                        scoring="paper_mean",
                     )
                     state["slices"][repr(value)] = {
                         "results": part.results,

@@ -174,15 +174,15 @@ def fit(
         searched parameters are replaced). False: no search.
         The fitted model carries ``best_params_`` (the chosen values),
         ``cv_results_`` (the CV table, scikit-learn's layout),
-        ``search_seconds_`` and ``search_`` (:class:`dmlr.tuning.SearchResult`).
+        ``search_seconds_`` and ``search_`` (:class:`dmlr.model_selection.SearchResult`).
     cv : int
         Folds of the search.
     scoring : str, optional
         Metric the search maximizes (losses are minimized), a name in
         :data:`dmlr.metrics.METRIC_NAMES`. Default:
-        :data:`dmlr.tuning.DEFAULT_SCORING`, or for a label matrix with one
+        :data:`dmlr.model_selection.DEFAULT_SCORING`, or for a label matrix with one
         column (a tag: no labels to rank within a row)
-        :data:`dmlr.tuning.ONE_LABEL_SCORING`.
+        :data:`dmlr.model_selection.ONE_LABEL_SCORING`.
     seed : int or None
         Seed of the search's folds.
     checkpoint : str or Path, optional

@@ -6,9 +6,14 @@ unit of work is one fold and one *regularization path*: all grid values of
 one parameter (``path_param``: by default RBRL's ``alpha_nuclear``, for models
 with ``warm_start``) for one setting of the others. A unit fits the path from the largest to the smallest value with
 ``warm_start=True``, so each fit starts from the previous solution on the
-same fold, and evaluates every fit on the validation fold. Units run as
-independent Dask tasks on the data scattered once to the workers, or one
-after the other in this process when there is no cluster.
+same fold, and evaluates every fit on the validation fold.
+
+Every search of dmlr (this one, :func:`dmlr.tuning.search` and
+:func:`dmlr.models.omf.cross_validate_omf`) runs on one engine: its units
+are placed by :class:`UnitRunner` (as independent Dask tasks spread over
+the workers, each beside its own copy of the data, or on this process's
+threads), it reports through :class:`dmlr.progress.SearchProgress` and
+returns a :class:`SearchResult`.
 
 Results are aggregated in a fixed order (grid point, then fold), and every
 unit runs with single-threaded BLAS in a fresh estimator with the
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -31,12 +37,15 @@ import scipy.sparse as sp
 from dmlr.config import config_context
 from dmlr.data.arrays import is_sparse
 from dmlr.metrics import LABEL_METRICS, METRIC_NAMES, multilabel_metrics
+from dmlr.progress import SearchProgress
 
 __all__ = [
-    "GridSearchResult",
+    "DEFAULT_SCORING",
+    "SearchResult",
     "LOSS_METRICS",
     "PAPER_GRID",
     "PAPER_METRICS",
+    "default_scoring",
     "grid_search_cv",
     "kfold_indices",
     "param_grid",
@@ -56,8 +65,23 @@ LOSS_METRICS = ("hamming_loss", "ranking_loss", "one_error", "coverage")
 #: solver's first stopping test (a symptom of stopping short; see its Notes).
 WARM_STOP_WARN_FRACTION = 0.1
 
-#: Name of the default scoring rule (see :func:`grid_search_cv`).
+#: Name of the mean of the paper's six metrics (see :func:`grid_search_cv`).
 PAPER_MEAN = "paper_mean"
+
+#: Default scoring of every search: a ranking metric (every model of dmlr ranks labels),
+#: the ranking loss, which RBRL's pairwise term (eq. 16) bounds. Chosen by it, ``alpha``
+#: gave a lower test ranking loss than chosen by average precision, at an average
+#: precision within 0.01, on the staged sets ``benchmarks/auto_vs_peers.py`` compares.
+DEFAULT_SCORING = "ranking_loss"
+
+#: The scoring of a one-label target, where the ranking metrics rank nothing: the label's
+#: ROC AUC, which ranks the rows.
+ONE_LABEL_SCORING = "auc_macro"
+
+
+def default_scoring(Y) -> str:
+    """:data:`DEFAULT_SCORING`, or :data:`ONE_LABEL_SCORING` for a label matrix of one column."""
+    return ONE_LABEL_SCORING if np.ndim(Y) == 2 and np.shape(Y)[1] == 1 else DEFAULT_SCORING
 
 
 # ----------------------------------------------------------------------------
@@ -168,71 +192,107 @@ def _score(values: Mapping[str, float], scoring: str) -> float:
 
 
 @dataclass
-class GridSearchResult:
-    """Outcome of :func:`grid_search_cv`.
+class SearchResult:
+    """Outcome of a search: :func:`dmlr.tuning.search`, :func:`grid_search_cv` and
+    :func:`dmlr.models.omf.cross_validate_omf` all return it.
 
     Attributes
     ----------
-    results : list of dict
-        One record per grid point, in grid order (:func:`param_grid`):
-        ``params`` (dict), ``mean_score`` and ``std_score`` (of the scoring
-        metric over the folds, population std), ``fold_scores`` (list,
-        fold order), ``mean_<metric>`` for each of :data:`PAPER_METRICS`
-        (and the scoring metric), ``fold_n_iter`` and ``mean_n_iter``
-        (solver iterations per fit) and ``mean_fit_seconds``.
     best_params : dict
-        Parameters of the best grid point (first in grid order on ties).
-    best_score : float
-        Its ``mean_score``, in the scoring metric's own units.
-    best_index : int
-        Its position in ``results``.
-    best_estimator : estimator or None
-        A clone of the estimator with ``best_params``, fitted on all the
-        training data (None when ``refit=False``).
+        The chosen value of every searched parameter.
+    results : list of dict
+        One record per setting fitted on every fold, in search order (a grid
+        search: grid order, :func:`param_grid`). Every record has ``params``
+        (the setting), ``mean_score`` and ``std_score`` (of the scoring
+        metric over the folds, population std), ``fold_scores`` (fold order)
+        and ``mean_n_iter`` (solver iterations per fit). A path search's
+        records also have ``param``, ``value`` and ``n_rows`` (the stage's
+        rows, on whose scale ``value`` is); a grid search's ``mean_<metric>``
+        for each metric it recorded, ``fold_n_iter`` and ``mean_fit_seconds``.
     scoring : str
+        The metric the search optimized (:data:`dmlr.metrics.METRIC_NAMES`,
+        or ``"paper_mean"``).
+    n_splits : int
+        Folds (of every stage).
+    best_score : float
+        The best record's ``mean_score`` (nan when the choice lies between
+        two records: a staged search's last stage interpolates).
+    best_index : int or None
+        The best record's position in ``results`` (None as for ``best_score``).
+    best_estimator : estimator or None
+        Refitted on all the rows with ``best_params`` (``refit=True``).
     greater_is_better : bool
         Orientation of ``scoring``.
-    n_splits : int
     n_fits : int
-        Cross-validation fits (grid points x folds; the refit not counted).
+        Cross-validation fits run (read from a checkpoint or abandoned: not counted).
+    n_abandoned : int
+        Fold x value fits a path search skipped by early abandonment.
+    n_widened : int
+        Times a path search's grid grew beyond an edge.
+    n_resumed_units : int
+        Units read from the checkpoint instead of being fitted.
     seconds : float
-        Wall time of the cross-validation (the refit not included).
+        Wall time of the search (the refit not included).
     refit_seconds : float
+    backend : {"local", "dask", "chunks"}
+        Where the units ran: in this process, as Dask tasks, or each fit
+        distributed over the chunks (dask data too large for one process).
+    n_rows : list of int or None
+        Rows of each stage of a path search (one stage, all the training rows,
+        unless it was staged).
     path_param : str or None
-        The warm-started path parameter (None: every fit started from zero).
-    backend : {"local", "dask"}
-        Where the units ran: in this process or on the Dask cluster.
+        A grid search's warm-started path parameter (None: every fit started
+        from zero).
     n_warm_fits : int
-        Fits that started from the previous path value's solution.
+        Fits of a grid search that started from the previous path value's solution.
     n_warm_first_test_stops : int
         Of those, fits that stopped at the solver's first stopping test
         (``n_iter_ <= 2``), possibly short of their optimum (see the Notes
         of :func:`grid_search_cv`).
     """
 
-    results: list
     best_params: dict
-    best_score: float
-    best_index: int
-    best_estimator: object
+    results: list
     scoring: str
-    greater_is_better: bool
     n_splits: int
-    n_fits: int
-    seconds: float
+    best_score: float = math.nan
+    best_index: int | None = None
+    best_estimator: object = field(default=None, repr=False)
+    greater_is_better: bool = True
+    n_fits: int = 0
+    n_abandoned: int = 0
+    n_widened: int = 0
+    n_resumed_units: int = 0
+    seconds: float = 0.0
     refit_seconds: float = 0.0
+    backend: str = "local"
+    n_rows: list | None = None
     path_param: str | None = None
-    backend: str = field(default="local")
     n_warm_fits: int = 0
     n_warm_first_test_stops: int = 0
 
-    def best_params_for(self, metric: str) -> dict:
-        """Parameters of the best grid point by one of the recorded metrics.
+    def cv_results(self) -> dict:
+        """The records as scikit-learn's ``cv_results_`` layout (dict of lists)."""
+        out = {
+            "params": [r["params"] for r in self.results],
+            "mean_test_score": [r["mean_score"] for r in self.results],
+            "std_test_score": [r["std_score"] for r in self.results],
+            "mean_n_iter": [r["mean_n_iter"] for r in self.results],
+        }
+        for key in ("param", "value", "n_rows"):
+            if self.results and all(key in r for r in self.results):
+                out[key] = [r[key] for r in self.results]
+        for k in range(self.n_splits):
+            out[f"split{k}_test_score"] = [r["fold_scores"][k] for r in self.results]
+        return out
 
-        Every record carries the fold mean of each of :data:`PAPER_METRICS`,
-        so one search also answers "which point is best for subset accuracy"
-        without another cross-validation (the protocol of tables that report
-        each metric at its own best hyper-parameters).
+    def best_params_for(self, metric: str) -> dict:
+        """Parameters of the best record by one of the recorded metrics.
+
+        A grid search's records carry the fold mean of each of
+        :data:`PAPER_METRICS`, so one search also answers "which point is best
+        for subset accuracy" without another cross-validation (the protocol of
+        tables that report each metric at its own best hyper-parameters).
 
         Parameters
         ----------
@@ -243,7 +303,7 @@ class GridSearchResult:
         Returns
         -------
         dict
-            The best point's parameters (first in grid order on ties).
+            The best record's parameters (first in search order on ties).
         """
         recorded = [m for m in METRIC_NAMES if self.results and f"mean_{m}" in self.results[0]]
         if metric not in recorded:
@@ -254,27 +314,39 @@ class GridSearchResult:
         return dict(self.results[best]["params"])
 
     def top(self, k: int = 5) -> list[dict]:
-        """The ``k`` best records, best first (ties in grid order)."""
+        """The ``k`` best records, best first (ties in search order)."""
         order = _ranking(self.results, self.greater_is_better)
         return [self.results[i] for i in order[:k]]
 
-    def table(self, k: int = 5) -> str:
-        """The ``k`` best records as a fixed-width text table."""
-        rows = self.top(k)
-        names = list(rows[0]["params"]) if rows else []
-        head = ["rank", *names, f"{self.scoring}", "std", *(m for m in PAPER_METRICS), "iters"]
+    def table(self, k: int | None = None) -> str:
+        """The records as a fixed-width text table: all of them in search order (the
+        chosen setting marked ``*``), or the ``k`` best, best first."""
+        rows = self.results if k is None else self.top(k)
+        names = list(dict.fromkeys(p for r in rows for p in r["params"]))
+        staged = any(r.get("n_rows") != rows[0].get("n_rows") for r in rows) if rows else False
+        metrics = [m for m in PAPER_METRICS if rows and all(f"mean_{m}" in r for r in rows)]
+        head = [*(["rows"] if staged else []), *names, self.scoring, "std", *metrics, "iters"]
         lines = ["  ".join(f"{h:>12}" for h in head)]
-        for rank, r in enumerate(rows, 1):
+        for r in rows:
+            chosen = all(r["params"].get(p) == v for p, v in self.best_params.items())
             cells = [
-                f"{rank:>12d}",
-                *(f"{r['params'][p]:>12.4g}" for p in names),
+                *([f"{r['n_rows']:>12d}"] if staged else []),
+                *(_cell(r["params"].get(p, math.nan)) for p in names),
                 f"{r['mean_score']:>12.5f}",
                 f"{r['std_score']:>12.5f}",
-                *(f"{r['mean_' + m]:>12.5f}" for m in PAPER_METRICS),
+                *(f"{r['mean_' + m]:>12.5f}" for m in metrics),
                 f"{r['mean_n_iter']:>12.1f}",
             ]
-            lines.append("  ".join(cells))
+            lines.append("  ".join(cells) + (" *" if chosen and k is None else ""))
         return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    return f"{value:>12.4g}" if isinstance(value, (int, float, np.number)) else f"{value!s:>12}"
+
+
+#: The former name of :class:`SearchResult` (one result type for every search).
+GridSearchResult = SearchResult
 
 
 def _ranking(records, greater_is_better: bool, key: str = "mean_score") -> list[int]:
@@ -296,23 +368,27 @@ def grid_search_cv(
     grid,
     *,
     cv=5,
-    scoring: str = PAPER_MEAN,
+    scoring: str | None = None,
     seed: int | None = 0,
     client=None,
+    n_jobs: int | None = None,
     refit: bool = True,
     path_param: str | None = "auto",
     verbose: int = 0,
-) -> GridSearchResult:
+) -> SearchResult:
     """Exhaustive grid search with K-fold cross-validation and warm-started paths.
+
+    The same engine as :func:`dmlr.tuning.search` (units placed by
+    :class:`UnitRunner`, :class:`SearchResult`, :class:`dmlr.progress.SearchProgress`),
+    over every point of a grid instead of an adaptive path.
 
     The RBRL paper (Wu et al. 2020, Sec. 5.2) chooses the hyper-parameters
     by fivefold cross-validation on the training set but does not say which
-    metric it maximizes. The default ``scoring="paper_mean"`` is therefore
-    the mean of the six metrics the paper reports, each oriented so that
-    larger is better: ``1 - hamming_loss``, ``subset_accuracy``,
-    ``f1_example``, ``1 - ranking_loss``, ``1 - coverage`` (coverage being
-    divided by the number of labels, see :mod:`dmlr.metrics`) and
-    ``average_precision``.
+    metric it maximizes. ``scoring="paper_mean"`` is the mean of the six
+    metrics the paper reports, each oriented so that larger is better:
+    ``1 - hamming_loss``, ``subset_accuracy``, ``f1_example``,
+    ``1 - ranking_loss``, ``1 - coverage`` (coverage being divided by the
+    number of labels, see :mod:`dmlr.metrics`) and ``average_precision``.
 
     Parameters
     ----------
@@ -331,17 +407,21 @@ def grid_search_cv(
     cv : int or sequence of (train_idx, val_idx)
         Number of shuffled folds (:func:`kfold_indices` with ``seed``), or
         explicit splits.
-    scoring : str
-        ``"paper_mean"`` (default, see above) or a name in
-        :data:`dmlr.metrics.METRIC_NAMES`. The losses
+    scoring : str or None
+        ``"paper_mean"`` (see above) or a name in
+        :data:`dmlr.metrics.METRIC_NAMES`; None: :func:`default_scoring`, the
+        default of every search (the ranking loss). The losses
         (:data:`~dmlr.metrics.LOSS_METRICS`: hamming_loss, ranking_loss, one_error,
         coverage) are minimized, every other metric maximized.
     seed : int or None
         Seed of the fold permutation.
     client : distributed.Client, "local" or None
         Cluster to run the units on. None: the current Dask client if there
-        is one, else run sequentially in this process (no cluster is
-        started). "local": sequentially in this process.
+        is one, else in this process (no cluster is started). "local": in
+        this process.
+    n_jobs : int or None
+        Without a cluster, threads running units side by side (None: one per
+        core; 1: one unit at a time in this thread).
     refit : bool
         Fit a clone with the best parameters on all of X, Y (in this
         process's client context, with the estimator's own ``backend``).
@@ -353,11 +433,13 @@ def grid_search_cv(
         RBRL models, None for the others. None, or a parameter not in the
         grid: every grid point is its own unit and starts from zero.
     verbose : int
-        Print a progress line every ``verbose`` completed units (0: quiet).
+        0: quiet. 1: a line per finished unit (units done, time left) once
+        the search has run :data:`dmlr.progress.PROGRESS_AFTER_SECONDS`;
+        one updating line in a notebook. 2: every line from the start.
 
     Returns
     -------
-    GridSearchResult
+    SearchResult
 
     Raises
     ------
@@ -401,6 +483,8 @@ def grid_search_cv(
             f"unknown parameter(s) {unknown} in the grid for {type(estimator).__name__}; "
             f"valid parameters: {sorted(valid)}"
         )
+    if scoring is None:
+        scoring = default_scoring(Y)
     if scoring != PAPER_MEAN and scoring not in METRIC_NAMES:
         raise ValueError(f"unknown scoring {scoring!r}; use {PAPER_MEAN!r} or one of {list(METRIC_NAMES)}")
     if path_param == "auto":
@@ -422,11 +506,15 @@ def grid_search_cv(
     base_params = estimator.get_params()
     units = [(s, f) for s in range(len(settings)) for f in range(len(splits))]
 
-    progress = _progress_printer(len(units), len(path_values), verbose, start) if verbose else None
+    report = SearchProgress(verbose, (), [n], len(splits), start, staged=False)
     unit_args = [(type(estimator), base_params, settings[s], path, path_values, f, metric_names) for s, f in units]
-    with UnitRunner((X, Y, splits), client) as runner:
+    n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
+    with UnitRunner((X, Y, splits), client, n_jobs=n_jobs) as runner:
         backend = runner.backend
-        outputs = runner.map(_fit_path, unit_args, progress)
+        finished = itertools.count(1)  # units finish in any order on a cluster
+        outputs = runner.map(
+            _fit_path, unit_args, lambda *_: report.units(next(finished), len(units), len(path_values))
+        )
 
     # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
     per_point: dict[tuple, list] = {}
@@ -469,7 +557,7 @@ def grid_search_cv(
         with config_context(**({"client": client} if on_cluster else {})):
             best_estimator.fit(X, Y)
         refit_seconds = time.perf_counter() - t
-    return GridSearchResult(
+    return SearchResult(
         results=records,
         best_params=best_params,
         best_score=records[best_index]["mean_score"],
@@ -540,10 +628,10 @@ class UnitRunner:
 
     The units of a search each read their own rows of the ``shared`` data (X,
     Y, the folds). On a cluster the shared data are scattered to every worker
-    once, at the first :meth:`map`, and kept there for later calls; the units
-    run as independent tasks. Without one they run in ``n_jobs`` processes
-    (joblib's loky pool, which scikit-learn's own searches use; scikit-learn
-    depends on joblib) or one after the other in this process.
+    once, at the first :meth:`map` (a copy on every worker), and kept there for
+    later calls; the units run as independent tasks, spread over the workers
+    in turn. Without one they run on ``n_jobs`` threads of this process, or
+    one after the other in this thread.
 
     If every worker holding the scattered data is lost (killed, or removed
     after missed heartbeats), the units not yet finished are submitted again
@@ -558,14 +646,14 @@ class UnitRunner:
     client : distributed.Client, "local" or None
         As :func:`grid_search_cv`'s ``client``.
     n_jobs : int
-        Processes without a cluster (1: this process).
+        Threads without a cluster (1: one unit at a time, in this thread).
     """
 
     def __init__(self, shared: tuple, client=None, n_jobs: int = 1):
         self.shared = tuple(shared)
         self.client = _resolve_client(client)
         self.n_jobs = int(n_jobs)
-        self._scattered = None
+        self._scattered = None  # worker address -> the shared data there (futures or scattered)
         self._owned: list = []
 
     @property
@@ -573,44 +661,72 @@ class UnitRunner:
         return "local" if self.client is None else "dask"
 
     def map(self, fn, units: list, progress=None) -> list:
-        """``[fn(*shared, *unit) for unit in units]``; ``progress(i, result)`` as each finishes."""
+        """``[fn(*shared, *unit) for unit in units]``; ``progress(i, result)`` as each finishes
+        (in order without a cluster)."""
         if self.client is not None:
             return self._map_on_cluster(fn, units, progress)
         if self.n_jobs > 1 and len(units) > 1:
-            from joblib import Parallel, delayed
-
-            jobs = Parallel(n_jobs=min(self.n_jobs, len(units)), return_as="generator")
-            results = jobs(delayed(fn)(*self.shared, *unit) for unit in units)
-        else:
-            results = (fn(*self.shared, *unit) for unit in units)
+            return self._map_threads(fn, units, progress)
         outputs = []
-        for i, out in enumerate(results):
-            outputs.append(out)
+        for i, unit in enumerate(units):
+            outputs.append(fn(*self.shared, *unit))
             if progress is not None:
-                progress(i, out)
+                progress(i, outputs[-1])
+        return outputs
+
+    def _map_threads(self, fn, units: list, progress) -> list:
+        """The units on ``n_jobs`` threads of this process.
+
+        A unit's work is BLAS calls and Numba kernels that release the GIL, so
+        threads use the cores without processes' start-up or copies of the data
+        (processes took longer on mediamill_discretized's rounds, copies
+        included). Each thread runs under this thread's settings
+        (``config_context``) and one BLAS thread, which this thread holds for
+        the whole call (so that the units' own limits, entered and left in any
+        order, never restore more threads).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dmlr._blas import single_threaded_blas
+        from dmlr.config import get_config
+
+        settings = get_config()
+
+        def run(unit):
+            with config_context(**settings):
+                return fn(*self.shared, *unit)
+
+        outputs = []
+        with single_threaded_blas(), ThreadPoolExecutor(min(self.n_jobs, len(units))) as pool:
+            for i, out in enumerate(pool.map(run, units)):  # in order, each as soon as it is there
+                outputs.append(out)
+                if progress is not None:
+                    progress(i, out)
         return outputs
 
     def _map_on_cluster(self, fn, units, progress):
         from distributed import as_completed
         from distributed.client import FutureCancelledError
 
-        from dmlr.distributed.chunks import LOST_WORKER_WAIT, MAX_RECOVERIES
+        from dmlr.distributed.chunks import MAX_RECOVERIES
 
         client = self.client
         outputs = [None] * len(units)
         for attempt in range(MAX_RECOVERIES + 1):
             todo = [i for i, out in enumerate(outputs) if out is None]
             if self._scattered is None:
-                # Scatter to every worker: each of the units reads random rows of the whole set.
-                # Futures (data a worker computed from the chunks) are passed as they are.
-                from distributed import Future
-
-                client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
-                here = [a for a in self.shared if not isinstance(a, Future)]
-                sent = iter(client.scatter(here, broadcast=True, hash=False) if here else [])
-                self._scattered = [a if isinstance(a, Future) else next(sent) for a in self.shared]
-                self._owned = [f for f, a in zip(self._scattered, self.shared) if f is not a]
-            futures = {client.submit(fn, *self._scattered, *units[i], pure=False): i for i in todo}
+                self._place(client)
+            workers = sorted(self._scattered)
+            futures = {}
+            for j, i in enumerate(todo):
+                # Unit j on worker j mod w, beside that worker's copy of the data: the scheduler
+                # would otherwise run units where the data were made, one worker busy and the
+                # others idle. A soft choice: a lost worker's units run elsewhere.
+                w = workers[j % len(workers)]
+                fut = client.submit(
+                    fn, *self._scattered[w], *units[i], pure=False, workers=[w], allow_other_workers=True
+                )
+                futures[fut] = i
             try:
                 for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
                     i = futures[fut]
@@ -638,6 +754,31 @@ class UnitRunner:
                 client.cancel([f for f in futures if f.status == "pending"])
         return outputs  # pragma: no cover - the loop returns or raises
 
+    def _place(self, client) -> None:
+        """A copy of the shared data on every worker, once: arrays of this process scattered
+        (broadcast), futures (data a worker computed from the chunks) copied by a task on each
+        worker, which fetches them once."""
+        from distributed import Future
+
+        from dmlr.distributed.chunks import LOST_WORKER_WAIT
+
+        client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
+        workers = sorted(client.scheduler_info()["workers"])
+        here = [a for a in self.shared if not isinstance(a, Future)]
+        sent = iter(client.scatter(here, broadcast=True, hash=False) if here else [])
+        common = [a if isinstance(a, Future) else next(sent) for a in self.shared]
+        self._owned = [f for f, a in zip(common, self.shared) if f is not a]
+        self._scattered = {}
+        for w in workers:
+            copies = [
+                client.submit(_same, a, pure=False, workers=[w], allow_other_workers=True)
+                if isinstance(a, Future)
+                else a
+                for a in common
+            ]
+            self._owned += [f for f, a in zip(copies, common) if f is not a]
+            self._scattered[w] = copies
+
     def close(self) -> None:
         """Release the scattered data (the runner scatters again if used later)."""
         if self._scattered is not None:
@@ -652,21 +793,9 @@ class UnitRunner:
         self.close()
 
 
-def _progress_printer(n_units: int, fits_per_unit: int, every: int, start: float):
-    done = [0]
-
-    def progress(_index=None, _result=None):
-        done[0] += 1
-        if done[0] % every == 0 or done[0] == n_units:
-            elapsed = time.perf_counter() - start
-            eta = elapsed / done[0] * (n_units - done[0])
-            print(
-                f"  units {done[0]:5d}/{n_units} ({done[0] * fits_per_unit} fits)  {elapsed:8.1f} s elapsed, "
-                f"~{eta:.0f} s to go",
-                flush=True,
-            )
-
-    return progress
+def _same(obj):
+    """``obj``: a task that copies a future's data to the worker it runs on."""
+    return obj
 
 
 def _resolve_client(client):

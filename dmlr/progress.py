@@ -356,7 +356,8 @@ PROGRESS_AFTER_SECONDS = 5.0
 
 
 class SearchProgress:
-    """Progress of :func:`dmlr.tuning.search`: a line per path value once the search is long.
+    """Progress of every search: a line per path value (:func:`dmlr.tuning.search`) or per
+    unit (:func:`dmlr.model_selection.grid_search_cv`) once the search is long.
 
     ::
 
@@ -437,6 +438,20 @@ class SearchProgress:
                 f"search {axis.name}: chose {best:.4g} ({mean:.5f}) on {self.sizes[stage]:,} rows; "
                 f"elapsed {format_seconds(time.perf_counter() - self.start)}"
             )
+
+    def units(self, done: int, total: int, fits_per_unit: int = 1) -> None:
+        """The line of a search whose units are all known at its start (a grid search):
+        units done of all, and the time left at the mean time of the units done."""
+        if not self.verbose:
+            return
+        elapsed = time.perf_counter() - self.start
+        if self.verbose < 2 and elapsed < PROGRESS_AFTER_SECONDS:
+            return
+        left = elapsed / done * (total - done) if done else math.inf
+        self._show(
+            f"search: unit {done} of {total} ({done * fits_per_unit} fits); "
+            f"elapsed {format_seconds(elapsed)}, left ~{format_seconds(left)}"
+        )
 
     def _show(self, text: str) -> None:
         self.lines += 1

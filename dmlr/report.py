@@ -394,7 +394,7 @@ def plot_search(result, ax=None):
 
     Parameters
     ----------
-    result : :class:`dmlr.tuning.SearchResult`
+    result : :class:`dmlr.model_selection.SearchResult`
         A searched model's ``search_``.
     ax : matplotlib Axes, optional
 

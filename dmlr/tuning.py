@@ -64,11 +64,14 @@ from dmlr.data.arrays import chunk_rows, is_dask
 from dmlr.distributed.placement import data_nbytes, fits_in_memory
 from dmlr.metrics import METRIC_NAMES, multilabel_metrics
 from dmlr.model_selection import (
+    DEFAULT_SCORING,
     LOSS_METRICS,
     UNIT_CONFIG,
+    SearchResult,
     UnitRunner,
     _materialize,
     _resolve_client,
+    default_scoring,
     kfold_indices,
     unit_label_rule,
 )
@@ -76,9 +79,6 @@ from dmlr.progress import SearchProgress as _Progress
 
 __all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "default_scoring", "search", "search_space", "stage_rows"]
 
-#: The scoring of a one-label target, where the ranking metrics rank nothing: the label's
-#: ROC AUC, which ranks the rows.
-ONE_LABEL_SCORING = "auc_macro"
 #: Training sets of at least this many rows are searched in stages over rows (see the module).
 #: Below it a full path on every fold is cheap next to the final fit; above it that search
 #: costs many final fits (``benchmarks/time_to_model.py``).
@@ -119,13 +119,6 @@ SEARCH_TOL = 1e-5
 #: fit; the search checkpoints whole units instead, and the refit uses the model's own rule.
 SEARCH_STEP_RULE = "lbfgs"
 
-#: Default scoring of :func:`search`: a ranking metric (every model of dmlr ranks labels), the
-#: ranking loss, which RBRL's pairwise term (eq. 16) bounds. Chosen by it, ``alpha`` gave
-#: a lower test ranking loss than chosen by average precision on yahoo_arts (0.112 against
-#: 0.121), medical (0.026 / 0.027) and enron (0.075 / 0.079), with test average
-#: precision 0.620 / 0.629, 0.878 / 0.885, 0.697 / 0.708 (seeded 60/40 or official
-#: splits, ``benchmarks/auto_vs_peers.py``'s stores).
-DEFAULT_SCORING = "ranking_loss"
 SEARCH_FORMAT_VERSION = 2
 
 
@@ -187,88 +180,9 @@ SEARCH_SPACES = {
 }
 
 
-def default_scoring(Y) -> str:
-    """:data:`DEFAULT_SCORING`, or :data:`ONE_LABEL_SCORING` for a label matrix of one column."""
-    return ONE_LABEL_SCORING if np.ndim(Y) == 2 and np.shape(Y)[1] == 1 else DEFAULT_SCORING
-
-
 def search_space(estimator) -> tuple:
     """The :class:`Axis` list :func:`search` tunes for ``estimator`` (empty: none)."""
     return SEARCH_SPACES.get(type(estimator).__name__, ())
-
-
-@dataclass
-class SearchResult:
-    """Outcome of :func:`search`.
-
-    Attributes
-    ----------
-    best_params : dict
-        The chosen value of every searched parameter.
-    results : list of dict
-        One record per (stage, parameter, value) fitted on every fold, in search
-        order: ``param``, ``value``, ``n_rows``, ``params`` (the full searched setting),
-        ``mean_score``, ``std_score``, ``fold_scores``, ``mean_n_iter``.
-    scoring : str
-    n_splits : int
-        Folds of every stage.
-    n_fits : int
-        Cross-validation fits run (abandoned path ends not counted).
-    n_abandoned : int
-        Fold x value fits skipped by early abandonment.
-    n_widened : int
-        Times a grid grew beyond an edge.
-    n_resumed_units : int
-        Units read from the checkpoint instead of being fitted.
-    seconds : float
-        Wall time of the search (the final refit not included).
-    backend : {"local", "dask", "chunks"}
-        Where the last stage ran: units in this process, units as Dask tasks,
-        or each fit distributed over the chunks (dask data too large for one
-        process).
-    n_rows : list of int
-        Rows of each stage (one stage, all the training rows, unless the
-        search was staged); each record's ``n_rows`` says its stage, and its
-        ``value`` is on that stage's scale (the last stage's are the model's).
-    """
-
-    best_params: dict
-    results: list
-    scoring: str
-    n_splits: int
-    n_fits: int = 0
-    n_abandoned: int = 0
-    n_widened: int = 0
-    n_resumed_units: int = 0
-    seconds: float = 0.0
-    backend: str = "local"
-    n_rows: list = None
-
-    def cv_results(self) -> dict:
-        """The records as scikit-learn's ``cv_results_`` layout (dict of lists)."""
-        out = {
-            "param": [r["param"] for r in self.results],
-            "value": [r["value"] for r in self.results],
-            "params": [r["params"] for r in self.results],
-            "mean_test_score": [r["mean_score"] for r in self.results],
-            "std_test_score": [r["std_score"] for r in self.results],
-            "mean_n_iter": [r["mean_n_iter"] for r in self.results],
-            "n_rows": [r["n_rows"] for r in self.results],
-        }
-        for k in range(self.n_splits):
-            out[f"split{k}_test_score"] = [r["fold_scores"][k] for r in self.results]
-        return out
-
-    def table(self) -> str:
-        """The records as a fixed-width text table, one line per (parameter, value)."""
-        lines = [f"{'param':>14} {'value':>11} {self.scoring:>18} {'std':>8} {'iters':>8}"]
-        for r in self.results:
-            mark = " *" if self.best_params.get(r["param"]) == r["value"] else ""
-            lines.append(
-                f"{r['param']:>14} {r['value']:>11.4g} {r['mean_score']:>18.5f} "
-                f"{r['std_score']:>8.5f} {r['mean_n_iter']:>8.1f}{mark}"
-            )
-        return "\n".join(lines)
 
 
 def search(
@@ -357,7 +271,7 @@ def search(
 
     Returns
     -------
-    SearchResult
+    dmlr.model_selection.SearchResult
 
     Raises
     ------
@@ -391,7 +305,14 @@ def search(
     n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     staged = sizes != [n]
     folds = min(int(cv), HALVING_FOLDS) if staged else int(cv)
-    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=folds, n_rows=sizes)
+    result = SearchResult(
+        best_params={},
+        results=[],
+        scoring=scoring,
+        n_splits=folds,
+        n_rows=sizes,
+        greater_is_better=scoring not in LOSS_METRICS,
+    )
     order = np.random.default_rng(seed).permutation(n) if staged else None
     units_client = _resolve_client(client)
     nbytes, full = None, None
@@ -413,7 +334,7 @@ def search(
             if full is None:
                 full = _load(X, Y, units_client)
             X_s, Y_s = _stage_data(full, rows, units_client)
-        runner = UnitRunner((X_s, Y_s, splits), client, n_jobs=1)
+        runner = UnitRunner((X_s, Y_s, splits), client, n_jobs=n_jobs)
         result.backend = "chunks" if chunked else runner.backend
         ctx = _Context(
             estimator,
@@ -428,7 +349,6 @@ def search(
             result,
             m,
             report,
-            n_jobs,
         )
         try:
             for axis in space:
@@ -447,6 +367,14 @@ def search(
         for axis in space:
             curve = {r["value"]: r["mean_score"] for r in last if r["param"] == axis.name}
             result.best_params[axis.name] = _vertex(curve, result.best_params[axis.name], axis.step, scoring)
+    chosen_at = [
+        i
+        for i, r in enumerate(result.results)
+        if r["n_rows"] == sizes[-1] and all(r["params"].get(k) == v for k, v in result.best_params.items())
+    ]
+    if chosen_at:  # else the choice lies between the last stage's values
+        result.best_index = chosen_at[-1]
+        result.best_score = result.results[chosen_at[-1]]["mean_score"]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -541,7 +469,6 @@ class _Context:
     result: SearchResult
     n_rows: int  # rows of this stage
     report: object  # _Progress
-    n_jobs: int  # threads of in-memory units without a cluster
 
 
 def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
@@ -687,10 +614,7 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
 
     if todo:
         if ctx.in_process:  # tasks on the cluster, or threads here
-            if ctx.runner.client is None and ctx.n_jobs > 1:
-                new = _map_threads(ctx, [units[i] for i in todo], done)
-            else:
-                new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
+            new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
         else:  # each fit distributed over the chunks: one at a time
             new = []
             for j, i in enumerate(todo):
@@ -698,33 +622,6 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
                 done(j, new[-1])
         for i, out in zip(todo, new):
             outs[i] = out
-    return outs
-
-
-def _map_threads(ctx: _Context, units: list, done) -> list:
-    """:func:`_fit_step` of each unit on ``ctx.n_jobs`` threads of this process.
-
-    A unit's work is BLAS calls and Numba kernels that release the GIL, so threads
-    use the cores without the processes' start or copies of the data. Each
-    thread fits under this thread's settings (``config_context``) and one BLAS
-    thread, which this thread holds for the whole round (so that the units' own
-    limits, entered and left in any order, never restore more threads).
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dmlr._blas import single_threaded_blas
-
-    settings = get_config()
-
-    def run(unit):
-        with config_context(**settings):
-            return _fit_step(ctx.X, ctx.Y, ctx.splits, *unit)
-
-    outs = []
-    with single_threaded_blas(), ThreadPoolExecutor(min(ctx.n_jobs, len(units))) as pool:
-        for j, out in enumerate(pool.map(run, units)):  # in order, each as soon as it is there
-            outs.append(out)
-            done(j, out)
     return outs
 
 

@@ -45,8 +45,12 @@ def test_auto_backend_keeps_small_data_local(monkeypatch):
     monkeypatch.setattr("distributed.system.MEMORY_LIMIT", 8 * 3000 * 2000 * 4)
     assert choose_backend(np.zeros((3000, 2000))) == "dask"
     monkeypatch.undo()
+    # few values but many scores (rows x labels): here without a cluster, on one when configured
+    assert choose_backend(np.zeros((20_000, 10)), n_labels=1000) == "local"
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
     assert choose_backend(np.zeros((3000, 2000))) == "dask"
+    assert choose_backend(np.zeros((20_000, 10)), n_labels=1000) == "dask"
+    assert choose_backend(np.zeros((20_000, 10)), n_labels=100) == "local"
     with pytest.raises(ValueError):
         choose_backend(np.zeros((2, 2)), "gpu")
 

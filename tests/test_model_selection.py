@@ -35,7 +35,7 @@ def data():
 @pytest.fixture(scope="module")
 def local_result(data):
     X, Y = data
-    return grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client="local")
+    return grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client="local", scoring="paper_mean")
 
 
 def _scores(result):
@@ -126,14 +126,14 @@ def test_cluster_equals_in_process(data, local_result, client2):
 
     X, Y = data
     with get_task_stream(client2) as ts:
-        remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client2)
+        remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client2, scoring="paper_mean")
     assert remote.backend == "dask"
     ran = [t for t in ts.data if "_fit_path" in str(t.get("key", ""))]
     assert len(ran) == 8 // 2 * 3  # units: 4 (lambda1, lambda2) settings x 3 folds, each a lambda3 path
     assert _scores(remote) == _scores(local_result)  # exact: fixed aggregation order, same BLAS threading
     assert remote.best_params == local_result.best_params and remote.best_score == local_result.best_score
     # client=None picks up the current client (client2 is current in this test)
-    current = grid_search_cv(RBRL(**SOLVER), X, Y, {"alpha_nuclear": [0.01, 1.0]}, cv=3)
+    current = grid_search_cv(RBRL(**SOLVER), X, Y, {"alpha_nuclear": [0.01, 1.0]}, cv=3, scoring="paper_mean")
     assert current.backend == "dask"
 
 
@@ -159,17 +159,16 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
         (first_pid,) = client.run(os.getpid).values()
         done = []
 
-        def kill_after_two(*args):
-            def progress(*_):
-                done.append(1)
-                if len(done) == 2:
-                    os.kill(first_pid, signal.SIGKILL)
+        def kill_after_two(self, *_):
+            done.append(1)
+            if len(done) == 2:
+                os.kill(first_pid, signal.SIGKILL)
 
-            return progress
-
-        monkeypatch.setattr(ms, "_progress_printer", kill_after_two)
+        monkeypatch.setattr(ms.SearchProgress, "units", kill_after_two)
         with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
-            remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False)
+            remote = grid_search_cv(
+                RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False, scoring="paper_mean"
+            )
         assert first_pid not in client.run(os.getpid).values()  # the worker was replaced
     assert len(done) == 12  # each unit reported once
     assert _scores(remote) == _scores(local_result)
@@ -204,12 +203,30 @@ class _SpyRBRL(RBRL):
 def test_path_runs_largest_first_with_warm_starts(data):
     X, Y = data
     _SpyRBRL.log = []
-    grid_search_cv(_SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0, 1.0]}, cv=2, client="local", refit=False)
+    grid_search_cv(
+        _SpyRBRL(tol=1e-4),
+        X,
+        Y,
+        {"alpha_nuclear": [0.1, 10.0, 1.0]},
+        cv=2,
+        client="local",
+        n_jobs=1,  # one unit after the other: the log in unit order
+        refit=False,
+        scoring="paper_mean",
+    )
     # one unit per fold, each the path 10 -> 1 -> 0.1; only the first fit starts from zero
     assert _SpyRBRL.log == [(10.0, True, False), (1.0, True, True), (0.1, True, True)] * 2
     _SpyRBRL.log = []
     grid_search_cv(
-        _SpyRBRL(tol=1e-4), X, Y, {"alpha_nuclear": [0.1, 10.0]}, cv=2, client="local", refit=False, path_param=None
+        _SpyRBRL(tol=1e-4),
+        X,
+        Y,
+        {"alpha_nuclear": [0.1, 10.0]},
+        cv=2,
+        client="local",
+        refit=False,
+        path_param=None,
+        scoring="paper_mean",
     )
     assert all(not started_warm for _, _, started_warm in _SpyRBRL.log) and len(_SpyRBRL.log) == 4
 
@@ -222,14 +239,23 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     grid = {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}
     with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
         r = grid_search_cv(
-            RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None), X, Y, grid, cv=3, client="local", refit=False
+            RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None),
+            X,
+            Y,
+            grid,
+            cv=3,
+            client="local",
+            refit=False,
+            scoring="paper_mean",
         )
     assert r.n_warm_fits == 9 and 0 < r.n_warm_first_test_stops <= 9
     assert r.n_warm_first_test_stops == sum(it <= 2 for rec in r.results[1:] for it in rec["fold_n_iter"])
     # the gradient-mapping test (the default of the non-paper step rules) keeps them going
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        g = grid_search_cv(RBRL(tol=1e-3, step_rule="spectral"), X, Y, grid, cv=3, client="local", refit=False)
+        g = grid_search_cv(
+            RBRL(tol=1e-3, step_rule="spectral"), X, Y, grid, cv=3, client="local", refit=False, scoring="paper_mean"
+        )
     assert g.n_warm_first_test_stops == 0
 
 
@@ -250,7 +276,9 @@ def test_default_rule_warm_starts_do_not_stop_short(data):
             assert best <= fit.objective_history_[-1] <= paper.objective_history_[-1], alpha_nuclear
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        g = grid_search_cv(RBRL(tol=1e-3), X, Y, {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}, cv=3, refit=False)
+        g = grid_search_cv(
+            RBRL(tol=1e-3), X, Y, {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}, cv=3, refit=False, scoring="paper_mean"
+        )
     assert g.n_warm_fits == 9 and g.n_warm_first_test_stops == 0
 
 
@@ -263,7 +291,9 @@ def test_refit_has_best_params(data, local_result):
     cold = RBRL(**SOLVER, **local_result.best_params).fit(X, Y)
     np.testing.assert_allclose(best.coef_, cold.coef_, rtol=0, atol=1e-12)
     assert (
-        grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0]}, cv=2, client="local", refit=False).best_estimator
+        grid_search_cv(
+            RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0]}, cv=2, client="local", refit=False, scoring="paper_mean"
+        ).best_estimator
         is None
     )
 
@@ -332,7 +362,9 @@ def test_cv_units_fit_one_block_whatever_the_data_size(monkeypatch):
     Xs = sp.csr_matrix(X)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert chunks_module.local_block_count(Xs) == 2  # what the units would get unasked
-    grid_search_cv(RBRL(max_iter=5), Xs, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False, client="local")
+    grid_search_cv(
+        RBRL(max_iter=5), Xs, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False, client="local", scoring="paper_mean"
+    )
     assert asked and set(asked) == {1}
 
 
@@ -346,7 +378,7 @@ def test_no_client_runs_in_process_without_starting_a_cluster(data):
     except ValueError:
         pass
     X, Y = data
-    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False)
+    r = grid_search_cv(RBRL(tol=1e-4), X, Y, {"alpha_nuclear": [1.0, 0.1]}, cv=2, refit=False, scoring="paper_mean")
     assert r.backend == "local"
     with pytest.raises(ValueError):
         default_client()
@@ -372,3 +404,64 @@ def test_best_params_for_a_metric_is_that_metrics_best_record(local_result):
         r.best_params_for("one_error")
     with pytest.raises(ValueError, match="did not record 'n_iter'"):
         r.best_params_for("n_iter")
+
+
+# ----------------------------------------------------------------------------
+# One engine: every search places its units the same way and returns one type
+# ----------------------------------------------------------------------------
+
+
+def _worker_address(X, Y, splits, index):
+    from distributed import get_worker
+
+    return index, get_worker().address, float(np.asarray(X).sum())
+
+
+def test_units_spread_over_the_workers_beside_a_copy_of_the_data(client2):
+    # the data are a future one worker computed: without a copy on each worker and the
+    # units placed in turn, the scheduler runs them where the data are, one worker idle
+    from dmlr.model_selection import UnitRunner
+
+    X = client2.submit(np.ones, (50, 3), pure=False)
+    with UnitRunner((X, np.zeros((50, 1)), []), client2) as runner:
+        out = runner.map(_worker_address, [(i,) for i in range(6)])
+    assert [o[0] for o in out] == list(range(6)) and all(o[2] == 150.0 for o in out)
+    workers = sorted(client2.scheduler_info()["workers"])
+    assert [o[1] for o in out] == [workers[i % 2] for i in range(6)]
+
+
+def test_grid_search_defaults_to_the_common_scoring_and_reports_progress(data, capsys):
+    from dmlr.model_selection import DEFAULT_SCORING
+
+    X, Y = data
+    grid = {"alpha_nuclear": [1.0, 0.1]}
+    quiet = grid_search_cv(RBRL(tol=1e-4), X, Y, grid, cv=2, refit=False)
+    assert quiet.scoring == DEFAULT_SCORING and not quiet.greater_is_better
+    assert capsys.readouterr().out == ""
+    loud = grid_search_cv(RBRL(tol=1e-4), X, Y, grid, cv=2, refit=False, verbose=2)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search: unit")]
+    assert [line.split(" (")[0] for line in lines] == ["search: unit 1 of 2", "search: unit 2 of 2"]
+    assert _scores(loud) == _scores(quiet)
+
+
+def test_omf_search_runs_on_the_engine_with_the_same_scores_anywhere(client2):
+    from dmlr.model_selection import SearchResult
+    from dmlr.models import OMF
+    from dmlr.models.omf import cross_validate_omf
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 6))
+    Y = (X[:, :3] + 0.3 * rng.normal(size=(120, 3)) > 0).astype(np.int8)
+    kwargs = dict(alpha_codes=[0.1, 1.0], top_ks=[1], thresholds=[0.5], cv=2, refit=False)
+    grid = {"alpha": [1e-3, 1e-1]}
+    est = OMF(n_components=2, n_epochs=2, eta0=0.05)
+    here = cross_validate_omf(est, X, Y, grid, n_jobs=1, **kwargs)
+    threads = cross_validate_omf(est, X, Y, grid, n_jobs=2, **kwargs)
+    remote = cross_validate_omf(est, X, Y, grid, client=client2, **kwargs)
+    assert isinstance(here, SearchResult) and here.scoring == "f1_micro" and remote.backend == "dask"
+    assert len(here.results) == 2 * 2 * 2 and here.n_fits == 4
+    for other in (threads, remote):
+        assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
+        assert other.best_params == here.best_params
+    with pytest.raises(ValueError, match="label metric"):
+        cross_validate_omf(est, X, Y, grid, scoring="ranking_loss", **kwargs)

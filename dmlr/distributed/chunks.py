@@ -51,6 +51,11 @@ from dmlr.data.blocks import Block, concat_blocks, make_block
 LOCAL_MAX_VALUES = 2**22
 #: "auto" backend for sparse dask input (nnz unknown without reading): row limit.
 LOCAL_MAX_SPARSE_ROWS = 2**16
+#: "auto" backend with a cluster configured: data whose scores (rows x labels, the n x l
+#: matrix every pass computes, sorts by row and multiplies back) have more entries than
+#: this go to the cluster even when X itself is small: a pass then costs tens of
+#: milliseconds, well above a call's round trip to the workers.
+LOCAL_MAX_SCORES = 2**22
 _SCATTER_BYTES = 2**20
 #: In-process data at most this many stored values run with single-threaded BLAS.
 SMALL_BLAS_VALUES = 2**21
@@ -545,10 +550,11 @@ def _n_values(X) -> int | None:
     return int(np.prod(np.shape(X)))
 
 
-def choose_backend(X, backend: str = "auto") -> str:
+def choose_backend(X, backend: str = "auto", n_labels: int | None = None) -> str:
     """ "local" or "dask" for ``backend="auto"``: by the size of X, and whether a cluster is there.
 
-    Small data (:data:`LOCAL_MAX_VALUES`, :data:`LOCAL_MAX_SPARSE_ROWS`) stay in
+    Small data (:data:`LOCAL_MAX_VALUES`, :data:`LOCAL_MAX_SPARSE_ROWS`, and,
+    with ``n_labels`` given, at most :data:`LOCAL_MAX_SCORES` scores) stay in
     this process. Larger data go to the cluster when one is configured
     (:func:`dmlr.distributed.placement.cluster_configured`); with none, they stay
     in this process as long as they fit its memory
@@ -564,9 +570,13 @@ def choose_backend(X, backend: str = "auto") -> str:
         return backend
     nv = _n_values(X)
     small = X.shape[0] <= LOCAL_MAX_SPARSE_ROWS if nv is None else nv <= LOCAL_MAX_VALUES
+    configured = cluster_configured()
+    if small and configured and n_labels is not None:
+        # the client is not where a configured cluster's work runs
+        small = int(X.shape[0]) * int(n_labels) <= LOCAL_MAX_SCORES
     if small:
         return "local"
-    if cluster_configured():
+    if configured:
         return "dask"
     return "local" if fits_in_memory(data_nbytes(X)) else "dask"
 
@@ -665,7 +675,7 @@ def make_chunkset(
     """
     if X.shape[0] != np.shape(Y)[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {np.shape(Y)[0]}")
-    where = choose_backend(X, backend)
+    where = choose_backend(X, backend, n_labels=int(np.shape(Y)[1]))
 
     def row_bounds(n_groups):
         if align_rows is None:
