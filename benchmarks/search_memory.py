@@ -141,13 +141,13 @@ def stored_chunk_bytes(X, Y) -> int:
 def run_search(X, Y, client, grid, cv, max_iter):
     """The search, capped: ``alpha`` over ``grid`` (exponents, per row), no widening."""
     axis = tuning.Axis("alpha", tuple(grid), per_row=True)
-    saved = tuning.SEARCH_SPACES["RBRL"]
-    tuning.SEARCH_SPACES["RBRL"] = (axis,)
+    saved = RBRL._search_space
+    RBRL._search_space = (axis,)
     try:
         with dmlr.config_context(backend="dask", client=client):
             return tuning.search(RBRL(max_iter=max_iter), X, Y, params=["alpha"], cv=cv, max_widen=0)
     finally:
-        tuning.SEARCH_SPACES["RBRL"] = saved
+        RBRL._search_space = saved
 
 
 def measure(name, X, Y, client, args) -> dict:

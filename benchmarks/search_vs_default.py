@@ -2,9 +2,9 @@
 
 For each set (the official MULAN train/test splits of the staged small sets), the model is fitted
 twice in this process, one after the other: ``dmlr.fit(store, model, search=False)`` (the class
-defaults) and ``dmlr.fit(store, model)`` (the default: the model's search space of
-:data:`dmlr.tuning.SEARCH_SPACES` searched by cross-validation, then refitted); each is scored on
-the test split. Seconds are whole ``dmlr.fit`` calls, the search included.
+defaults) and ``dmlr.fit(store, model)`` (the default: the model's search space, its class's
+``_search_space``, searched by cross-validation, then refitted); each is scored on the test split.
+Seconds are whole ``dmlr.fit`` calls, the search included.
 
 Run::
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from pathlib import Path
 
@@ -12,53 +11,35 @@ from sklearn.pipeline import Pipeline
 from dmlr.config import config_context
 from dmlr.data.arrays import is_dask, is_sparse
 from dmlr.data.store import Dataset, open_dataset
-from dmlr.models import KNN, MMP, OMF, OML, RBRL, KernelRBRL, LinearMultiLabel, RankSVM
-from dmlr.models.base import BaseModel, load_model
+from dmlr.models import RBRL, KernelRBRL
+from dmlr.models.base import MODEL_NAMES, BaseModel, load_model
 
-#: ``model=`` names accepted by :func:`dmlr.fit`.
-MODELS = {
-    "rbrl": RBRL,
-    "kernel_rbrl": KernelRBRL,
-    "ranksvm": RankSVM,
-    "mmp": MMP,
-    "linear": LinearMultiLabel,
-    "oml": OML,
-    "knn": KNN,
-    "omf": OMF,
-}
+#: ``model=`` names accepted by :func:`dmlr.fit` -> estimator class: every model registered
+#: with :func:`dmlr.models.base.register_model` (a live view of
+#: :data:`dmlr.models.base.MODEL_NAMES`).
+MODELS = MODEL_NAMES
 
 
 #: ``model="auto"`` (the default of :func:`dmlr.fit`): dense training sets of at most this
 #: many rows get the RBF kernel model (exact, or on a Nystroem approximation beyond
-#: :data:`AUTO_EXACT_KERNEL_MAX_ROWS` rows); larger or sparse ones the linear RBRL. On the
-#: staged dense sets (emotions, yeast, scene) the RBF model beats both the linear RBRL and
-#: a tuned one-vs-rest logistic regression on ranking loss and average precision
-#: (``benchmarks/auto_vs_peers.py``). Beyond this size its O(n D l) iterations make its
-#: search many times a linear model's; sparse sets keep the linear model, whose search is
-#: the cheap one (on yahoo_arts the exact kernel's did not end within 16 minutes).
+#: :data:`AUTO_EXACT_KERNEL_MAX_ROWS` rows); larger or sparse ones the linear RBRL. On small
+#: dense sets the RBF model ranks better than the linear one; beyond this size its O(n D l)
+#: iterations make its search many times a linear model's (``benchmarks/auto_vs_peers.py``).
 AUTO_KERNEL_MAX_ROWS = 10_000
-#: ... and at least this fraction of nonzero entries: text-like features stored dense (the
-#: yahoo sets: 7% nonzero) are sparse sets for this rule. On yahoo_arts the linear RBRL beat
-#: the tuned logistic regression on both ranking loss and average precision, the kernel
-#: model on ranking loss only.
+#: ... and at least this fraction of nonzero entries: text-like features stored dense are
+#: sparse sets for this rule, where the linear model ranks as well (``benchmarks/auto_vs_peers.py``).
 AUTO_KERNEL_MIN_DENSITY = 0.5
 #: Up to this many training rows the default kernel model is the exact kernel (an n x n
 #: kernel matrix per fit); beyond, its Nystroem form with :data:`AUTO_KERNEL_COMPONENTS`
 #: landmarks.
 AUTO_EXACT_KERNEL_MAX_ROWS = 1024
 #: Landmarks of the default kernel model's Nystroem form. Each iteration costs O(n D l) and
-#: each fold's map O(D^3), so the search's time falls with D faster than linearly. On yeast
-#: and scene 256 landmarks still beat the tuned logistic regression on test ranking loss and
-#: average precision (``benchmarks/auto_vs_peers.py``); 1,024 gained up to 0.006 in
-#: ranking loss at several times the search's time (docs/auto_fit.md).
+#: each fold's map O(D^3), so the search's time falls with D faster than linearly; more
+#: landmarks gained little ranking loss at several times the search's time (docs/auto_fit.md).
 AUTO_KERNEL_COMPONENTS = 256
 #: ``alpha_rank`` of the default linear model (RBRL's own default, 0.01, is the paper's
-#: demo value). With ``alpha`` searched and tf-idf scaling, 10 against 3 lowered the test
-#: ranking loss on medical (0.0288 to 0.0256), enron (0.0712 to 0.0703), corel5k (0.1068
-#: to 0.1022), bibtex (0.0489 to 0.0481), yahoo_recreation (0.1262 to 0.1248) and
-#: mediamill_discretized (0.0510 to 0.0498), kept it on yahoo_arts (0.1052 / 0.1050) and
-#: raised it on tmc2007_500 (0.0561 to 0.0565); average precision moved by -0.6% to +0.4%.
-#: The earlier step, 0.01 to 3, is in docs/auto_fit.md's table.
+#: demo value): with ``alpha`` searched and tf-idf scaling, the test ranking loss fell from
+#: 0.01 to 3 to 10 on most sets (docs/auto_fit.md's table, ``benchmarks/auto_vs_peers.py``).
 AUTO_LINEAR_ALPHA_RANK = 10.0
 
 
@@ -168,7 +149,7 @@ def fit(
         Choose the regularization by ``cv``-fold cross-validation on the
         training rows (:func:`dmlr.tuning.search`), then refit on all of
         them. None (default): search the default parameters of the model's
-        search space (:data:`dmlr.tuning.SEARCH_SPACES`) that ``params`` does
+        search space (its class's ``_search_space``, :func:`dmlr.tuning.search_space`) that ``params`` does
         not give, when ``model`` is a name; explicit values are kept and are not
         searched. True: also for an estimator instance (its values of the
         searched parameters are replaced). False: no search.
@@ -263,7 +244,7 @@ def fit(
             est.set_params(**result.best_params)
             if checkpoint is not None:
                 checkpoint = Path(checkpoint) / "fit"
-                if "checkpoint" not in inspect.signature(final_estimator(est).fit).parameters:
+                if not getattr(final_estimator(est), "_supports_checkpoint", False):
                     checkpoint, resume = None, False  # the search's units were checkpointed
         final = final_estimator(est)
         shown = verbose and "verbose" in final.get_params() and not final.get_params()["verbose"]
@@ -291,7 +272,7 @@ def _fit_final(est, X, Y, checkpoint, checkpoint_every: int, resume: bool) -> No
     # a Pipeline checkpoints its final estimator (its transformers are refitted, deterministically)
     final = final_estimator(est)
     prefix = est.steps[-1][0] + "__" if final is not est else ""
-    if "checkpoint" not in inspect.signature(final.fit).parameters:
+    if not getattr(final, "_supports_checkpoint", False):
         raise ValueError(f"{type(final).__name__} does not support checkpoints (checkpoint=, resume=)")
     kwargs = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every, "resume": resume}
     est.fit(X, Y, **{prefix + k: v for k, v in kwargs.items()})

@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--model",
         default="auto",
-        help="auto (default: the RBF kernel model for small dense sets, else linear RBRL), or a model name",
+        help="auto (default: the RBF kernel model for small dense sets, else linear RBRL), or a registered "
+        "model's name (an unknown name lists them)",
     )
     f.add_argument("--out", required=True, help="model file to write (.npz)")
     f.add_argument("--split", default="train", help="split to train on (default: train; 'all': every row)")
@@ -273,8 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--step-rule",
         dest="step_rule",
-        choices=["lbfgs", "adaptive", "paper", "backtracking", "spectral"],
-        help="RBRL: solver / APG step rule (default lbfgs)",
+        help="RBRL: solver / APG step rule (default lbfgs; the model checks the name)",
     )
     f.add_argument(
         "--param",

@@ -321,10 +321,9 @@ def _check_thresholds(threshold: np.ndarray, n_labels: int) -> None:
 #: A label keeps a threshold of its own (:func:`label_thresholds`) only where its F1 on the
 #: rows given reaches this: where the model barely separates a label on its own training
 #: rows, the label's F1-best cut lies deep among its irrelevant rows and floods the
-#: predictions (OMF's defaults on medical: test micro-F1 0.14 with no floor, against 0.49
-#: with the common threshold alone). The floor is the lowest of 0.1, 0.15, 0.2 and 0.3
-#: that ends that flood (0.44, 0.48, 0.49, 0.50 on medical) while keeping most of the
-#: macro-F1 the labels' own thresholds bring elsewhere.
+#: predictions. The floor is the lowest of 0.1, 0.15, 0.2 and 0.3 that ended that flood on
+#: OMF's defaults while keeping most of the macro-F1 the labels' own thresholds bring
+#: elsewhere (``benchmarks/auto_vs_peers.py``, ``benchmarks/omf_table.py``).
 LABEL_F1_MIN = 0.2
 
 #: Histogram bins of :func:`micro_f1_threshold` on dask scores.

@@ -678,9 +678,8 @@ class UnitRunner:
         """The units on ``n_jobs`` threads of this process.
 
         A unit's work is BLAS calls and Numba kernels that release the GIL, so
-        threads use the cores without processes' start-up or copies of the data
-        (processes took longer on mediamill_discretized's rounds, copies
-        included). Each thread runs under this thread's settings
+        threads use the cores without processes' start-up or copies of the data.
+        Each thread runs under this thread's settings
         (``config_context``) and one BLAS thread, which this thread holds for
         the whole call (so that the units' own limits, entered and left in any
         order, never restore more threads).

@@ -9,9 +9,8 @@ Every estimator takes ``scaling``:
 - ``"tfidf"``: weight each column by its inverse document frequency
   ``ln((1 + n) / (1 + df)) + 1`` (df: the rows where it is nonzero; scikit-learn's
   ``TfidfTransformer`` with ``smooth_idf=True``), then divide each row by its
-  Euclidean norm (keeps zeros). For bag-of-words features: on bibtex it lowered the
-  linear RBRL's test ranking loss from 0.056 to 0.049 against ``"maxabs"``, and it
-  was as good or better on enron, medical, corel5k and yahoo_arts;
+  Euclidean norm (keeps zeros). For bag-of-words features, where it ranked as well
+  as ``"maxabs"`` or better (docs/auto_fit.md's table);
 - ``"auto"``: ``"standard"`` for dense features, ``"maxabs"`` for sparse ones;
 - None: features as given.
 

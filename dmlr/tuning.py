@@ -1,8 +1,8 @@
 """Automatic hyper-parameters: K-fold cross-validation along warm-started paths.
 
 :func:`search` chooses a model's regularization by K-fold cross-validation
-on the training rows, one parameter after the other (:data:`SEARCH_SPACES`
-gives each model's parameters and their starting grids):
+on the training rows, one parameter after the other (each model class declares
+its parameters and their starting grids, ``_search_space``: :func:`search_space`):
 
 * **Paths.** A unit of work is one fold and one parameter's grid, fitted
   from the most regularized value to the least with ``warm_start`` (where
@@ -75,9 +75,10 @@ from dmlr.model_selection import (
     kfold_indices,
     unit_label_rule,
 )
+from dmlr.models.base import Axis
 from dmlr.progress import SearchProgress as _Progress
 
-__all__ = ["SEARCH_SPACES", "Axis", "SearchResult", "default_scoring", "search", "search_space", "stage_rows"]
+__all__ = ["Axis", "SearchResult", "default_scoring", "search", "search_space", "stage_rows"]
 
 #: Training sets of at least this many rows are searched in stages over rows (see the module).
 #: Below it a full path on every fold is cheap next to the final fit; above it that search
@@ -102,87 +103,27 @@ HALVING_MAX_STEPS = 4
 #: Default ``tol`` of the cross-validation fits (:func:`search`'s ``tol``): a fit whose
 #: own ``tol`` is tighter stops at this one inside the search, and the refit on the whole
 #: training split uses the estimator's own. A validation score needs fewer digits than the
-#: model. At 1e-5 against RBRL's default 1e-6 the search chose the same value on emotions
-#: (the reference's split), scene, yeast, enron, medical and tmc2007_500, with 0.4-0.75 of
-#: the iterations (``benchmarks/search_settings.py``). Looser is not safe: at 1e-4
-#: warm-started fits along a path stop short of their optimum where the objective moves
-#: little (the relative-change test), which acts as extra regularization and moved the
-#: linear model's choice on tmc2007_500 half a decade down.
+#: model: 1e-5 chose the values RBRL's default 1e-6 chose, in fewer iterations
+#: (``benchmarks/search_settings.py``). Looser is not safe: warm-started fits along a path
+#: then stop short of their optimum where the objective moves little (the relative-change
+#: test), which acts as extra regularization and moves the choice.
 SEARCH_TOL = 1e-5
 
 #: Default ``step_rule`` of the cross-validation fits (:func:`search`'s ``step_rule``) of a
-#: model that has one: the quasi-Newton method (:mod:`dmlr.solvers.lbfgs`). With it (and
-#: :data:`SEARCH_TOL`) the searches of emotions, scene, yeast, enron and medical took
-#: 0.40-0.71 of the time at the model's own settings, with the same choice on four and
-#: half a decade apart on medical, whose validation curve is flat there (fold means within
-#: 1.3e-3 of the other run's; ``benchmarks/search_settings.py``). It does not checkpoint a
-#: fit; the search checkpoints whole units instead, and the refit uses the model's own rule.
+#: model that has one: the quasi-Newton method (:mod:`dmlr.solvers.lbfgs`), which took a
+#: fraction of the search's time at the model's own settings for the same choices, or
+#: neighbours on a flat validation curve (``benchmarks/search_settings.py``). It does not
+#: checkpoint a fit; the search checkpoints whole units instead, and the refit uses the
+#: model's own rule.
 SEARCH_STEP_RULE = "lbfgs"
 
 SEARCH_FORMAT_VERSION = 2
 
 
-@dataclass(frozen=True)
-class Axis:
-    """One searched parameter: a log-spaced grid of ``scale * 10**e`` for ``e`` in ``exponents``.
-
-    Attributes
-    ----------
-    name : str
-        The estimator parameter.
-    exponents : tuple of float
-        The starting grid's base-10 exponents (any order; fitted largest first).
-    per_row : bool
-        ``scale`` is the number of training rows (a loss summed over rows,
-        as RBRL's eq. 8), else 1 (a loss averaged over rows, as SGD's).
-    step : float
-        Exponent step of the values added when the grid widens.
-    default : bool
-        Searched by :func:`dmlr.fit` when the caller does not give it; the
-        other axes only when asked for (``search(params=...)``).
-    """
-
-    name: str
-    exponents: tuple
-    per_row: bool = False
-    step: float = 0.5
-    default: bool = True
-
-    def values(self, exponents, n_rows: int) -> list[float]:
-        scale = float(n_rows) if self.per_row else 1.0
-        return [scale * 10.0**e for e in sorted(exponents, reverse=True)]
-
-
-def _half_decades(hi: float, lo: float) -> tuple:
-    return tuple(np.round(np.arange(hi, lo - 1e-9, -0.5), 6))
-
-
-#: Estimator class name -> the parameters :func:`search` can tune, in search order.
-#: RBRL's objective (eq. 8) sums its losses over rows, so its weights are searched per
-#: row; the SGD models average theirs. LinearMultiLabel's ``alpha`` is searched by default:
-#: its full-gradient default solver (L-BFGS) ends at the optimum, and the value cross-
-#: validation picks spans 1e-5 (medical) to 1e-1 (scene) on the staged sets
-#: (``benchmarks/default_params.py``). RBRL's ranking and nuclear-norm weights are
-#: searched only on request: on the staged sets their validation scores vary within the
-#: folds' spread once ``alpha`` is chosen, at the cost of a second and third path. The
-#: online models' weights are searched on request only: their fits do not warm-start and
-#: their defaults follow their papers.
-SEARCH_SPACES = {
-    "RBRL": (
-        Axis("alpha", _half_decades(0.0, -4.0), per_row=True),
-        Axis("alpha_rank", _half_decades(1.0, -2.0), default=False),
-        Axis("alpha_nuclear", _half_decades(-1.0, -4.0), per_row=True, default=False),
-    ),
-    "KernelRBRL": (Axis("alpha", _half_decades(0.0, -4.0), per_row=True),),
-    "LinearMultiLabel": (Axis("alpha", _half_decades(-1.0, -6.0)),),
-    "RankSVM": (Axis("alpha", _half_decades(-1.0, -6.0)),),
-    "OMF": (Axis("alpha", _half_decades(-1.0, -5.0), default=False),),
-}
-
-
 def search_space(estimator) -> tuple:
-    """The :class:`Axis` list :func:`search` tunes for ``estimator`` (empty: none)."""
-    return SEARCH_SPACES.get(type(estimator).__name__, ())
+    """The :class:`~dmlr.models.base.Axis` list :func:`search` tunes for ``estimator``: what its
+    class declares (``_search_space``, inherited by subclasses; empty: none)."""
+    return tuple(getattr(type(estimator), "_search_space", ()))
 
 
 def search(
@@ -247,10 +188,9 @@ def search(
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
         Without a cluster, threads running in-memory units in parallel (a unit's
-        work is BLAS calls and Numba kernels, which release the GIL; processes
-        took longer on mediamill_discretized's rounds, their copies of the data
-        included); None: one per core, 1: one unit at a
-        time in this thread.
+        work is BLAS calls and Numba kernels, which release the GIL: no
+        process start-up or copies of the data); None: one per core, 1: one
+        unit at a time in this thread.
     checkpoint : str or Path, optional
         Directory recording finished units (scores as JSON, fitted models as
         dmlr model files: no pickle).
@@ -531,7 +471,7 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
     up from the first value the same way. At most :data:`HALVING_MAX_STEPS` values each way.
 
     The first value starts cold: from the previous stage's fold models (other rows) the
-    solver took more iterations than from zero on mediamill_discretized. Every later value
+    solver took more iterations than from zero. Every later value
     starts from its neighbour's fold models, as along a path (:func:`_run_path`).
     """
     greater = ctx.scoring not in LOSS_METRICS

@@ -60,7 +60,7 @@ GRID = tuple(np.round(np.arange(2.0, -2.01, -0.5), 6))  # 10**2 ... 10**-2, half
 
 @pytest.fixture
 def known_best_space(monkeypatch):
-    monkeypatch.setitem(tuning.SEARCH_SPACES, "KnownBest", (Axis("alpha", GRID),))
+    monkeypatch.setattr(KnownBest, "_search_space", (Axis("alpha", GRID),), raising=False)
 
 
 def _known_data(n=200, n_labels=4, seed=0):
@@ -126,7 +126,7 @@ def test_search_agrees_with_exhaustive_cross_validation():
     X, Y = _synthetic()
     result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None, step_rule=None)
     n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
-    values = [n_train * 10.0**e for e in tuning.SEARCH_SPACES["RBRL"][0].exponents]
+    values = [n_train * 10.0**e for e in RBRL._search_space[0].exponents]
     exhaustive = grid_search_cv(
         RBRL(**SOLVER), X, Y, {"alpha": values}, cv=5, seed=0, scoring="average_precision", client="local"
     )
@@ -166,7 +166,7 @@ class RecordsSolver(KnownBest):
 
 
 def test_cross_validation_fits_use_the_search_solver_and_the_refit_the_models(monkeypatch):
-    monkeypatch.setitem(tuning.SEARCH_SPACES, "RecordsSolver", (Axis("alpha", GRID),))
+    monkeypatch.setattr(RecordsSolver, "_search_space", (Axis("alpha", GRID),), raising=False)
     monkeypatch.setattr(RecordsSolver, "fits", [])
     X, Y = _known_data()
     model = dmlr.fit((X, Y), RecordsSolver(best=10**0.5), search=True)
@@ -301,7 +301,7 @@ def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
         return out
 
     monkeypatch.setattr(Client, "_gather", spy)
-    monkeypatch.setitem(tuning.SEARCH_SPACES, "RBRL", (Axis("alpha", (-1.0, -2.0), per_row=True),))
+    monkeypatch.setattr(RBRL, "_search_space", (Axis("alpha", (-1.0, -2.0), per_row=True),))
     X, Y = _synthetic(n=600, d=40)
     Xd, Yd = da.from_array(X, chunks=(100, -1)), da.from_array(Y, chunks=(100, -1))
     one_fold = (X.nbytes + Y.nbytes) // 3
@@ -334,7 +334,7 @@ def test_chunked_folds_are_row_masks_over_the_chunks(monkeypatch):
             seen.append((X.chunks[0],))
             return super().decision_function(X)
 
-    monkeypatch.setitem(tuning.SEARCH_SPACES, "Probe", (Axis("alpha", GRID[:2]),))
+    monkeypatch.setattr(Probe, "_search_space", (Axis("alpha", GRID[:2]),), raising=False)
     X, Y = _known_data(n=400)
     Xd, Yd = da.from_array(X, chunks=(50, -1)), da.from_array(Y, chunks=(50, -1))
     with dmlr.config_context(backend="dask"):

@@ -652,8 +652,8 @@ def make_chunkset(
         Dask arrays must be chunked by rows. Blocks take near-equal runs of
         rows whatever the chunks (a chunk on a block boundary is read by both
         blocks, once, at load): blocks of whole chunks can be uneven, and the
-        slowest block sets every iteration's time (mediamill_discretized's
-        7,308 x 3 + 9,046-row chunks would make 2 blocks of 14,616 and 16,354 rows).
+        slowest block sets every iteration's time (chunks of 7,308, 7,308, 7,308
+        and 9,046 rows would make 2 blocks of 14,616 and 16,354 rows).
     Y : array-like or dask array (n, l) of 0/1
     fit_intercept : bool
         Append the constant-1 column while building each block.

@@ -7,8 +7,9 @@ from dmlr.models.oml import KNN, OML
 from dmlr.models.ranksvm import MMP, RankSVM
 from dmlr.models.rbrl import RBRL, KernelRBRL
 
-#: Every estimator class, for tests and documentation.
-ESTIMATORS = (RBRL, KernelRBRL, RankSVM, MMP, LinearMultiLabel, OML, KNN, OMF)
+#: Every estimator class dmlr registers (:func:`~dmlr.models.base.register_model`), for tests
+#: and documentation.
+ESTIMATORS = tuple(MODEL_REGISTRY.values())
 
 __all__ = [
     "ESTIMATORS",

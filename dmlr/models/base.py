@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -65,16 +66,86 @@ THRESHOLD_ARRAYS = ("threshold_",)
 #: ``_parameter_constraints`` entry of a seed: dmlr seeds numpy's SeedSequence, so an integer.
 SEED = [Interval(Integral, 0, None, closed="left"), None]
 
-#: model class name -> class, filled by :func:`register_model`.
+#: model class name -> class (what a model file names), filled by :func:`register_model`.
 MODEL_REGISTRY: dict[str, type] = {}
+#: ``model=`` name of :func:`dmlr.fit` and ``dmlr fit --model`` -> class, filled by
+#: :func:`register_model`.
+MODEL_NAMES: dict[str, type] = {}
 
-__all__ = ["BaseModel", "LinearModel", "MODEL_REGISTRY", "NotFittedError", "SEED", "load_model", "register_model"]
+__all__ = [
+    "Axis",
+    "BaseModel",
+    "LinearModel",
+    "MODEL_NAMES",
+    "MODEL_REGISTRY",
+    "NotFittedError",
+    "SEED",
+    "half_decades",
+    "load_model",
+    "register_model",
+]
 
 
-def register_model(cls):
-    """Class decorator: make a model loadable by :func:`~dmlr.models.load_model`."""
-    MODEL_REGISTRY[cls.__name__] = cls
-    return cls
+def register_model(cls=None, *, name: str | None = None):
+    """Class decorator: the one place a model is registered.
+
+    Registered, a model is loadable from its files (:func:`dmlr.models.load_model`),
+    known to :func:`dmlr.fit` and ``dmlr fit --model`` by ``name``, and what
+    the class declares is read from it: ``_search_space`` (what the search
+    tunes, :func:`dmlr.tuning.search`), ``_supports_checkpoint``,
+    ``_learns_threshold``.
+
+    Parameters
+    ----------
+    cls : type
+        The estimator class (``@register_model``), or None
+        (``@register_model(name=...)``).
+    name : str, optional
+        Its ``model=`` name (default: the class name in lower case).
+    """
+
+    def register(cls):
+        MODEL_REGISTRY[cls.__name__] = cls
+        MODEL_NAMES[name or cls.__name__.lower()] = cls
+        return cls
+
+    return register if cls is None else register(cls)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One searched parameter: a log-spaced grid of ``scale * 10**e`` for ``e`` in ``exponents``.
+
+    Attributes
+    ----------
+    name : str
+        The estimator parameter.
+    exponents : tuple of float
+        The starting grid's base-10 exponents (any order; fitted largest first).
+    per_row : bool
+        ``scale`` is the number of training rows (a loss summed over rows,
+        as RBRL's eq. 8), else 1 (a loss averaged over rows, as SGD's).
+    step : float
+        Exponent step of the values added when the grid widens.
+    default : bool
+        Searched by :func:`dmlr.fit` when the caller does not give it; the
+        other axes only when asked for (``search(params=...)``).
+    """
+
+    name: str
+    exponents: tuple
+    per_row: bool = False
+    step: float = 0.5
+    default: bool = True
+
+    def values(self, exponents, n_rows: int) -> list[float]:
+        scale = float(n_rows) if self.per_row else 1.0
+        return [scale * 10.0**e for e in sorted(exponents, reverse=True)]
+
+
+def half_decades(hi: float, lo: float) -> tuple:
+    """Exponents from ``hi`` down to ``lo`` in steps of one half (a grid :class:`Axis` takes)."""
+    return tuple(np.round(np.arange(hi, lo - 1e-9, -0.5), 6))
 
 
 class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
@@ -92,6 +163,11 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
     _fitted_attributes: tuple = ()
     #: Whether the model has a ``threshold`` parameter and learns ``threshold_`` (:meth:`_learn_threshold`).
     _learns_threshold: bool = False
+    #: The parameters :func:`dmlr.tuning.search` can tune, in search order (:class:`Axis`;
+    #: empty: none). Subclasses inherit their parent's.
+    _search_space: tuple = ()
+    #: Whether ``fit`` takes ``checkpoint=``, ``checkpoint_every=`` and ``resume=``.
+    _supports_checkpoint: bool = False
     #: scikit-learn checks this model cannot pass, with the reason (``check_estimator``'s
     #: ``expected_failed_checks``; tests/test_sklearn.py).
     _expected_failed_checks: dict = {}

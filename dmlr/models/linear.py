@@ -30,7 +30,7 @@ from dmlr.config import chunk_options
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, LinearModel, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, Axis, LinearModel, half_decades, register_model
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
 
@@ -38,7 +38,7 @@ from dmlr.solvers import vr
 GROUP_ROWS = 256
 
 
-@register_model
+@register_model(name="linear")
 class LinearMultiLabel(LinearModel):
     """Linear multi-label model: ``loss`` minimized by ``solver`` until the optimum is certified.
 
@@ -161,6 +161,10 @@ class LinearMultiLabel(LinearModel):
         "n_labels_",
         "backend_",
     )
+
+    #: ``alpha`` is searched by default: the full-gradient solver ends at the optimum, and the
+    #: value cross-validation picks spans four decades (``benchmarks/default_params.py``).
+    _search_space = (Axis("alpha", half_decades(-1.0, -6.0)),)
 
     def __init__(
         self,

@@ -44,7 +44,17 @@ from dmlr.config import config_context, get_config, stream_where
 from dmlr.data.arrays import is_dask
 from dmlr.distributed.stream import ChunkStream, run_streaming
 from dmlr.errors import DmlrInputError
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, THRESHOLD, BaseModel, linear_scores, register_model
+from dmlr.models.base import (
+    NOT_A_ZERO_THRESHOLD,
+    SCALING,
+    SEED,
+    THRESHOLD,
+    Axis,
+    BaseModel,
+    half_decades,
+    linear_scores,
+    register_model,
+)
 from dmlr.objectives import omf as objective
 from dmlr.solvers.omf import omf_train_stream
 
@@ -180,6 +190,9 @@ class OMF(BaseModel):
         "random_state": SEED,
         "scaling": SCALING,
     }
+
+    #: Searched on request only: the fits do not warm-start, and the defaults follow the paper.
+    _search_space = (Axis("alpha", half_decades(-1.0, -5.0), default=False),)
 
     def __init__(
         self,

@@ -36,7 +36,16 @@ from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.stream import ChunkStream, run_streaming, streaming_client
 from dmlr.errors import DmlrInputError
 from dmlr.metrics import multilabel_metrics, predict_from_scores
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, THRESHOLD, LinearModel, register_model
+from dmlr.models.base import (
+    NOT_A_ZERO_THRESHOLD,
+    SCALING,
+    SEED,
+    THRESHOLD,
+    Axis,
+    LinearModel,
+    half_decades,
+    register_model,
+)
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
 
@@ -348,6 +357,8 @@ class RankSVM(_OnlineRanker):
         "smoothing": [Interval(Real, 0, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
     }
+
+    _search_space = (Axis("alpha", half_decades(-1.0, -6.0)),)
 
     def __init__(
         self,

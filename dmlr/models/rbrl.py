@@ -39,7 +39,9 @@ from dmlr.models.base import (
     SCALING,
     SEED,
     THRESHOLD,
+    Axis,
     BaseModel,
+    half_decades,
     linear_scores,
     register_model,
 )
@@ -81,6 +83,7 @@ class _RBRLBase(BaseModel):
         "threshold": THRESHOLD,
     }
     _learns_threshold = True
+    _supports_checkpoint = True
     _fitted_attributes = (
         "objective_history_",
         "objective_seconds_",
@@ -477,6 +480,15 @@ class RBRL(_RBRLBase):
     _fitted_arrays = ("coef_",)
     _checkpoint_params = _RBRLBase._checkpoint_params + ("fit_intercept", "penalize_intercept")
 
+    #: eq. 8 sums its losses over rows, so its weights are searched per row; the ranking and
+    #: nuclear-norm weights only on request (their validation scores vary within the folds'
+    #: spread once ``alpha`` is chosen, ``benchmarks/search_vs_default.py``).
+    _search_space = (
+        Axis("alpha", half_decades(0.0, -4.0), per_row=True),
+        Axis("alpha_rank", half_decades(1.0, -2.0), default=False),
+        Axis("alpha_nuclear", half_decades(-1.0, -4.0), per_row=True, default=False),
+    )
+
     def __init__(
         self,
         alpha=1.0,
@@ -556,7 +568,7 @@ class RBRL(_RBRLBase):
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
-@register_model
+@register_model(name="kernel_rbrl")
 class KernelRBRL(_RBRLBase):
     __doc__ = (
         """Kernel RBRL multi-label classifier (eq. 12, Algorithm 2): dual coefficients A (n, n_labels).
@@ -625,6 +637,8 @@ class KernelRBRL(_RBRLBase):
         "n_components",
         "random_state",
     )
+
+    _search_space = (Axis("alpha", half_decades(0.0, -4.0), per_row=True),)
 
     def __init__(
         self,

@@ -22,8 +22,8 @@ does), whose proximal step handles the nonsmooth term exactly.
 The iterations apply the L-BFGS model in its compact form (:meth:`Pairs.direction`)
 with a backtracking (Armijo) line search (Nocedal & Wright, Algorithm 7.5),
 written here rather than taken from scipy's L-BFGS-B: that one's
-bound-constrained machinery (Cauchy point, subspace minimization) took 45% of
-a fit of the RBF kernel model on emotions with no bound to enforce, where the
+bound-constrained machinery (Cauchy point, subspace minimization) took a large
+share of a kernel model's fit with no bound to enforce, where the compact
 model's product costs 4 m n flops. The
 stopping test is the one :func:`~dmlr.solvers.apg.apg` uses, so that both stop at the same
 accuracy. It knows nothing of Dask: the oracle does the sums over row blocks.
@@ -49,13 +49,12 @@ SMOOTH_MIN_RELATIVE = 1e-6
 CONVERGED_MIN_RELATIVE = 1e-3
 
 #: Correction pairs kept, at most (scipy's ``maxcor``). The RBF kernel models' Hessians are
-#: ill-conditioned and a long memory pays: to the paper step's optimum, 100 pairs took
-#: 0.095 of its iterations on emotions (the reference's split), 0.086 on scene, 0.15 on
-#: yeast, against 0.23, 0.22, 0.25 with 30 pairs (``benchmarks/step_rules.py --rules lbfgs``).
+#: ill-conditioned and a long memory pays: 100 pairs took about half the iterations of 30
+#: (``benchmarks/step_rules.py --rules lbfgs``).
 MEMORY = 100
 #: ... and at most this many bytes of pairs (2 vectors of W's size each): the two-loop
-#: recursion costs 4 m n flops a call, which for a large W (enron's 1,002 x 53 took longer
-#: with 100 pairs than with 30) outgrows the oracle call, and the pairs live on the client.
+#: recursion costs 4 m n flops a call, which for a large W outgrows the oracle call, and the
+#: pairs live on the client.
 MEMORY_BYTES = 32 * 2**20
 
 
