@@ -12,9 +12,10 @@ thresholding (Algorithm 1, eqs. 24-27) and the paper's Lipschitz step
 (eqs. 22-23) or a faster rule (``step_rule=``). The kernel model
 (:class:`KernelRBRL`, eq. 12, Algorithm 2) optimizes the dual coefficients A
 with each row block holding its own rows of K
-(:mod:`dmlr.objectives.kernel_rbrl`). Approximate kernel models are a
-Pipeline: :class:`dmlr.kernel_approximation.KernelFeatures` then
-:class:`RBRL`. ``alpha_rank=0`` gives BRL, the paper's ablation;
+(:mod:`dmlr.objectives.kernel_rbrl`); ``KernelRBRL(n_components=D)`` is its
+Nystroem approximation (the route ``model="auto"`` takes), the same problem as a
+Pipeline of :class:`dmlr.kernel_approximation.KernelFeatures` and :class:`RBRL` with
+their defaults. ``alpha_rank=0`` gives BRL, the paper's ablation;
 ``alpha_rank=alpha_nuclear=0`` is binary relevance with the squared hinge.
 """
 
