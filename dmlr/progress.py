@@ -54,7 +54,7 @@ __all__ = [
 #: Iterations over which the rate of decrease of log(relative change) and the time per
 #: iteration are measured for the estimate of the time left.
 ESTIMATE_WINDOW = 50
-#: Fewest iterations with a positive relative change, in the recent half of the window, before
+#: Fewest iterations with a positive relative change, in the window's recent half of the run, before
 #: the trend is used (before that, only the ``max_iter`` cap).
 MIN_TREND_POINTS = 8
 
@@ -113,13 +113,16 @@ class ProgressReporter:
 
     * ``max_iter - t`` (a hard cap: the run cannot go further), and
     * a linear extrapolation of ``log(relative change)`` against the
-      iteration number, fitted by least squares over the recent half of the
-      last ``ESTIMATE_WINDOW`` iterations (at least
-      ``MIN_TREND_POINTS`` of them), to the iteration where it reaches
-      ``log(tol)``; used only when that fit is decreasing. The older half is
-      left out because solvers' relative change falls fastest in their
-      first iterations: a fit over them extrapolates that pace and
-      announces the end far too early.
+      iteration number, fitted by least squares over the last
+      ``ESTIMATE_WINDOW`` iterations that lie in the recent half of the run
+      (at least ``MIN_TREND_POINTS`` of them), from the fitted line's value
+      at the current iteration to the iteration where it reaches
+      ``log(tol)``; used only when that fit is decreasing. The first half
+      of the run is left out because solvers' relative change falls fastest
+      in their first iterations: a fit over them extrapolates that pace and
+      announces the end far too early. The line, not the last change, is
+      the start: a quasi-Newton run's change jumps up and down around its
+      trend, and the estimate would swing with it.
 
     It assumes that the recent geometric (linear-rate) convergence
     continues, and it targets the relative-change test only (not other
@@ -238,7 +241,9 @@ class ProgressReporter:
             per_iter = window[-1][1] / max(window[-1][0], 1) if window else math.nan
         trend = math.inf
         points = [(it, lc) for it, _, lc in window if math.isfinite(lc)]
-        points = points[len(points) // 2 :]  # the recent half: the first iterations' fast fall misleads
+        # the recent half of the run (the whole window once the run is twice its length): the first
+        # iterations' fast fall misleads, and the more points the steadier the slope
+        points = [p for p in points if p[0] > t / 2]
         if (
             self.tol is not None
             and self.tol > 0
@@ -248,9 +253,12 @@ class ProgressReporter:
         ):
             its = np.array([p[0] for p in points], dtype=np.float64)
             logs = np.array([p[1] for p in points])
-            slope = np.polyfit(its - its.mean(), logs, 1)[0] if np.ptp(its) > 0 else 0.0
+            slope, level = np.polyfit(its - its.mean(), logs, 1) if np.ptp(its) > 0 else (0.0, 0.0)
             if slope < 0:
-                trend = max(0.0, math.ceil((math.log(self.tol) - math.log(change)) / slope))
+                # from the fitted line at this iteration, not from this iteration's change: a
+                # quasi-Newton run's change jumps up and down around its trend
+                now = level + slope * (float(t) - its.mean())
+                trend = max(0.0, math.ceil((math.log(self.tol) - now) / slope))
         iterations = min(trend, cap)
         if not math.isfinite(iterations) or not math.isfinite(per_iter):
             return math.inf, False

@@ -183,3 +183,24 @@ def test_cli_fit_shows_progress_by_default_and_quiet_hides_it(store, tmp_path, c
     assert [int(m.group(1)) for m in _parse(capsys.readouterr().out) if m] == [1, 4, 8, 12]
     with pytest.raises(SystemExit):
         main(["fit", str(store), "--out", str(out), "--quiet", "--verbose", "3"])
+
+
+def test_estimate_follows_the_trend_not_the_last_noisy_change():
+    # L-BFGS's relative change falls geometrically but jumps up and down from one iteration
+    # to the next: the estimate reads the fitted trend at the current iteration, so it
+    # keeps counting down instead of swinging with the latest change
+    rng = np.random.default_rng(0)
+    tol, per_iter = 1e-6, 0.1
+    logs = [math.log(1e-1) - 0.05 * t + rng.normal(0.0, 1.0) for t in range(1, 400)]
+    F = [1.0]
+    for lc in logs:
+        F.append(F[-1] * (1.0 - math.exp(lc)))
+    rep = ProgressReporter(0, tol=tol)
+    ratios = []
+    for t in range(1, 121):
+        rep(t, F[t - 1], per_iter * t)
+        if t >= 60 and math.isfinite(rep.last_estimate):
+            true_left = max((math.log(1e-1) - 0.05 * t) - math.log(tol), 0.0) / 0.05 * per_iter
+            ratios.append(rep.last_estimate / true_left)
+    assert len(ratios) >= 55
+    assert 0.6 < min(ratios) and max(ratios) < 1.6
