@@ -19,6 +19,10 @@ backend : {"auto", "local", "dask"}
 n_blocks : int or None
     Number of row blocks (None: one per worker thread; in-process, one per
     core above a size threshold, else 1).
+workers : tuple of str or None
+    Addresses of the workers a fit's row blocks go to (None: every worker
+    of the client). A search whose fits each need only some of the workers
+    runs several at once on disjoint groups (:mod:`dmlr.tuning`).
 chunk_rows : int
     Rows per streamed chunk when in-memory input is streamed (dask input keeps
     its own chunks).
@@ -38,6 +42,7 @@ _DEFAULTS = {
     "client": None,
     "backend": "auto",
     "n_blocks": None,
+    "workers": None,
     "chunk_rows": 4096,
     "query_batch": 2048,
     "kernel_memory": "keep",
@@ -63,6 +68,12 @@ def _check(settings: dict) -> None:
             raise TypeError(f"unknown dmlr setting {key!r}; settings: {sorted(_DEFAULTS)}")
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ValueError(f"{key} must be one of {_CHOICES[key]}, got {value!r}")
+        if (
+            key == "workers"
+            and value is not None
+            and (isinstance(value, str) or not value or not all(isinstance(w, str) for w in value))
+        ):
+            raise ValueError(f"workers must be None or a non-empty sequence of worker addresses, got {value!r}")
         positive = key in ("chunk_rows", "query_batch") or (key == "n_blocks" and value is not None)
         if positive and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ValueError(f"{key} must be a positive integer, got {value!r}")
@@ -95,9 +106,9 @@ def config_context(**settings):
 
 
 def chunk_options() -> dict:
-    """``backend``, ``client`` and ``n_blocks`` for :func:`dmlr.distributed.chunks.make_chunkset`."""
+    """``backend``, ``client``, ``n_blocks`` and ``workers`` for :func:`dmlr.distributed.chunks.make_chunkset`."""
     cfg = _config()
-    return {"backend": cfg["backend"], "client": cfg["client"], "n_blocks": cfg["n_blocks"]}
+    return {"backend": cfg["backend"], "client": cfg["client"], "n_blocks": cfg["n_blocks"], "workers": cfg["workers"]}
 
 
 def stream_where() -> str:

@@ -35,8 +35,10 @@ its parameters and their starting grids, ``_search_space``: :func:`search_space`
   cluster, computed by a worker from the store's chunks, or scattered once),
   the iterations run in-process with no round trip, and the units spread
   over the workers, or over this process's threads. Only rows too large for
-  that take the chunked path (each fit the model's own distributed fit, one
-  at a time).
+  that take the chunked path: each fit the model's own distributed fit over
+  a group of workers able to hold its rows, and disjoint groups fit different
+  units at the same time when the cluster makes several (the fits' blocks
+  are those of a fit over the whole cluster, so the scores do not change).
 * **Resume.** With ``checkpoint=DIR`` every finished unit is written there
   (JSON, atomically); ``resume=True`` reuses them, so a search interrupted
   by a killed client ends at the choice of an uninterrupted one.
@@ -268,6 +270,8 @@ def search(
                 nbytes = data_nbytes(X, Y)
             where = "local" if fits_in_memory(nbytes * m // n, units_client) else "dask"
         chunked = is_dask(X) and where == "dask"
+        if chunked and nbytes is None:
+            nbytes = data_nbytes(X, Y)
         if chunked:  # lazy row masks over the chunks
             X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
         else:  # the units read these rows (in memory, or futures), never the dask arrays
@@ -289,6 +293,7 @@ def search(
             result,
             m,
             report,
+            nbytes * m // n if chunked else 0,
         )
         try:
             for axis in space:
@@ -409,6 +414,7 @@ class _Context:
     result: SearchResult
     n_rows: int  # rows of this stage
     report: object  # _Progress
+    stage_nbytes: int = 0  # bytes of this stage's rows in memory (the chunked path's groups)
 
 
 def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
@@ -555,13 +561,51 @@ def _run_units(ctx: _Context, units: list, keys: list) -> list:
     if todo:
         if ctx.in_process:  # tasks on the cluster, or threads here
             new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
-        else:  # each fit distributed over the chunks: one at a time
-            new = []
-            for j, i in enumerate(todo):
-                new.append(_fit_step(ctx.X, ctx.Y, ctx.splits, *units[i]))
-                done(j, new[-1])
+        else:  # each fit distributed over the chunks, on disjoint groups of workers
+            new = _run_chunked(ctx, [units[i] for i in todo], done)
         for i, out in zip(todo, new):
             outs[i] = out
+    return outs
+
+
+def _run_chunked(ctx: _Context, units: list, done) -> list:
+    """:func:`_fit_step` of each unit, each fit over the chunks of a group of workers.
+
+    A fit needs the workers that hold its rows with room to spare
+    (:func:`worker_groups`); when the cluster has several times that many,
+    disjoint groups fit different units at the same time, from threads of
+    this process (a fit's own work runs on its group's workers). Every fit
+    cuts its rows into the blocks it would have over the whole cluster, so
+    its sums, hence its scores, do not depend on the group it ran on.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dmlr.distributed.placement import worker_groups
+
+    settings = get_config()
+    client = settings["client"] or ctx.runner.client
+    groups = worker_groups(client, ctx.stage_nbytes) if client is not None else [None]
+    if len(groups) < 2 or len(units) < 2:
+        outs = []
+        for j, unit in enumerate(units):
+            outs.append(_fit_step(ctx.X, ctx.Y, ctx.splits, *unit))
+            done(j, outs[-1])
+        return outs
+    info = client.scheduler_info()["workers"]
+    n_blocks = settings["n_blocks"] or sum(w["nthreads"] for w in info.values())
+
+    def run(j):  # on a thread of its own: the client made current there too (a context variable)
+        with (
+            client.as_current(),
+            config_context(**{**settings, "client": client, "workers": groups[j % len(groups)], "n_blocks": n_blocks}),
+        ):
+            return _fit_step(ctx.X, ctx.Y, ctx.splits, *units[j])
+
+    outs = []
+    with ThreadPoolExecutor(min(len(groups), len(units))) as pool:
+        for j, out in enumerate(pool.map(run, range(len(units)))):
+            outs.append(out)
+            done(j, out)
     return outs
 
 

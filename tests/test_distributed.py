@@ -607,3 +607,25 @@ def test_single_threaded_blas_limits_every_blas_and_sees_later_imports(monkeypat
         with _blas.single_threaded_blas():
             assert blas_threads() == [1]
         assert blas_threads() == [2]
+
+
+def test_worker_groups_and_their_placement():
+    from dmlr.distributed.chunks import placement_workers
+    from dmlr.distributed.placement import MEMORY_HEADROOM, worker_groups
+
+    class FakeClient:
+        def __init__(self, n, memory):
+            self.info = {f"tcp://w{i}": {"memory_limit": memory, "nthreads": 1} for i in range(n)}
+
+        def scheduler_info(self):
+            return {"workers": self.info}
+
+    client = FakeClient(5, 8 * MEMORY_HEADROOM * 100)  # each worker holds 800 bytes of data with room
+    assert worker_groups(client, 100) == [(f"tcp://w{i}",) for i in range(5)]
+    assert worker_groups(client, 1000) == [("tcp://w0", "tcp://w2", "tcp://w4"), ("tcp://w1", "tcp://w3")]
+    assert worker_groups(client, 10**6) == [tuple(f"tcp://w{i}" for i in range(5))]
+    # a group's blocks go to its live workers; with none of them left, to every worker
+    assert placement_workers(client, ("tcp://w3", "tcp://w1")) == ["tcp://w1", "tcp://w3"]
+    assert placement_workers(client, ("tcp://gone",)) == sorted(client.info)
+    with pytest.raises(ValueError, match="worker addresses"):
+        dmlr.config_context(workers="tcp://w0").__enter__()

@@ -581,3 +581,37 @@ def test_vertex_recovers_the_optimum_between_grid_values():
     assert _vertex(curve, 1.0, 0.5, "ranking_loss") == pytest.approx(10**0.25)
     assert _vertex({1.0: 0.1, 10**0.5: 0.2}, 1.0, 0.5, "ranking_loss") == 1.0
     assert _vertex({10**-0.5: 0.1, 1.0: 0.2, 10**0.5: 0.1}, 1.0, 0.5, "ranking_loss") == 1.0
+
+
+def test_chunked_units_run_on_disjoint_worker_groups_with_the_same_scores(client2, monkeypatch):
+    # data each worker could hold alone, forced onto the chunked path: the two folds' fits run
+    # at once, each over one worker's blocks, with the blocks (and sums) of a fit over both
+    import dask.array as da
+
+    import dmlr.models.rbrl as rbrl_module
+    from dmlr.distributed import placement
+
+    X, Y = _synthetic(n=240, d=8, n_labels=4)
+    Xd, Yd = da.from_array(X, chunks=(60, -1)), da.from_array(Y, chunks=(60, -1))
+    est = RBRL(**SOLVER)
+    assert len(placement.worker_groups(client2, placement.data_nbytes(X, Y))) == 2
+    seen = []
+    make = rbrl_module.make_chunkset
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("workers"), kwargs.get("n_blocks")))
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(rbrl_module, "make_chunkset", spy)
+    with dmlr.config_context(backend="dask", client=client2):
+        grouped = search(est, Xd, Yd, cv=2)
+    workers = sorted(client2.scheduler_info()["workers"])
+    assert grouped.backend == "chunks" and seen
+    assert {w for w, _ in seen} == {(workers[0],), (workers[1],)} and {nb for _, nb in seen} == {2}
+    seen.clear()
+    monkeypatch.setattr(placement, "worker_groups", lambda client, nbytes: [tuple(workers)])
+    with dmlr.config_context(backend="dask", client=client2):
+        whole = search(est, Xd, Yd, cv=2)
+    assert {w for w, _ in seen} == {None}  # one fit at a time over every worker
+    assert whole.best_params == grouped.best_params
+    assert [r["fold_scores"] for r in whole.results] == [r["fold_scores"] for r in grouped.results]

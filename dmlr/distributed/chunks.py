@@ -272,6 +272,8 @@ class ArraySource:
         Row range of each block.
     fit_intercept : bool
         Passed to :func:`dmlr.data.blocks.make_block`.
+    workers : sequence of str, optional
+        The workers the blocks go to (None: every worker); see :func:`placement_workers`.
 
     Notes
     -----
@@ -279,14 +281,13 @@ class ArraySource:
     (a view for numpy) and scattered when the block is built.
     """
 
-    def __init__(self, X, Y, bounds, fit_intercept: bool):
+    def __init__(self, X, Y, bounds, fit_intercept: bool, workers=None):
         self.X, self.Y, self.bounds, self.fit_intercept = X, Y, list(bounds), fit_intercept
+        self.workers = workers
 
     def build(self, client, indices) -> list:
         """Futures of blocks ``indices``, block i placed on worker ``i mod n_workers``."""
-        workers = sorted(client.scheduler_info()["workers"])
-        if not workers:
-            raise RuntimeError("the Dask cluster has no workers")
+        workers = placement_workers(client, self.workers)
         futures = []
         for i in indices:
             a, b = self.bounds[i]
@@ -634,6 +635,16 @@ def _aligned_bounds(n_rows: int, n_blocks: int, align_rows: int) -> list[tuple[i
     return [(a * align_rows, min(b * align_rows, n_rows)) for a, b in _group_bounds(n_units, n_blocks)]
 
 
+def placement_workers(client, workers=None) -> list:
+    """The workers row blocks go to, sorted: ``workers`` (a group of the cluster's) that are
+    alive, or every worker of the client when none is given or none of the group is left."""
+    alive = sorted(client.scheduler_info()["workers"])
+    if not alive:
+        raise RuntimeError("the Dask cluster has no workers")
+    chosen = [w for w in sorted(workers or ()) if w in alive]
+    return chosen or alive
+
+
 def make_chunkset(
     X,
     Y,
@@ -643,6 +654,7 @@ def make_chunkset(
     client=None,
     n_blocks: int | None = None,
     align_rows: int | None = None,
+    workers=None,
 ) -> ChunkSet:
     """Load a training set into row blocks where the kernels will run.
 
@@ -664,6 +676,9 @@ def make_chunkset(
     n_blocks : int, optional
         Number of blocks (default: one per worker thread; in-process,
         :func:`local_block_count`).
+    workers : sequence of str, optional
+        The workers the blocks go to (default: every worker of the client;
+        :func:`placement_workers`).
     align_rows : int, optional
         Make every block boundary a multiple of this many rows, so that fixed
         global row groups of that size never straddle two blocks
@@ -705,11 +720,10 @@ def make_chunkset(
 
     client = client or get_client()
     warm_up_workers(client)
-    workers = sorted(client.scheduler_info()["workers"])
-    if not workers:
-        raise RuntimeError("the Dask cluster has no workers")
-    n_threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
-    n_blocks = n_blocks or n_threads
+    group = workers
+    workers = placement_workers(client, group)
+    info = client.scheduler_info()["workers"]
+    n_blocks = n_blocks or sum(info[w]["nthreads"] for w in workers)
     source = None
     if is_dask(X):
         import dask
@@ -734,7 +748,7 @@ def make_chunkset(
                 part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
             futures.append(client.compute(part, workers=[workers[i % len(workers)]], allow_other_workers=True))
     else:
-        source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept)
+        source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept, workers=group)
         futures = source.build(client, range(len(source.bounds)))
     _wait_or_raise(client, futures)
     client.run(release_freed_heap)

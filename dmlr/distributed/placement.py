@@ -108,6 +108,20 @@ def fits_in_memory(nbytes: int, client=None) -> bool:
     return int(nbytes) * MEMORY_HEADROOM <= memory_limit(client)
 
 
+def worker_groups(client, nbytes: int) -> list[tuple[str, ...]]:
+    """Disjoint groups of ``client``'s workers, each able to hold ``nbytes`` of data with room to
+    spare (:data:`MEMORY_HEADROOM`, against the smallest worker's memory limit): as many
+    groups as the workers make, in sorted address order (one group of all the workers when
+    the data need them all)."""
+    workers = sorted(client.scheduler_info()["workers"])
+    per_worker = max(memory_limit(client) // MEMORY_HEADROOM, 1)
+    size = max(1, -(-int(nbytes) // per_worker))
+    n_groups = max(1, len(workers) // size)
+    if n_groups == 1:
+        return [tuple(workers)]
+    return [tuple(workers[g::n_groups]) for g in range(n_groups)]
+
+
 def unguarded_script() -> bool:
     """Whether this call comes from a script's top-level code outside ``if __name__ == "__main__":``.
 
