@@ -127,7 +127,7 @@ def run_omikuji(store: Path, metrics=METRICS) -> dict | None:
                 feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(row.indices, row.data))
                 f.write(f"{labels} {feats}".rstrip() + "\n")  # omikuji refuses a trailing space
         t = time.perf_counter()
-        with _quiet_stdout():  # omikuji's Rust logger writes its progress to file descriptor 1
+        with _quiet_stdout():  # omikuji's Rust logger writes its progress to file descriptors 1 and 2
             model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
         seconds = time.perf_counter() - t
     S = np.full(Y_te.shape, -np.inf)
@@ -141,16 +141,20 @@ def run_omikuji(store: Path, metrics=METRICS) -> dict | None:
 
 @contextlib.contextmanager
 def _quiet_stdout():
-    """File descriptor 1 to /dev/null for the block (what a native library prints there)."""
+    """File descriptors 1 and 2 to /dev/null for the block (what a native library prints there:
+    omikuji's progress bars)."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
             yield
     finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def line(name: str, who: str, r: dict | None) -> str:
