@@ -296,7 +296,7 @@ def test_every_optimizer_keeps_its_iterates_with_the_lazy_loop(solver, monkeypat
     plain = minimize(
         _problem(X, Y, "subset", lam=0.05, n_blocks=2), np.zeros(shape), solver, epochs=3, random_state=2, record=False
     )
-    np.testing.assert_allclose(lazy.W, plain.W, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(lazy.x, plain.x, rtol=0, atol=1e-10)
 
 
 def _independent_objective(X, Y, loss, alpha, mean, std):
@@ -359,14 +359,14 @@ def test_the_stopping_rule_stops_a_stochastic_solver_at_the_certified_gap(solver
     shape = (X.shape[1] + 1, Y.shape[1])
     fstar = _lbfgs_optimum(pb, shape)
     res = minimize(pb, np.zeros(shape), solver, epochs=200, step="constant", tol=1e-6, random_state=1)
-    assert res.converged and 1 < res.epochs < 200
-    assert res.history_epochs == list(range(res.epochs + 1))
+    assert res.converged and 1 < res.n_iter < 200
+    assert res.history_iterations == list(range(res.n_iter + 1))
     gap = res.objective_history[-1] - fstar
     assert -1e-12 <= gap <= res.gap_bound and gap / fstar <= 1e-6
     # the previous epoch was not yet certified: the rule did not stop later than it could
-    before = minimize(pb, np.zeros(shape), solver, epochs=res.epochs - 1, step="constant", random_state=1)
+    before = minimize(pb, np.zeros(shape), solver, epochs=res.n_iter - 1, step="constant", random_state=1)
     f_before = before.objective_history[-1]
-    _, g_before = pb.value_and_grad(before.W)
+    _, g_before = pb.value_and_grad(before.x)
     bound = np.vdot(g_before, g_before) / (2 * pb.lam)
     assert bound > 1e-6 * (f_before - bound)
 
@@ -397,3 +397,43 @@ def test_the_default_fit_is_the_same_in_process_and_on_the_cluster(client2):
         assert m.converged_
         assert m.objective_history_[-1] == pytest.approx(one.objective_history_[-1], rel=2e-4)
     np.testing.assert_allclose(three.coef_, one.coef_, rtol=0, atol=1e-6 * np.abs(one.coef_).max())
+
+
+def test_every_solver_returns_the_one_result_type():
+    # iterate, objective history, iterations, converged, state: the same fields whichever
+    # solver ran (dmlr.solvers.result.SolverResult)
+    from dmlr.data.blocks import make_block
+    from dmlr.objectives import ranksvm as rank_objective
+    from dmlr.solvers import SolverResult, apg, lbfgs, prox_nuclear_norm, sgd
+    from dmlr.solvers.omf import omf_train_stream
+
+    X, Y = _data(n=200, d=6, K=4)
+    M = np.random.default_rng(0).normal(size=(5, 3))
+
+    def oracle(points, grad_point):
+        return 0.5 * ((points - M) ** 2).sum(axis=(1, 2)), (points[grad_point] - M if grad_point >= 0 else None)
+
+    blk = make_block(X, Y, True)
+    state = sgd.init_state((7, 4), 0, "ansgd")
+
+    class Stream(list):
+        n_features, n_labels, n_rows = 6, 4, 200
+
+    omf_cfg = dict(alpha=1.0, lam=1e-3, dim=2, eta0=0.05, decay=0.0, batch_size=50, shuffle_window=0)
+    omf_cfg.update(seed=0, init_scale=0.1, epochs=2)
+    results = {
+        "apg": apg(oracle, lambda V, s: prox_nuclear_norm(V, 0.1, s), np.zeros_like(M), lipschitz=1.0, max_iter=50),
+        "lbfgs": lbfgs(oracle, np.zeros_like(M), nuclear=0.0, max_iter=50),
+        "vr": minimize(_problem(X, Y, "hamming"), np.zeros((7, 4)), "svrg3", epochs=2),
+        "online": sgd.run_online("ansgd", state, blk.X, blk.Y, np.arange(100), lam=1e-2),
+        "scipy_lbfgs": sgd.scipy_lbfgs(
+            lambda W: rank_objective.value_and_grad(blk, W, 1e-2, 1e-2), np.zeros((7, 4)), max_iter=20
+        ),
+        "omf": omf_train_stream(Stream([make_block(X, Y, False)]), None, omf_cfg),
+    }
+    for name, res in results.items():
+        assert type(res) is SolverResult, name
+        assert isinstance(res.x, np.ndarray) and res.n_iter > 0 and isinstance(res.converged, bool), name
+        assert all(np.isfinite(v) for v in res.objective_history), name
+    assert results["online"].state is state and results["online"].x is state.M
+    assert results["omf"].state["epoch"] == 2

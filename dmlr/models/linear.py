@@ -19,6 +19,7 @@ are best judged by ranking metrics.
 
 from __future__ import annotations
 
+import time
 import warnings
 from numbers import Integral, Real
 
@@ -121,8 +122,7 @@ class LinearMultiLabel(LinearModel):
         The certified bound on F(W) - F* at the returned W (inf with alpha = 0,
         NaN when the stochastic solvers run without ``tol``).
     fit_seconds_ : float
-        Solver time, without the objective evaluations of the history (with
-        ``tol``, those evaluations are the stopping rule's and are included).
+        Wall time of the solver, the objective evaluations of the history included.
     """
 
     _expected_failed_checks = {
@@ -214,6 +214,7 @@ class LinearMultiLabel(LinearModel):
             problem = LinearMultiLabelProblem(chunks, self.loss, float(self.alpha), int(self.group_rows))
             d = int(X.shape[1]) + bool(self.fit_intercept)
             K = int(np.shape(Y)[1])
+            start = time.perf_counter()
             with chunks.solver_context():
                 res = vr.minimize(
                     problem,
@@ -234,25 +235,25 @@ class LinearMultiLabel(LinearModel):
             chunks.close()
         if self.tol is not None and not res.converged:
             warnings.warn(
-                f"LinearMultiLabel({self.solver}) stopped after {res.epochs} "
+                f"LinearMultiLabel({self.solver}) stopped after {res.n_iter} "
                 f"{'iterations' if self.solver in vr.BATCH_SOLVERS else 'epochs'} before the relative gap "
                 f"was certified below tol={self.tol:g} (bound on F - F*: {res.gap_bound:.3g})"
                 + ("; with alpha=0 there is no bound: set tol=None" if self.alpha == 0 else ""),
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        if not np.all(np.isfinite(res.W)):
+        if not np.all(np.isfinite(res.x)):
             raise FloatingPointError(
                 f"{self.solver} diverged (non-finite weights) with step size {res.step_size:g}: use a smaller eta0"
             )
-        self.coef_ = res.W
+        self.coef_ = res.x
         self.objective_history_ = [float(v) for v in res.objective_history]
-        self.history_epochs_ = [int(k) for k in res.history_epochs]
+        self.history_epochs_ = [int(k) for k in res.history_iterations]
         self.step_size_ = float(res.step_size)
-        self.n_iter_ = int(res.epochs)
+        self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         self.gap_bound_ = float(res.gap_bound)
-        self.fit_seconds_ = float(res.seconds)
+        self.fit_seconds_ = time.perf_counter() - start
         self.n_labels_ = K
         self.backend_ = backend
         return self

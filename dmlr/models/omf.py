@@ -299,11 +299,11 @@ class OMF(BaseModel):
         out = run_streaming(
             omf_train_stream, stream, state, self._config(epochs), client=get_config()["client"], where=stream_where()
         )
-        self.P_, self.Q_ = out["P"], out["Q"]
+        self.P_, self.Q_ = out.state["P"], out.state["Q"]
         prev = list(getattr(self, "objective_history_", [])) if state is not None else []
-        self.objective_history_ = prev + [float(v) for v in out["history"]]
-        self.n_updates_ = int(out["t"])
-        self.n_epochs_ = int(out["epoch"])
+        self.objective_history_ = prev + [float(v) for v in out.objective_history]
+        self.n_updates_ = int(out.state["t"])
+        self.n_epochs_ = int(out.state["epoch"])
         self.n_labels_ = int(np.shape(Y)[1])
         self.fit_seconds_ = time.perf_counter() - start
         return self._learn_threshold(X, Y)  # X is scaled already

@@ -196,7 +196,7 @@ class _OnlineRanker(LinearModel):
         self._state = res.state
         self._store_state(res.state)
         self.objective_history_ = res.objective_history
-        self.objective_iterations_ = res.objective_iterations
+        self.objective_iterations_ = res.history_iterations
         self.n_labels_ = K
         self.converged_ = False
         self.fit_seconds_ = time.perf_counter() - start
@@ -256,7 +256,7 @@ class _OnlineRanker(LinearModel):
         self._state = state
         self._store_state(state)
         self.objective_history_ = list(self.objective_history_) + res.objective_history
-        self.objective_iterations_ = list(self.objective_iterations_) + res.objective_iterations
+        self.objective_iterations_ = list(self.objective_iterations_) + res.history_iterations
         self.n_labels_ = K
         self.converged_ = False
         self.fit_seconds_ = time.perf_counter() - start
@@ -434,7 +434,7 @@ class RankSVM(_OnlineRanker):
 
             x0 = solvers.init_weights((d, K), self.random_state)
             with chunks.solver_context():
-                res = solvers.lbfgs(fun, x0, max_iter=int(self.max_iter), tol=float(self.tol))
+                res = solvers.scipy_lbfgs(fun, x0, max_iter=int(self.max_iter), tol=float(self.tol))
             self.backend_ = chunks.backend
         finally:
             chunks.close()

@@ -3,5 +3,6 @@
 from dmlr.solvers.apg import APGResult, APGState, apg
 from dmlr.solvers.lbfgs import lbfgs
 from dmlr.solvers.prox import prox_nuclear_norm
+from dmlr.solvers.result import SolverResult
 
-__all__ = ["APGResult", "APGState", "apg", "lbfgs", "prox_nuclear_norm"]
+__all__ = ["APGResult", "APGState", "SolverResult", "apg", "lbfgs", "prox_nuclear_norm"]

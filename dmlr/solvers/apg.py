@@ -111,9 +111,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from dmlr.solvers.result import SolverResult
 
 
 class Oracle:
@@ -145,40 +147,8 @@ class _FunctionOracle(Oracle):
         return self.fn(points, grad_point)
 
 
-@dataclass
-class APGResult:
-    """Outcome of :func:`apg`.
-
-    Attributes
-    ----------
-    x : ndarray
-        The last proximal point W_t.
-    objective_history : list of float
-        obj(1), ..., obj(t).
-    n_iter : int
-        Number of iterations (= len(objective_history)).
-    converged : bool
-        Whether the relative-change test stopped the run.
-    seconds : list of float
-        Wall time since the start at each objective value.
-    lipschitz : float
-        The last L (changes only under backtracking).
-    n_backtracks : int
-        Rejected steps (each one extra oracle call).
-    n_restarts : int
-        Momentum resets.
-    n_oracle_calls : int
-    """
-
-    x: np.ndarray
-    objective_history: list = field(default_factory=list)
-    n_iter: int = 0
-    converged: bool = False
-    seconds: list = field(default_factory=list)
-    lipschitz: float = math.nan
-    n_backtracks: int = 0
-    n_restarts: int = 0
-    n_oracle_calls: int = 0
+#: :func:`apg`'s result: the solvers' one result type.
+APGResult = SolverResult
 
 
 @dataclass
@@ -309,7 +279,7 @@ def apg(
     state: APGState | None = None,
     adaptive: bool = False,
     tol_lipschitz: float | None = None,
-) -> APGResult:
+) -> SolverResult:
     """Minimize f + g by FISTA.
 
     Parameters
@@ -359,7 +329,7 @@ def apg(
 
     Returns
     -------
-    APGResult
+    dmlr.solvers.result.SolverResult
     """
     if not (lipschitz > 0 and math.isfinite(lipschitz)):
         raise ValueError(f"lipschitz constant must be positive and finite, got {lipschitz}")
@@ -388,7 +358,7 @@ def apg(
             reference_mapping = float(lipschitz) * float(np.linalg.norm(prox(-grad0 / lipschitz, 1.0 / lipschitz)[0]))
         L = _level_ceil(float(lipschitz)) if adaptive else float(lipschitz)
         start = time.perf_counter()
-        result = APGResult(x=x0, lipschitz=L)
+        result = SolverResult(x=x0, lipschitz=L)
         W = x0
         G = x0
         b = 1.0
@@ -500,7 +470,7 @@ def _restore(state: APGState, x0: np.ndarray, max_iter: int):
     if not (state.lipschitz > 0 and math.isfinite(state.lipschitz)):
         raise ValueError(f"APG state lipschitz constant must be positive and finite, got {state.lipschitz}")
     L = float(state.lipschitz)
-    result = APGResult(
+    result = SolverResult(
         x=state.W,
         objective_history=[float(v) for v in state.objective_history],
         n_iter=t,

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmlr.kernels.quasi_newton import compact_coefficients
-from dmlr.solvers.apg import APGResult, Oracle, _FunctionOracle, check_saved_state, relative_change
+from dmlr.solvers.apg import Oracle, _FunctionOracle, check_saved_state, relative_change
+from dmlr.solvers.result import SolverResult
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
 #: is treated as nonsmooth there (its gradient omits that direction, and a minimizer
@@ -182,7 +183,7 @@ def lbfgs(
     callback=None,
     checkpoint=None,
     state: LBFGSState | None = None,
-) -> APGResult:
+) -> SolverResult:
     """Minimize ``f + nuclear * ||W[rows]||_*`` by L-BFGS (see the module).
 
     Parameters
@@ -220,7 +221,7 @@ def lbfgs(
 
     Returns
     -------
-    APGResult
+    dmlr.solvers.result.SolverResult
         ``x`` the best point seen, ``objective_history`` F at each oracle call
         (not monotone: line-search trials count), ``n_iter`` and
         ``n_oracle_calls`` the oracle calls, ``converged`` whether the test
@@ -237,12 +238,12 @@ def lbfgs(
     shape = x0.shape
     memory = memory_pairs(x0.size) if memory is None else int(memory)
     if state is None:
-        result = APGResult(x=np.array(x0, dtype=np.float64))
+        result = SolverResult(x=np.array(x0, dtype=np.float64))
         best = [math.inf, 0.0]  # objective, smallest relative singular value at the best point
         start = time.perf_counter()
     else:
         _check_state(state, shape, memory, max_iter)
-        result = APGResult(
+        result = SolverResult(
             x=state.best_x,
             objective_history=[float(v) for v in state.objective_history],
             n_iter=int(state.n_iter),

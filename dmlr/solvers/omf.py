@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from dmlr.data.blocks import regroup_rows
 from dmlr.errors import DmlrInputError
 from dmlr.objectives import omf as objective
+from dmlr.solvers.result import SolverResult
 
 
 def init_factors(k: int, l: int, s: int, seed, scale: float):
@@ -42,7 +43,7 @@ def checked_blocks(stream):
         yield block
 
 
-def omf_train_stream(stream, state: dict, cfg: dict) -> dict:
+def omf_train_stream(stream, state, cfg: dict) -> SolverResult:
     """Run ``cfg["epochs"]`` epochs of Algorithm 1 over ``stream`` from ``state``.
 
     Parameters
@@ -52,21 +53,25 @@ def omf_train_stream(stream, state: dict, cfg: dict) -> dict:
         the rows' order, iterated once per epoch; the stream has
         ``n_features``, ``n_labels`` and ``n_rows``
         (:class:`dmlr.distributed.stream.ChunkStream`).
-    state : dict or None
+    state : dict, SolverResult or None
         ``P`` (k, s), ``Q`` (l, s) float64, ``t`` (minibatch updates so far),
-        ``epoch`` (epochs so far); None: a fresh start from the seed.
+        ``epoch`` (epochs so far), or a result of this function (its ``state``);
+        None: a fresh start from the seed.
     cfg : dict
         alpha, lam, dim, eta0, decay, batch_size, shuffle_window, seed,
         init_scale, epochs.
 
     Returns
     -------
-    dict
-        The new state plus ``history`` (eq. 1 of each epoch run here).
+    dmlr.solvers.result.SolverResult
+        ``x``: P; ``objective_history``: eq. 1 of each epoch run here; ``n_iter``: the
+        minibatch updates so far; ``state``: the new state (a dict as above).
     """
     from threadpoolctl import threadpool_limits
 
     k, l, n = stream.n_features, stream.n_labels, stream.n_rows
+    if isinstance(state, SolverResult):
+        state = state.state
     if state is None:
         P, Q = init_factors(k, l, int(cfg["dim"]), cfg["seed"], float(cfg["init_scale"]))
         t, epoch = 0, 0
@@ -104,4 +109,4 @@ def omf_train_stream(stream, state: dict, cfg: dict) -> dict:
             # seen with (progressive), plus the ridge on the epoch's final P, Q.
             history.append(total + lam * (float(np.vdot(P, P)) + float(np.vdot(Q, Q))))
             epoch += 1
-    return {"P": P, "Q": Q, "t": t, "epoch": epoch, "history": history}
+    return SolverResult(x=P, objective_history=history, n_iter=t, state={"P": P, "Q": Q, "t": t, "epoch": epoch})

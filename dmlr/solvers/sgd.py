@@ -58,7 +58,7 @@ above are the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01
 randomly picked data point ... at each iteration") or epochs of random
 permutations.
 
-The batch baseline, :func:`lbfgs`, minimizes the smoothed full objective
+The batch baseline, :func:`scipy_lbfgs`, minimizes the smoothed full objective
 F_alpha with scipy's L-BFGS-B (the paper: Nesterov smoothing + L-BFGS).
 """
 
@@ -71,6 +71,7 @@ import scipy.sparse as sp
 
 from dmlr.data.blocks import regroup_rows
 from dmlr.kernels.ranksvm import RANKSVM_MARGIN, mmp_row, ranksvm_row
+from dmlr.solvers.result import SolverResult
 
 #: Omega of eq. 7's step size (Section 5).
 SGD_OMEGA = 1e3
@@ -136,15 +137,6 @@ class OnlineState:
 
     def output(self, average: bool = True) -> np.ndarray:
         return self.M_avg if average else self.M
-
-
-@dataclass
-class OnlineResult:
-    """Outcome of :func:`run_online`: the state and the recorded objective values."""
-
-    state: OnlineState
-    objective_history: list = field(default_factory=list)
-    objective_iterations: list = field(default_factory=list)
 
 
 def init_weights(shape, random_state) -> np.ndarray:
@@ -283,7 +275,7 @@ def run_online(
     record_every: int = 0,
     lazy: bool = True,
     **step_kwargs,
-) -> OnlineResult:
+) -> SolverResult:
     """Stream the rows ``order`` of (X, Y) through ``solver``'s step, updating ``state`` in place.
 
     Parameters
@@ -318,7 +310,9 @@ def run_online(
 
     Returns
     -------
-    OnlineResult
+    dmlr.solvers.result.SolverResult
+        ``state``: the state after the updates (updated in place; ``x`` is its ``M``, ``n_iter``
+        its update count); ``history_iterations``: the update count of each recorded value.
     """
     if solver not in STEPS:
         raise ValueError(f"solver must be one of {sorted(STEPS)}, got {solver!r}")
@@ -344,12 +338,13 @@ def run_online(
         oracle = MMPOracle(K) if solver == "mmp" else RankSVMOracle(K)
     Y = np.ascontiguousarray(Y, dtype=np.int8)
     row = _row_getter(X)
-    result = OnlineResult(state=state)
+    result = SolverResult(state=state)
     for i in np.asarray(order, dtype=np.int64):
         step(state, row(i), Y[i], lam, oracle, **step_kwargs)
         if objective is not None and record_every and state.t % record_every == 0:
             result.objective_history.append(float(objective(state.output(average))))
-            result.objective_iterations.append(int(state.t))
+            result.history_iterations.append(int(state.t))
+    result.x, result.n_iter = state.M, int(state.t)
     return result
 
 
@@ -367,7 +362,7 @@ def run_online_stream(
     group_objective=None,
     record_every: int = 0,
     **step_kwargs,
-) -> OnlineResult:
+) -> SolverResult:
     """``n_updates`` updates over passes of a re-iterable stream of row blocks (``sampling="stream"``).
 
     Rows are visited in storage order by fixed global groups of ``group_rows``
@@ -383,10 +378,11 @@ def run_online_stream(
 
     Returns
     -------
-    OnlineResult
-        ``state`` (updated in place) and the recorded objective values.
+    dmlr.solvers.result.SolverResult
+        ``state``: the state after the updates (updated in place; ``x`` is its ``M``, ``n_iter``
+        its update count); ``history_iterations``: the update count of each recorded value.
     """
-    result = OnlineResult(state=state)
+    result = SolverResult(state=state)
     done, epoch = 0, 0
     while done < n_updates:
         seen = 0
@@ -409,7 +405,7 @@ def run_online_stream(
                 **step_kwargs,
             )
             result.objective_history += part.objective_history
-            result.objective_iterations += part.objective_iterations
+            result.history_iterations += part.history_iterations
             done += order.size
             seen += Yg.shape[0]
             if done >= n_updates:
@@ -417,6 +413,7 @@ def run_online_stream(
         if seen == 0:
             raise ValueError("the stream has no rows")
         epoch += 1
+    result.x, result.n_iter = state.M, int(state.t)
     return result
 
 
@@ -451,7 +448,7 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
         X = np.ascontiguousarray(X, dtype=np.float64)
     Y = np.ascontiguousarray(Y, dtype=np.int8)
     order = np.asarray(order, dtype=np.int64)
-    result = OnlineResult(state=state)
+    result = SolverResult(state=state)
     kw = {"L": step_kwargs.get("L", 1.0)} if solver == "ansgd" else {"omega": step_kwargs.get("omega", SGD_OMEGA)}
     kw["lazy"] = lazy
     pos = 0
@@ -477,26 +474,15 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
         pos = stop
         if objective is not None and record_every and state.t % record_every == 0:
             result.objective_history.append(float(objective(state.output(average))))
-            result.objective_iterations.append(int(state.t))
+            result.history_iterations.append(int(state.t))
     if carry is not None:
         state.lazy_carry = (carry, state.t, state.M, state.M_avg, state.Psi)
+    result.x, result.n_iter = state.M, int(state.t)
     return result
 
 
 # -- batch baseline -----------------------------------------------------------------
-@dataclass
-class LBFGSResult:
-    """Outcome of :func:`lbfgs`."""
-
-    x: np.ndarray
-    fun: float
-    objective_history: list
-    n_iter: int
-    converged: bool
-    message: str
-
-
-def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=None) -> LBFGSResult:
+def scipy_lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=None) -> SolverResult:
     """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (the batch baseline).
 
     ``tol`` is scipy's ``gtol`` (projected gradient, max norm); the history
@@ -549,11 +535,11 @@ def lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=
             callback=cb,
             options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": ftol},
         )
-    return LBFGSResult(
+    return SolverResult(
         x=res.x.reshape(shape),
-        fun=float(res.fun),
         objective_history=history,
         n_iter=int(res.nit),
         converged=bool(res.success) or bool(stopped),
+        n_oracle_calls=int(res.nfev),
         message=str(res.message),
     )

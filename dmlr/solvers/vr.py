@@ -33,7 +33,7 @@ rules over one gradient oracle:
 ================= ====================================================================
 
 ``lbfgs`` (not the paper's) minimizes the same F by scipy's L-BFGS-B over the
-map-reduced full gradient (:func:`dmlr.solvers.sgd.lbfgs`): one pass over the
+map-reduced full gradient (:func:`dmlr.solvers.sgd.scipy_lbfgs`): one pass over the
 blocks per evaluation, the blocks in parallel. It adapts to the actual
 curvature where a stochastic step 1/L must assume the worst row: it reached
 the certified optimum with every smooth loss where the stochastic solvers
@@ -75,30 +75,14 @@ the run takes all ``epochs``.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-
 import numpy as np
+
+from dmlr.solvers.result import SolverResult
 
 SOLVERS = ("sgd", "svrg1", "svrg2", "svrg3", "saga", "sag", "s2gd", "vrlite", "batching_svrg", "mixed_svrg")
 #: Full-gradient solvers :func:`minimize` also runs (their iterations are not epochs of steps).
 BATCH_SOLVERS = ("lbfgs",)
 STEP_RULES = ("1/k", "constant", "decay")
-
-
-@dataclass
-class VRResult:
-    """Outcome of :func:`minimize`."""
-
-    W: np.ndarray
-    objective_history: list
-    epochs: int
-    step_size: float
-    seconds: float
-    eval_seconds: float
-    history_epochs: list = field(default_factory=list)
-    gap_bound: float = float("nan")
-    converged: bool = False
 
 
 def gap_bound(value: float, grad: np.ndarray, lam: float) -> float:
@@ -140,7 +124,7 @@ def minimize(
     record: bool = True,
     tol: float | None = None,
     callback=None,
-) -> VRResult:
+) -> SolverResult:
     """Run ``epochs`` epochs of ``solver`` from W0, or fewer when ``tol`` is reached.
 
     ``solver="lbfgs"`` runs up to ``epochs`` L-BFGS iterations instead
@@ -166,8 +150,8 @@ def minimize(
     random_state : int
         Seeds the row order, batches and output draws (one stream per epoch).
     record : bool
-        Evaluate F(W) before the first and after every epoch (not timed in
-        ``seconds``, except with ``tol``, whose values are recorded).
+        Evaluate F(W) before the first and after every epoch (with ``tol``, the
+        values its test computes are recorded).
     tol : float, optional
         Stop after the first epoch whose iterate has a certified relative
         gap (F(W) - F*) / F* <= tol (see the module's stopping rule); None:
@@ -177,7 +161,8 @@ def minimize(
 
     Returns
     -------
-    VRResult
+    dmlr.solvers.result.SolverResult
+        ``n_iter``: the epochs run; ``history_iterations``: the epoch of each recorded value.
     """
     if solver not in SOLVERS + BATCH_SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS + BATCH_SOLVERS}, got {solver!r}")
@@ -199,15 +184,12 @@ def minimize(
     nu = lam if s2gd_nu is None else float(s2gd_nu)
     seeds = np.random.SeedSequence(random_state).spawn(epochs + 1)  # seeds[k]: epoch k's stream
     W = np.array(W0, dtype=np.float64, copy=True)
-    history, hist_epochs, eval_s = [], [], 0.0
+    history, hist_epochs = [], []
 
     def record_now(k):
-        nonlocal eval_s
         if record:
-            t0 = time.perf_counter()
             history.append(problem.value(W))
             hist_epochs.append(k)
-            eval_s += time.perf_counter() - t0
 
     st = {"t": 0, "A": None, "w_bar": None, "g_bar": None, "grad_at": None}
     bound = float("nan")
@@ -224,7 +206,6 @@ def minimize(
             hist_epochs.append(k)
         return certified(value, bound, tol)
 
-    start = time.perf_counter()
     if tol is not None:
         converged = check(0)
     else:
@@ -244,17 +225,13 @@ def minimize(
         if tol is not None:
             converged = check(k)
             continue
-        pause = time.perf_counter()
         record_now(k)
-        start += time.perf_counter() - pause
-    return VRResult(
-        W=W,
+    return SolverResult(
+        x=W,
         objective_history=history,
-        epochs=k,
+        n_iter=k,
+        history_iterations=hist_epochs,
         step_size=step_size,
-        seconds=time.perf_counter() - start,
-        eval_seconds=eval_s,
-        history_epochs=hist_epochs,
         gap_bound=bound,
         converged=bool(converged),
     )
@@ -265,7 +242,9 @@ def certified(value: float, bound: float, tol: float) -> bool:
     return bound <= tol * (value - bound)
 
 
-def minimize_lbfgs(problem, W0: np.ndarray, *, max_iter: int, tol=None, record: bool = True, callback=None) -> VRResult:
+def minimize_lbfgs(
+    problem, W0: np.ndarray, *, max_iter: int, tol=None, record: bool = True, callback=None
+) -> SolverResult:
     """Minimize F by L-BFGS-B over the map-reduced full gradient, stopping by the certified gap.
 
     Parameters
@@ -286,39 +265,37 @@ def minimize_lbfgs(problem, W0: np.ndarray, *, max_iter: int, tol=None, record: 
 
     Returns
     -------
-    VRResult
-        ``epochs`` holds the iterations run.
+    dmlr.solvers.result.SolverResult
+        ``n_iter`` holds the iterations run.
     """
-    from dmlr.solvers.sgd import lbfgs
+    from dmlr.solvers.sgd import scipy_lbfgs
 
     lam = problem.lam
-    state = {"k": 0, "bound": float("nan")}
+    state = {"k": 0, "bound": float("nan"), "value": float("nan")}
 
     def stop(W, value, grad):
         state["k"] += 1
-        state["bound"] = gap_bound(value, grad, lam)
+        state["bound"], state["value"] = gap_bound(value, grad, lam), float(value)
         if callback is not None:
             callback(state["k"], W)
         return tol is not None and certified(value, state["bound"], tol)
 
-    start = time.perf_counter()
     f0, g0 = problem.value_and_grad(np.asarray(W0, dtype=np.float64))
-    state["bound"] = gap_bound(f0, g0, lam)
+    state["bound"], state["value"] = gap_bound(f0, g0, lam), float(f0)
     if tol is not None and certified(f0, state["bound"], tol):
         res_W, history, converged = np.array(W0, dtype=np.float64, copy=True), [], True
     else:
-        res = lbfgs(problem.value_and_grad, np.asarray(W0, dtype=np.float64), max_iter=max_iter, tol=1e-10, stop=stop)
+        res = scipy_lbfgs(
+            problem.value_and_grad, np.asarray(W0, dtype=np.float64), max_iter=max_iter, tol=1e-10, stop=stop
+        )
         res_W, history = res.x, res.objective_history
-        converged = res.converged if tol is None else certified(res.fun, state["bound"], tol)
+        converged = res.converged if tol is None else certified(state["value"], state["bound"], tol)
     history = [float(f0)] + [float(v) for v in history] if record else []
-    return VRResult(
-        W=res_W,
+    return SolverResult(
+        x=res_W,
         objective_history=history,
-        epochs=state["k"],
-        step_size=float("nan"),
-        seconds=time.perf_counter() - start,
-        eval_seconds=0.0,
-        history_epochs=list(range(len(history))),
+        n_iter=state["k"],
+        history_iterations=list(range(len(history))),
         gap_bound=state["bound"],
         converged=bool(converged),
     )
