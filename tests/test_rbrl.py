@@ -1,5 +1,7 @@
 """Linear RBRL: gradient checks and parity with the published implementation."""
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -292,7 +294,8 @@ def test_a_warm_start_at_a_rank_deficient_point_starts_with_apg(monkeypatch):
     path = RBRL(alpha_nuclear=30.0, warm_start=True, **params).fit(X, Y)
     assert np.isfinite(path.lipschitz_)  # APG finished it
     assert 0 < np.linalg.matrix_rank(path.coef_[:-1], tol=1e-6) < 5
-    monkeypatch.setattr("dmlr.models.rbrl.lbfgs", None)  # calling L-BFGS would fail
+    # calling L-BFGS would fail (the module, which dmlr.solvers' function of the same name hides)
+    monkeypatch.setattr(sys.modules["dmlr.solvers.lbfgs"], "lbfgs", None)
     path.set_params(alpha_nuclear=25.0).fit(X, Y)
     cold = RBRL(alpha_nuclear=25.0, step_rule="adaptive", **params).fit(X, Y)
     assert path.converged_

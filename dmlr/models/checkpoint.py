@@ -32,7 +32,7 @@ buffer slots, the newest in slot ``newest``, an attribute, and their inner produ
 best_x, objective_history and seconds. Where L-BFGS handed over to APG (a
 rank-deficient optimum), the APG states carry ``handover: {n_iter,
 n_oracle_calls}`` (the L-BFGS part), and their histories are the whole fit's
-(:class:`Handover`).
+(:class:`~dmlr.solvers.lbfgs.Handover`).
 
 Floats in the attributes are JSON numbers, which round-trip float64 exactly;
 arrays are float64 with Zarr's lossless default codecs. Nothing is pickled.
@@ -90,13 +90,12 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import zarr
 
 from dmlr.solvers.apg import APGResult, APGState
-from dmlr.solvers.lbfgs import LBFGSState
+from dmlr.solvers.lbfgs import Handover, LBFGSState
 
 CHECKPOINT_FORMAT_VERSION = 1
 _KIND = "checkpoint"
@@ -107,19 +106,6 @@ _PARTIAL_PREFIX = ".partial-"
 STATE_ARRAYS = ("W", "G", "grad", "objective_history", "seconds")
 FINAL_ARRAYS = ("W", "objective_history", "seconds")
 LBFGS_ARRAYS = ("x", "grad", "S", "Y", "SY", "YY", "best_x", "objective_history", "seconds")
-
-
-class Handover(NamedTuple):
-    """The state of a fit that L-BFGS handed to APG (``RBRL(step_rule="lbfgs")`` on a
-    rank-deficient optimum): what L-BFGS did, and the APG state after it."""
-
-    before: APGResult
-    state: APGState
-
-    @property
-    def n_iter(self) -> int:
-        """Iterations of the whole fit so far (L-BFGS's oracle calls and APG's iterations)."""
-        return self.before.n_iter + self.state.n_iter
 
 
 class CheckpointMismatchError(ValueError):
@@ -349,7 +335,7 @@ class Checkpoint:
 
     def load(self):
         """The current state: None, an :class:`~dmlr.solvers.apg.APGState`, an
-        :class:`~dmlr.solvers.lbfgs.LBFGSState`, a :class:`Handover`, or (complete)
+        :class:`~dmlr.solvers.lbfgs.LBFGSState`, a :class:`~dmlr.solvers.lbfgs.Handover`, or (complete)
         ``(APGResult, attrs)``."""
         t = self.latest()
         if t is None:
@@ -475,7 +461,7 @@ class Checkpoint:
     def save_state(self, state) -> None:
         """Write an unfinished state (the solver's ``checkpoint`` hook): an
         :class:`~dmlr.solvers.apg.APGState`, an :class:`~dmlr.solvers.lbfgs.LBFGSState`
-        or a :class:`Handover`."""
+        or a :class:`~dmlr.solvers.lbfgs.Handover`."""
         if isinstance(state, LBFGSState):
             self._save_lbfgs(state)
             return

@@ -51,7 +51,7 @@ from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers.apg import APGResult, Oracle, apg
-from dmlr.solvers.lbfgs import CONVERGED_MIN_RELATIVE, lbfgs, smallest_relative_singular_value
+from dmlr.solvers.lbfgs import lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
 #: ``step_rule=`` values; see :class:`RBRL`.
@@ -256,76 +256,20 @@ class _RBRLBase(BaseModel):
         )
 
     def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint):
-        """L-BFGS on the smooth form of the objective (:func:`dmlr.solvers.lbfgs.lbfgs`), finished
-        by the adaptive APG from its last point when the optimum is not smooth (a rank-deficient
-        W) or the line search fails; the histories are joined.
-
-        ``state``: None, an :class:`~dmlr.solvers.lbfgs.LBFGSState` or a
-        :class:`~dmlr.models.checkpoint.Handover` (the APG part had started);
-        ``checkpoint``: ``(every, fn)`` as the solvers take it.
-        """
-        max_iter, tol = int(self.max_iter), float(self.tol)
-        stopped = []
-
-        def report(t, obj, seconds):
-            stop = callback(t, obj, seconds) if callback is not None else False
-            if stop:
-                stopped.append(t)
-            return stop
-
-        if isinstance(state, ckpt_store.Handover):
-            res, apg_state = state
-        elif state is None and self.alpha_nuclear > 0 and np.any(x0) and _rank_deficient(x0[rows]):
-            # a warm start at a rank-deficient point (a path's previous optimum), where L-BFGS fails
-            # and hands the fit to APG: its neighbour's optimum is likely one too, so APG starts at once
-            res, apg_state = APGResult(x=x0), None
-        else:
-            res = lbfgs(
-                oracle,
-                x0,
-                nuclear=float(self.alpha_nuclear),
-                rows=rows,
-                tol=tol,
-                gradient_tol=gradient_tol,
-                max_iter=max_iter,
-                callback=report,
-                checkpoint=checkpoint,
-                state=state,
-            )
-            apg_state = None
-            if res.converged or stopped or res.n_iter >= max_iter:
-                return res
-        every, save = checkpoint if checkpoint is not None else (None, None)
-        L_paper = paper_L()
-        offset = res.seconds[-1] if res.seconds else 0.0  # APG's clock starts at 0: continue L-BFGS's
-        rest = apg(
+        """:func:`~dmlr.solvers.lbfgs.lbfgs_then_apg` with this estimator's settings."""
+        return lbfgs_then_apg(
             oracle,
             prox,
-            res.x if apg_state is None else apg_state.W,
-            lipschitz=L_paper / 1024.0,
-            max_iter=max_iter - res.n_iter,
-            tol=tol,
-            callback=None
-            if callback is None
-            else (lambda t, obj, seconds: callback(res.n_iter + t, obj, offset + seconds)),
-            backtracking=True,
-            restart=True,
+            x0,
+            nuclear=float(self.alpha_nuclear),
+            rows=rows,
+            paper_lipschitz=paper_L,
+            tol=float(self.tol),
             gradient_tol=gradient_tol,
-            state=apg_state,
-            checkpoint=None if save is None else (every, lambda s: save(ckpt_store.Handover(res, s))),
-            adaptive=True,
-            tol_lipschitz=L_paper,
-        )
-        return APGResult(
-            x=rest.x,
-            objective_history=res.objective_history + rest.objective_history,
-            n_iter=res.n_iter + rest.n_iter,
-            converged=rest.converged,
-            seconds=res.seconds + [offset + s for s in rest.seconds],
-            lipschitz=rest.lipschitz,
-            n_backtracks=rest.n_backtracks,
-            n_restarts=rest.n_restarts,
-            n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
+            max_iter=int(self.max_iter),
+            callback=callback,
+            checkpoint=checkpoint,
+            state=state,
         )
 
     def _check_loaded_arrays(self, arrays: dict, path) -> None:
@@ -802,12 +746,6 @@ class KernelRBRL(_RBRLBase):
         for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
             S += kernel_matrix(X, support[a : a + step], spec) @ A[a : a + step]
         return S
-
-
-def _rank_deficient(W: np.ndarray) -> bool:
-    """Whether W's smallest singular value is so small against its largest that
-    :func:`~dmlr.solvers.lbfgs.lbfgs` would not claim a minimizer there."""
-    return smallest_relative_singular_value(W) <= CONVERGED_MIN_RELATIVE
 
 
 def _checkpoint_request(checkpoint, every, resume):

@@ -15,9 +15,9 @@ it too).
 
 Where the optimum has lower rank the gradient jumps and the line search
 fails, or a singular value collapses toward zero: :func:`lbfgs` then stops
-without claiming convergence, and the caller continues with
+without claiming convergence, and :func:`lbfgs_then_apg` continues with
 :func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(step_rule="lbfgs")``
-does), whose proximal step handles the nonsmooth term exactly.
+uses it), whose proximal step handles the nonsmooth term exactly.
 
 The iterations apply the L-BFGS model in its compact form (:meth:`Pairs.direction`)
 with a backtracking (Armijo) line search (Nocedal & Wright, Algorithm 7.5),
@@ -34,11 +34,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from dmlr.kernels.quasi_newton import compact_coefficients
-from dmlr.solvers.apg import Oracle, _FunctionOracle, check_saved_state, relative_change
+from dmlr.solvers.apg import APGState, Oracle, _FunctionOracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
@@ -443,3 +444,125 @@ def _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradi
         if changed and (gradient_tol is None or float(np.linalg.norm(g)) <= gradient_tol * reference):
             result.converged = True
             return
+
+
+def rank_deficient(W: np.ndarray) -> bool:
+    """Whether W's smallest singular value is so small against its largest that :func:`lbfgs`
+    would not claim a minimizer there (:data:`CONVERGED_MIN_RELATIVE`)."""
+    return smallest_relative_singular_value(W) <= CONVERGED_MIN_RELATIVE
+
+
+class Handover(NamedTuple):
+    """The state of a run of :func:`lbfgs_then_apg` that L-BFGS handed to APG (a rank-deficient
+    optimum): what L-BFGS did, and the APG state after it."""
+
+    before: SolverResult
+    state: APGState
+
+    @property
+    def n_iter(self) -> int:
+        """Iterations of the whole run so far (L-BFGS's oracle calls and APG's iterations)."""
+        return self.before.n_iter + self.state.n_iter
+
+
+def lbfgs_then_apg(
+    oracle,
+    prox,
+    x0: np.ndarray,
+    *,
+    nuclear: float,
+    rows,
+    paper_lipschitz,
+    tol: float,
+    gradient_tol=None,
+    max_iter: int = 1000,
+    callback=None,
+    checkpoint=None,
+    state=None,
+) -> SolverResult:
+    """:func:`lbfgs` on the smooth form of the objective, finished by the adaptive APG from its
+    last point when the optimum is not smooth (a rank-deficient W) or the line search fails;
+    the histories are joined.
+
+    A warm start at a rank-deficient point (a path's previous optimum, where L-BFGS would fail
+    and hand over) starts with APG at once: its neighbour's optimum is likely one too.
+
+    Parameters
+    ----------
+    oracle, prox
+        As :func:`~dmlr.solvers.apg.apg`'s (``prox`` used by the APG part only).
+    x0 : float64 (d, l)
+    nuclear, rows
+        As :func:`lbfgs`'s.
+    paper_lipschitz : callable
+        ``() -> float``: the paper's Lipschitz bound (eqs. 22-23), asked for only when APG runs
+        (its start is that over 1024, adaptive; its relative-change test calibrated to it).
+    tol, gradient_tol, max_iter
+        As :func:`lbfgs`'s and :func:`~dmlr.solvers.apg.apg`'s; ``max_iter`` counts both parts.
+    callback : callable, optional
+        ``callback(t, objective, seconds) -> stop``, numbered and timed across both parts.
+    checkpoint : (every, fn), optional
+        ``fn`` gets an :class:`LBFGSState` during L-BFGS, a :class:`Handover` during APG.
+    state : LBFGSState or Handover, optional
+        Resume from it.
+    """
+    stopped = []
+
+    def report(t, obj, seconds):
+        stop = callback(t, obj, seconds) if callback is not None else False
+        if stop:
+            stopped.append(t)
+        return stop
+
+    if isinstance(state, Handover):
+        res, apg_state = state
+    elif state is None and nuclear > 0 and np.any(x0) and rank_deficient(x0[rows]):
+        res, apg_state = SolverResult(x=x0), None
+    else:
+        res = lbfgs(
+            oracle,
+            x0,
+            nuclear=float(nuclear),
+            rows=rows,
+            tol=tol,
+            gradient_tol=gradient_tol,
+            max_iter=max_iter,
+            callback=report,
+            checkpoint=checkpoint,
+            state=state,
+        )
+        apg_state = None
+        if res.converged or stopped or res.n_iter >= max_iter:
+            return res
+    every, save = checkpoint if checkpoint is not None else (None, None)
+    L_paper = paper_lipschitz()
+    offset = res.seconds[-1] if res.seconds else 0.0  # APG's clock starts at 0: continue L-BFGS's
+    rest = apg(
+        oracle,
+        prox,
+        res.x if apg_state is None else apg_state.W,
+        lipschitz=L_paper / 1024.0,
+        max_iter=max_iter - res.n_iter,
+        tol=tol,
+        callback=None
+        if callback is None
+        else (lambda t, obj, seconds: callback(res.n_iter + t, obj, offset + seconds)),
+        backtracking=True,
+        restart=True,
+        gradient_tol=gradient_tol,
+        state=apg_state,
+        checkpoint=None if save is None else (every, lambda s: save(Handover(res, s))),
+        adaptive=True,
+        tol_lipschitz=L_paper,
+    )
+    return SolverResult(
+        x=rest.x,
+        objective_history=res.objective_history + rest.objective_history,
+        n_iter=res.n_iter + rest.n_iter,
+        converged=rest.converged,
+        seconds=res.seconds + [offset + s for s in rest.seconds],
+        lipschitz=rest.lipschitz,
+        n_backtracks=rest.n_backtracks,
+        n_restarts=rest.n_restarts,
+        n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
+    )
