@@ -508,13 +508,9 @@ def grid_search_cv(
 
     report = SearchProgress(verbose, (), [n], len(splits), start, staged=False)
     unit_args = [(type(estimator), base_params, settings[s], path, path_values, f, metric_names) for s, f in units]
-    n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     with UnitRunner((X, Y, splits), client, n_jobs=n_jobs) as runner:
         backend = runner.backend
-        finished = itertools.count(1)  # units finish in any order on a cluster
-        outputs = runner.map(
-            _fit_path, unit_args, lambda *_: report.units(next(finished), len(units), len(path_values))
-        )
+        outputs = runner.map(_fit_path, unit_args, lambda *_: report.unit_done(len(units), len(path_values)))
 
     # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
     per_point: dict[tuple, list] = {}
@@ -645,14 +641,15 @@ class UnitRunner:
         Arguments common to every unit (numpy / scipy.sparse data, folds).
     client : distributed.Client, "local" or None
         As :func:`grid_search_cv`'s ``client``.
-    n_jobs : int
-        Threads without a cluster (1: one unit at a time, in this thread).
+    n_jobs : int or None
+        Threads without a cluster (None: one per core; 1: one unit at a time,
+        in this thread).
     """
 
-    def __init__(self, shared: tuple, client=None, n_jobs: int = 1):
+    def __init__(self, shared: tuple, client=None, n_jobs: int | None = 1):
         self.shared = tuple(shared)
         self.client = _resolve_client(client)
-        self.n_jobs = int(n_jobs)
+        self.n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
         self._scattered = None  # worker address -> the shared data there (futures or scattered)
         self._owned: list = []
 

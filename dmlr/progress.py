@@ -409,6 +409,7 @@ class SearchProgress:
         }
         self._done = dict.fromkeys(self._plan, 0)
         self._stage, self._axis = 0, None
+        self._units_done = 0
 
     def _work(self, key, values) -> float:
         _, folds, rows = self._plan[key]
@@ -447,9 +448,12 @@ class SearchProgress:
                 f"elapsed {format_seconds(time.perf_counter() - self.start)}"
             )
 
-    def units(self, done: int, total: int, fits_per_unit: int = 1) -> None:
-        """The line of a search whose units are all known at its start (a grid search):
-        units done of all, and the time left at the mean time of the units done."""
+    def unit_done(self, total: int, fits_per_unit: int = 1) -> None:
+        """One more unit of a search whose ``total`` units are all known at its start (a grid
+        search) has finished, in whatever order: the line of units done of all, and the time
+        left at the mean time of the units done."""
+        self._units_done += 1
+        done = self._units_done
         if not self.verbose:
             return
         elapsed = time.perf_counter() - self.start

@@ -244,7 +244,6 @@ def search(
         if checkpoint
         else None
     )
-    n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     staged = sizes != [n]
     folds = min(int(cv), HALVING_FOLDS) if staged else int(cv)
     result = SearchResult(

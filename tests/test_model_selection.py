@@ -164,7 +164,7 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
             if len(done) == 2:
                 os.kill(first_pid, signal.SIGKILL)
 
-        monkeypatch.setattr(ms.SearchProgress, "units", kill_after_two)
+        monkeypatch.setattr(ms.SearchProgress, "unit_done", kill_after_two)
         with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
             remote = grid_search_cv(
                 RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False, scoring="paper_mean"
@@ -460,6 +460,7 @@ def test_omf_search_runs_on_the_engine_with_the_same_scores_anywhere(client2):
     remote = cross_validate_omf(est, X, Y, grid, client=client2, **kwargs)
     assert isinstance(here, SearchResult) and here.scoring == "f1_micro" and remote.backend == "dask"
     assert len(here.results) == 2 * 2 * 2 and here.n_fits == 4
+    assert all(r["mean_n_iter"] > 0 for r in here.results)  # the fits' minibatch updates
     for other in (threads, remote):
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
         assert other.best_params == here.best_params

@@ -169,8 +169,6 @@ class SvmStats:
         -1 if no row has a label.
     min_index, max_index : int
         Smallest and largest feature index as written (-1 if none).
-    zero_at : tuple (path, line) or None
-        Where a feature index 0 first occurs.
     zero_rows : int
         Rows holding a feature index 0.
     zero_lines : list of (path, line)
@@ -181,7 +179,6 @@ class SvmStats:
     max_label: int = -1
     min_index: int = -1
     max_index: int = -1
-    zero_at: tuple | None = None
     zero_rows: int = 0
     zero_lines: list = field(default_factory=list)
 
@@ -197,11 +194,14 @@ class SvmStats:
                 self.zero_rows += int(rows.size)
                 room = ZERO_LINES_KEPT - len(self.zero_lines)
                 self.zero_lines += [(path, block.nos[r]) for r in rows[:room]]
-                self.zero_at = self.zero_at or self.zero_lines[0]
+
+    @property
+    def zero_at(self) -> tuple | None:
+        """(path, line) where a feature index 0 first occurs, or None."""
+        return self.zero_lines[0] if self.zero_lines else None
 
     def merge(self, other: SvmStats) -> SvmStats:
-        out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index, self.zero_at)
-        out.zero_at = out.zero_at or other.zero_at
+        out = SvmStats(self.n_rows, self.max_label, self.min_index, self.max_index)
         out.zero_rows = self.zero_rows + other.zero_rows
         out.zero_lines = (self.zero_lines + other.zero_lines)[:ZERO_LINES_KEPT]
         out.n_rows += other.n_rows

@@ -451,9 +451,6 @@ def cross_validate_omf(
         Records have ``params``, ``mean_score``, ``std_score``, ``fold_scores``
         and ``mean_n_iter``.
     """
-    import itertools
-    import os
-
     from dmlr.metrics import LABEL_METRICS
     from dmlr.model_selection import SearchResult, UnitRunner, _check_cv, _materialize, param_grid
     from dmlr.progress import SearchProgress
@@ -475,18 +472,16 @@ def cross_validate_omf(
     if not rules or not alpha_codes:
         raise ValueError("cross_validate_omf needs at least one alpha_code and one top_k or threshold")
     base = estimator.get_params()
-    units = [(base, point, f, alpha_codes, rules, scoring) for f in range(len(splits)) for point in points]
+    unit_points = [i for _ in splits for i in range(len(points))]  # the grid point of each unit
+    units = [(base, points[i], f, alpha_codes, rules, scoring) for f in range(len(splits)) for i in range(len(points))]
     report = SearchProgress(verbose, (), [X.shape[0]], len(splits), start, staged=False)
-    finished = itertools.count(1)
-    n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
     with UnitRunner((X, Y, splits), client, n_jobs=n_jobs) as runner:
         backend = runner.backend
-        outputs = runner.map(_omf_unit, units, lambda *_: report.units(next(finished), len(units)))
+        outputs = runner.map(_omf_unit, units, lambda *_: report.unit_done(len(units)))
     # scores[(point, alpha_code, rule, param)] = list over folds, in fold order
     scores: dict = {}
     n_iter: dict = {}
-    for (_, point, _, _, _, _), (unit_scores, iters) in zip(units, outputs):
-        i = points.index(point)
+    for i, (unit_scores, iters) in zip(unit_points, outputs):
         for (xi, rule, param), value in unit_scores.items():
             scores.setdefault((i, xi, rule, param), []).append(value)
             n_iter.setdefault((i, xi, rule, param), []).append(iters)
@@ -530,8 +525,8 @@ def cross_validate_omf(
 
 def _omf_unit(X, Y, splits, base, point, fold, alpha_codes, rules, scoring):
     """One fold and one fit-grid point of :func:`cross_validate_omf`: fit once, score every
-    (alpha_code, rule). Returns ({(alpha_code, rule, param): score}, n_iter); a fit that
-    diverges (a too large learning rate in the grid) scores -inf."""
+    (alpha_code, rule). Returns ({(alpha_code, rule, param): score}, minibatch updates); a fit
+    that diverges (a too large learning rate in the grid) scores -inf."""
     from dmlr.metrics import multilabel_metrics
 
     tr, va = splits[fold]
@@ -549,4 +544,4 @@ def _omf_unit(X, Y, splits, base, point, fold, alpha_codes, rules, scoring):
                 S, rule, top_k=param if rule == "top_k" else 1, threshold=param if rule == "threshold" else 0.0
             )
             out[(xi, rule, param)] = float(multilabel_metrics(Y[va], S, Pr, metrics=[scoring])[scoring])
-    return out, int(getattr(est, "n_iter_", 0))
+    return out, int(est.n_updates_)
