@@ -46,7 +46,7 @@ n, stored values per row (nnz), d, l, the label cardinality and alpha_nuclear
 (which sets rank(W); the rank reached is printed), on local clusters of 1, 2, 4 and 8 single-thread
 worker processes, all started at the start and kept alive. Each measurement is
 the median of the per-iteration wall times (``objective_seconds_`` differences)
-of one fit with the fixed paper step (``step_rule="paper"``, ``tol=0``, a fixed
+of one fit with the fixed paper step (``solver="paper"``, ``tol=0``, a fixed
 number of iterations); the configurations are visited in a seeded random order,
 round after round, and each configuration's figure is the median over rounds.
 
@@ -243,9 +243,7 @@ def measure_fit(client, X, Y, shape: Shape, iters: int):
     from threadpoolctl import threadpool_limits
 
     with dmlr.config_context(backend="dask", client=client):
-        model = RBRL(alpha_nuclear=shape.alpha_nuclear, max_iter=iters, tol=0.0, step_rule="paper", scaling=None).fit(
-            X, Y
-        )
+        model = RBRL(alpha_nuclear=shape.alpha_nuclear, max_iter=iters, tol=0.0, solver="paper", scaling=None).fit(X, Y)
     per_iter = 1000 * np.diff(model.objective_seconds_)
     W, step = model.coef_, 1.0 / model.lipschitz_
     prox_times = []

@@ -3,7 +3,7 @@
 On a 2-worker local cluster (processes, 1 thread each), the Bookmarks-shaped
 synthetic train split (87,856 x 2,150 sparse, 208 labels).
 
-APG (``step_rule="adaptive"``): fits of
+APG (``solver="adaptive"``): fits of
 ``--iters`` iterations (``tol=0``, ``scaling=None``)
 at each ``alpha_nuclear`` of ``--alphas`` (the default 0.1 leaves W full
 rank; a large one makes it low rank). Two paths for the speculative call:
@@ -36,7 +36,7 @@ d x l matrix, the variants in turns, median of ``--repeats`` calls each.
 The next table compares the models of fits made with one path only
 (largest coefficient difference over the largest coefficient).
 
-L-BFGS (``step_rule="lbfgs"``, the default): fits of ``--iters`` oracle calls
+L-BFGS (``solver="lbfgs"``, the default): fits of ``--iters`` oracle calls
 at ``alpha_nuclear=0.1`` (W full rank, where L-BFGS runs; factors never
 apply), per oracle call, in ms, medians over the calls of ``--rounds`` fits
 (the first two calls left out):
@@ -148,7 +148,7 @@ def measure(X, Y, client, iters, alpha_nuclear):
     """({path: [(step, pass, round trip, prox, bookkeeping, Dask + client) ms per step]}, model, rank of W)."""
     with ClientTimer() as timer:
         model, passes = rbrl_speed.fit_with_pass_times(
-            X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear, step_rule="adaptive"
+            X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear, solver="adaptive"
         )
     steps = timer.steps()
     n_calls = sum(e[0] == "call" for e in timer.events)
@@ -182,7 +182,7 @@ def measure_lbfgs(X, Y, client, iters, skip=2):
     rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = timed_call, timed_nuclear
     try:
         model, passes = rbrl_speed.fit_with_pass_times(
-            X, Y, client, iters, per_call=True, timed="block_value_and_grad", alpha_nuclear=0.1, step_rule="lbfgs"
+            X, Y, client, iters, per_call=True, timed="block_value_and_grad", alpha_nuclear=0.1, solver="lbfgs"
         )
     finally:
         rbrl_module.ChunkOracle.__call__, lbfgs_module.nuclear_value_and_grad = call, nuclear
@@ -298,7 +298,7 @@ def run(X, Y, alphas, args):
                 rbrl_module.ChunkOracle.max_factor_fraction = fraction
                 with dmlr.config_context(backend="dask", client=client):
                     models[(a, p)] = RBRL(
-                        max_iter=args.iters, tol=0.0, scaling=None, alpha_nuclear=a, step_rule="adaptive"
+                        max_iter=args.iters, tol=0.0, scaling=None, alpha_nuclear=a, solver="adaptive"
                     ).fit(X, Y)
         rbrl_module.ChunkOracle.max_factor_fraction = PATHS["factors"]
     print("\n| alpha_nuclear | max |coef (whole W) - coef (factors)| / max |coef| | iterations (both) |")

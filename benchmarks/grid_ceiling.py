@@ -74,7 +74,7 @@ def test_records(name: str, repeat: int, work: Path, client, max_iter: int = 500
     both_Y = np.vstack([np.asarray(Ytr), np.asarray(Yte)])
     n_tr = Xtr.shape[0]
     split = [(np.arange(n_tr), np.arange(n_tr, both_X.shape[0]))]
-    est = make_rbrl(kernel, step_rule="spectral", max_iter=max_iter, tol=tol)
+    est = make_rbrl(kernel, solver="spectral", max_iter=max_iter, tol=tol)
     t = time.perf_counter()
     search = grid_search_cv(est, both_X, both_Y, PAPER_GRID, cv=split, client=client, refit=False, scoring="paper_mean")
     print(f"{name} repeat {repeat}: {len(search.results)} fits in {time.perf_counter() - t:.0f} s", flush=True)

@@ -2,7 +2,7 @@
 
 For each small set, fits the exact RBF kernel model :class:`dmlr.models.KernelRBRL`
 (eq. 12; gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1,
-step_rule="spectral", default max_iter/tol) and the same settings as
+solver="spectral", default max_iter/tol) and the same settings as
 ``make_pipeline(KernelFeatures("rbf", n_components=D, method=...), RBRL(...))``
 (:class:`dmlr.kernel_approximation.KernelFeatures`) with ``method="nystroem"``
 (D = 64, 256, 1024 capped at n_train) and ``"fourier"`` (D = 256,
@@ -49,7 +49,7 @@ from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RBRL, KernelRBRL
 
 KERNEL = dict(kernel="rbf", gamma=None)
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, step_rule="spectral")
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, solver="spectral")
 METRICS = ("average_precision", "ranking_loss", "hamming_loss", "f1_example")
 
 
@@ -212,7 +212,7 @@ def main(argv=None):
     for r in rows:
         print("| " + " | ".join(str(c) for c in r) + " |")
     print(
-        "\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, step_rule='spectral', max_iter=2000, "
+        "\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, solver='spectral', max_iter=2000, "
         "tol=1e-6, fit_intercept=True (the approximate variants' bias is a feature; the exact kernel "
         "model has none). fit s: whole fit incl. the feature map, in-process (backend 'auto')."
     )

@@ -11,7 +11,7 @@ work is spread as 49 (alpha, alpha_rank) settings x 5 folds = 245 Dask
 tasks, each fitting the 7-value alpha_nuclear path from 1e2 down to 1e-4 with warm
 starts, on a LocalCluster(n_workers=2, threads_per_worker=1).
 
-Solver inside CV (the defaults below): ``step_rule="spectral"`` (Lanczos bound on
+Solver inside CV (the defaults below): ``solver="spectral"`` (Lanczos bound on
 the Hessian plus backtracking and adaptive restart: the fewest iterations in
 a probe on this set), ``tol=1e-4`` on the relative objective change and
 ``max_iter=500``. CV only has to rank grid points, not solve each to full
@@ -20,7 +20,7 @@ accuracy; a probe on this set showed that the weakly regularized corner
 iterations (~14 s per fit here), which would put the search at several
 hours on two cores, while at tol=1e-4 most fits stop after tens to a few
 hundred iterations and the cap bounds the rest. The refit on the whole
-training part uses the same settings. Override with --tol/--max-iter/--step-rule.
+training part uses the same settings. Override with --tol/--max-iter/--solver.
 
 Warm starts and stopping (printed as a count): the relative-objective-change
 test alone passes at its first chance (2 iterations) after a warm start, short
@@ -34,7 +34,7 @@ Prints the elapsed time, fits per second, the best parameters and score
 (``paper_mean``: the mean of the six paper metrics oriented larger-better)
 and the top-5 table.
 
-Usage: python benchmarks/model_selection_yahoo.py [--tol 1e-4] [--max-iter 500] [--step-rule spectral] [--cold]
+Usage: python benchmarks/model_selection_yahoo.py [--tol 1e-4] [--max-iter 500] [--solver spectral] [--cold]
                                                   [--checkpoint FILE]  # resumable, one alpha value at a time
                                                   [--settings N]  # only the first N (alpha, alpha_rank) settings
 """
@@ -72,7 +72,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--max-iter", type=int, default=500)
-    ap.add_argument("--step-rule", "--step", default="spectral", help="RBRL's step_rule")
+    ap.add_argument("--solver", "--step", default="spectral", help="RBRL's solver")
     ap.add_argument("--train-fraction", type=float, default=0.6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -104,7 +104,7 @@ def main(argv=None):
     n_points = int(np.prod([len(v) for v in grid.values()]))
     print(
         f"yahoo_arts: training part {X_tr.shape[0]} x {X_tr.shape[1]}, {Y_tr.shape[1]} labels "
-        f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(step_rule={args.step_rule!r}, "
+        f"(seed {args.seed}); grid {n_points} points x 5 folds; RBRL(solver={args.solver!r}, "
         f"tol={args.tol:g}, max_iter={args.max_iter}); "
         f"{'cold fits' if args.cold else 'warm-started alpha_nuclear paths'}; "
         f"cores: {os.cpu_count()}; load average at start: "
@@ -116,12 +116,12 @@ def main(argv=None):
 
     from dmlr.distributed import local_cluster
 
-    est = RBRL(step_rule=args.step_rule, tol=args.tol, max_iter=args.max_iter, scaling=None)  # the paper's protocol
+    est = RBRL(solver=args.solver, tol=args.tol, max_iter=args.max_iter, scaling=None)  # the paper's protocol
     path_param = None if args.cold else "alpha_nuclear"
     config = {
         "tol": args.tol,
         "max_iter": args.max_iter,
-        "step_rule": args.step_rule,
+        "solver": args.solver,
         "seed": args.seed,
         "train_fraction": args.train_fraction,
         "cold": args.cold,

@@ -248,7 +248,7 @@ def final_test_scores(Xtr, Xte, Ytr, Yte, kernel, params):
     solves tighter than cross-validation (``max_iter=5000``, ``tol=1e-6``).
     """
     with dmlr.config_context(backend="local"):
-        model = make_rbrl(kernel, step_rule="spectral", max_iter=5000, tol=1e-6, **params).fit(Xtr, Ytr)
+        model = make_rbrl(kernel, solver="spectral", max_iter=5000, tol=1e-6, **params).fit(Xtr, Ytr)
     S = model.decision_function(Xte)
     m = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=[k for _, k, _ in METRICS])
     return [m[k] for _, k, _ in METRICS]
@@ -267,7 +267,7 @@ def one_repeat(name, X, Y, repeat, grid, brl, client, cv_iter):
     grid = dict(grid)
     if brl:
         grid["alpha_rank"] = [0.0]
-    est = make_rbrl(kernel, step_rule="spectral", max_iter=cv_iter, tol=1e-5)
+    est = make_rbrl(kernel, solver="spectral", max_iter=cv_iter, tol=1e-5)
     search = grid_search_cv(est, Xtr, Ytr, grid, cv=5, seed=repeat, client=client, refit=False, scoring="paper_mean")
     test_scores = {}  # the test part's six metrics per chosen point, each point fitted once
 

@@ -2,7 +2,7 @@
 
 Sections (each prints a table):
 
-1. Against the reference (emotions, the reference's split, ``step_rule="paper"``):
+1. Against the reference (emotions, the reference's split, ``solver="paper"``):
    whole fit, linear and RBF kernel, same iterations and objective, next to
    the Octave reference's 82.9 s and 224.4 s (RESULTS.md).
 2. Linear RBRL on a 2-worker local cluster (processes, 1 thread each):
@@ -200,8 +200,8 @@ def section_reference():
     )
     print("|---|---|---|---|---|---|")
     models = {
-        "linear": lambda: RBRL(step_rule="paper", max_iter=1999, scaling=None),
-        "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, step_rule="paper", max_iter=1999, scaling=None),
+        "linear": lambda: RBRL(solver="paper", max_iter=1999, scaling=None),
+        "rbf": lambda: KernelRBRL("rbf", gamma=1 / 72, solver="paper", max_iter=1999, scaling=None),
     }
     for key, model in models.items():
         fits = [model().fit(Xtr, Ytr) for _ in range(3)]
@@ -407,7 +407,7 @@ def section_kernel(client, work, iters):
     base = client.run(rss_bytes)
     client.run(reset_peak)
     with dmlr.config_context(backend="dask", client=client):
-        model = KernelRBRL("rbf", max_iter=iters, tol=0.0, step_rule="spectral", scaling=None).fit(X, Y)
+        model = KernelRBRL("rbf", max_iter=iters, tol=0.0, solver="spectral", scaling=None).fit(X, Y)
     peaks = client.run(peak_bytes)
     per_iter = ms_per_iteration(model)
     k_rows = 10000 * 10000 * 8 / len(peaks) / 2**20

@@ -4,10 +4,10 @@ For each set, the model ``model="auto"`` gives (:func:`dmlr.api.auto_model`) on 
 training split is searched by :func:`dmlr.tuning.search` three times, one run after
 the other, in this process only (``n_jobs=1``, so no process start is timed):
 
-* ``own``: ``tol=None, step_rule=None``, every fit with the model's own ``tol`` and
-  ``step_rule`` (the adaptive APG);
+* ``own``: ``tol=None, solver=None``, every fit with the model's own ``tol`` and
+  ``solver`` (the adaptive APG);
 * ``tol``: the search's :data:`dmlr.tuning.SEARCH_TOL`, the model's step rule;
-* ``tol+lbfgs``: the search's defaults, also :data:`dmlr.tuning.SEARCH_STEP_RULE`.
+* ``tol+lbfgs``: the search's defaults, also :data:`dmlr.tuning.SEARCH_SOLVER`.
 
 Per run the table prints the search's seconds and their ratio to ``own``'s, the chosen
 value, the fits, the oracle calls summed over the fits (iterations; they do not depend
@@ -30,7 +30,7 @@ from pathlib import Path
 from auto_vs_peers import in_memory, prepared_store
 
 from dmlr.api import auto_model
-from dmlr.tuning import SEARCH_STEP_RULE, SEARCH_TOL, search
+from dmlr.tuning import SEARCH_SOLVER, SEARCH_TOL, search
 
 SETS = ("emotions_mat", "scene", "yeast", "enron", "tmc2007_500")
 
@@ -41,9 +41,9 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default="/tmp/dmlr-auto-vs-peers")
     a = p.parse_args(argv)
     settings = {
-        "own": dict(tol=None, step_rule=None),
-        "tol": dict(tol=SEARCH_TOL, step_rule=None),
-        "tol+lbfgs": dict(tol=SEARCH_TOL, step_rule=SEARCH_STEP_RULE),
+        "own": dict(tol=None, solver=None),
+        "tol": dict(tol=SEARCH_TOL, solver=None),
+        "tol+lbfgs": dict(tol=SEARCH_TOL, solver=SEARCH_SOLVER),
     }
     print(
         f"{'set':<14} {'model':<24} {'settings':>10} {'seconds':>8} {'ratio':>6} {'chosen':>9} {'fits':>5} "

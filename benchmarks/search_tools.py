@@ -4,7 +4,7 @@ Issue 30 (item 6) asks whether :func:`dmlr.model_selection.grid_search_cv`
 should stay, or give way to scikit-learn's search tools if those measure as
 fast on the cluster. This script runs, in one process and one run, the same
 cross-validated grid search over linear :class:`dmlr.models.RBRL`
-(``step_rule="spectral"``) four ways:
+(``solver="spectral"``) four ways:
 
 (a) ``dmlr warm``: ``grid_search_cv(..., client=client)``, one Dask task per
     fold and (alpha, alpha_rank) setting, fitting the ``alpha_nuclear`` path
@@ -178,7 +178,7 @@ def measure(X, Y, args, client) -> dict:
     from dmlr.model_selection import kfold_indices
     from dmlr.models import RBRL
 
-    est = RBRL(step_rule="spectral", tol=args.tol, max_iter=args.max_iter)
+    est = RBRL(solver="spectral", tol=args.tol, max_iter=args.max_iter)
     splits = kfold_indices(X.shape[0], args.cv, seed=args.seed)
     calls = {
         METHODS[0]: lambda: run_dmlr(est, X, Y, splits, client, warm=True),
@@ -187,7 +187,7 @@ def measure(X, Y, args, client) -> dict:
         METHODS[3]: lambda: run_sklearn(est, X, Y, splits, on_dask=False),
     }
     # Untimed: compile the Numba kernels in this process and on every worker for this data's types.
-    tiny = RBRL(step_rule="spectral", tol=args.tol, max_iter=3)
+    tiny = RBRL(solver="spectral", tol=args.tol, max_iter=3)
     tiny_splits = kfold_indices(min(X.shape[0], 60), 2, seed=args.seed)
     Xs, Ys = X[:60], Y[:60]
     for _ in range(2):  # each worker gets at least one task
@@ -213,7 +213,7 @@ def table(label: str, runs: dict, n_rows: int, args) -> str:
     )
     lines = [
         f"\n{label}: {n_rows} rows, cv={args.cv}, {args.repeats} repeat(s), "
-        f"RBRL(step_rule='spectral', tol={args.tol:g}, max_iter={args.max_iter})",
+        f"RBRL(solver='spectral', tol={args.tol:g}, max_iter={args.max_iter})",
         head,
         "-" * len(head),
     ]

@@ -12,7 +12,7 @@ For each sparse staged set with an official train/test split and each scaling op
 the transformer is fitted on the training split only and applied to both splits (in memory, CSR),
 then
 
-* dmlr's linear :class:`~dmlr.models.RBRL` (``step_rule="spectral"``, ``tol=1e-4``,
+* dmlr's linear :class:`~dmlr.models.RBRL` (``solver="spectral"``, ``tol=1e-4``,
   ``max_iter=500``) is tuned by :func:`dmlr.model_selection.grid_search_cv` (3-fold CV on the
   training split, ``scoring="ranking_loss"``, in-process, warm-started along ``alpha_nuclear``)
   over ``--alpha`` x ``--alpha-rank`` x ``--alpha-nuclear``, refitted on the whole training split
@@ -124,7 +124,7 @@ def run_rbrl(Xtr, Ytr, Xte, Yte, a) -> dict:
     from dmlr.models import RBRL
 
     grid = {"alpha": a.alpha, "alpha_rank": a.alpha_rank, "alpha_nuclear": a.alpha_nuclear}
-    est = RBRL(step_rule="spectral", tol=1e-4, max_iter=a.max_iter, scaling=None)  # the scaling under test only
+    est = RBRL(solver="spectral", tol=1e-4, max_iter=a.max_iter, scaling=None)  # the scaling under test only
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
             results[name] = res
     grid = (
         f"RBRL grid alpha {a.alpha} x alpha_rank {a.alpha_rank} x alpha_nuclear {a.alpha_nuclear}, "
-        f"step_rule='spectral', tol=1e-4, max_iter={a.max_iter}; logistic regression C {a.C}; "
+        f"solver='spectral', tol=1e-4, max_iter={a.max_iter}; logistic regression C {a.C}; "
         f"{a.folds}-fold CV on ranking loss, seed {a.seed}"
     )
     print("\n" + grid + "\n")

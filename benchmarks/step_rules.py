@@ -1,6 +1,6 @@
 """Step rules of RBRL: the default rule (L-BFGS) and others against the paper's step, to the stop and to the optimum.
 
-For every data set: fit with ``step_rule="paper"`` (the reference's iterates, stop at
+For every data set: fit with ``solver="paper"`` (the reference's iterates, stop at
 1e-6 relative change); its final objective is the target, "the paper optimum". Then
 the default rule (``--rules``: also others) with its own stopping rule, in the same
 process, one after the other. Per rule the table prints:
@@ -63,7 +63,7 @@ from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yah
 import dmlr
 from dmlr.datasets import anchors_dir, staged_store, synthetic_store
 from dmlr.models import RBRL
-from dmlr.models.rbrl import DEFAULT_STEP_RULE
+from dmlr.models.rbrl import DEFAULT_SOLVER
 
 SETS = {  # name -> kernel (None: linear)
     "emotions_ref": None,
@@ -158,7 +158,7 @@ def fit_or_load(path: Path, X, Y, kernel=None, **params):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--rules", default=DEFAULT_STEP_RULE, help="rules to compare with the paper step")
+    ap.add_argument("--rules", default=DEFAULT_SOLVER, help="rules to compare with the paper step")
     ap.add_argument("--png", default=str(Path(__file__).parent / "out" / "convergence.png"))
     ap.add_argument("--max-iter", type=int, default=5000)
     ap.add_argument(
@@ -209,7 +209,7 @@ def table(args):
 
         def fit(step, restart=None):
             path = saved / f"{name}_{step}_restart-{restart}_max-iter-{args.max_iter}.npz"
-            return fit_or_load(path, X, Y, step_rule=step, restart=restart, **common)
+            return fit_or_load(path, X, Y, solver=step, restart=restart, **common)
 
         paper = fit("paper")
         target = paper.objective_history_[-1]

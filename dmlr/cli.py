@@ -62,7 +62,7 @@ def cmd_info(args) -> int:
 
 def _model_params(args) -> dict:
     params = {}
-    for name in ("alpha", "alpha_rank", "alpha_nuclear", "kernel", "gamma", "step_rule", "max_iter", "tol"):
+    for name in ("alpha", "alpha_rank", "alpha_nuclear", "kernel", "gamma", "solver", "max_iter", "tol"):
         value = getattr(args, name)
         if value is not None:
             params[name] = value
@@ -272,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--kernel", choices=["rbf", "linear", "poly"], help="kernel RBRL (default: linear model)")
     f.add_argument("--gamma", type=float, help="kernel coefficient (default 1/n_features)")
     f.add_argument(
-        "--step-rule",
-        dest="step_rule",
+        "--solver",
+        dest="solver",
         help="RBRL: solver / APG step rule (default lbfgs; the model checks the name)",
     )
     f.add_argument(

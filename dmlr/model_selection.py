@@ -394,7 +394,7 @@ def grid_search_cv(
     ----------
     estimator : estimator
         Any dmlr estimator. It is cloned, never modified; its other
-        parameters (``max_iter``, ``tol``, ``step_rule``, ...) are used for
+        parameters (``max_iter``, ``tol``, ``solver``, ...) are used for
         every fit. Validation scores use the model's own label rule
         (``labels_from_scores``), as :func:`dmlr.evaluate` does.
     X : ndarray, scipy.sparse matrix or dask array, shape (n, d)
@@ -528,7 +528,7 @@ def grid_search_cv(
         warnings.warn(
             f"{n_short} of {len(warm)} warm-started fits stopped at the solver's first stopping test "
             f"(n_iter_ <= 2) and may be short of their optimum, scoring like the previous "
-            f"{path!r} value; use step_rule='spectral' or 'backtracking' (whose gradient_tol stops "
+            f"{path!r} value; use solver='spectral' or 'backtracking' (whose gradient_tol stops "
             f"them), a tighter tol or path_param=None",
             RuntimeWarning,
             stacklevel=2,

@@ -111,13 +111,13 @@ HALVING_MAX_STEPS = 4
 #: test), which acts as extra regularization and moves the choice.
 SEARCH_TOL = 1e-5
 
-#: Default ``step_rule`` of the cross-validation fits (:func:`search`'s ``step_rule``) of a
+#: Default ``solver`` of the cross-validation fits (:func:`search`'s ``solver``) of a
 #: model that has one: the quasi-Newton method (:mod:`dmlr.solvers.lbfgs`), which took a
 #: fraction of the search's time at the model's own settings for the same choices, or
 #: neighbours on a flat validation curve (``benchmarks/search_settings.py``). It does not
 #: checkpoint a fit; the search checkpoints whole units instead, and the refit uses the
 #: model's own rule.
-SEARCH_STEP_RULE = "lbfgs"
+SEARCH_SOLVER = "lbfgs"
 
 SEARCH_FORMAT_VERSION = 2
 
@@ -140,7 +140,7 @@ def search(
     client=None,
     patience: int | None = 1,
     tol: float | None = SEARCH_TOL,
-    step_rule: str | None = SEARCH_STEP_RULE,
+    solver: str | None = SEARCH_SOLVER,
     widen_by: int = 2,
     max_widen: int = 3,
     n_jobs: int | None = None,
@@ -182,10 +182,10 @@ def search(
         Stopping tolerance of the cross-validation fits of an estimator that
         has a ``tol`` parameter tighter than this (None: the estimator's own);
         see :data:`SEARCH_TOL`.
-    step_rule : str or None
+    solver : str or None
         Step rule of the cross-validation fits of an estimator that has a
-        ``step_rule`` parameter (None: the estimator's own); see
-        :data:`SEARCH_STEP_RULE`. The refit uses the estimator's own.
+        ``solver`` parameter (None: the estimator's own); see
+        :data:`SEARCH_SOLVER`. The refit uses the estimator's own.
     widen_by, max_widen : int
         Values added beyond an edge that holds the best, and how often.
     n_jobs : int or None
@@ -237,8 +237,8 @@ def search(
     sizes = stage_rows(n) if halve and all(a.per_row for a in space) else [n]
     base = estimator.get_params()
     cv_params = {"tol": float(tol)} if tol is not None and "tol" in base and base["tol"] < tol else {}
-    if step_rule is not None and "step_rule" in base:
-        cv_params["step_rule"] = step_rule
+    if solver is not None and "solver" in base:
+        cv_params["solver"] = solver
     store = (
         _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes))
         if checkpoint
@@ -402,7 +402,7 @@ def _is_future(obj) -> bool:
 @dataclass
 class _Context:
     estimator: object
-    cv_params: dict  # parameters of the cross-validation fits only (tol, step_rule)
+    cv_params: dict  # parameters of the cross-validation fits only (tol, solver)
     X: object
     Y: object
     splits: list

@@ -23,7 +23,7 @@ with dmlr.config_context(backend="local"):
     model = RBRL(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1).fit(X_train, Y_train)
     scores = model.decision_function(X_test)
 
-print(f"{model.n_iter_} iterations of {model.step_rule!r}")
+print(f"{model.n_iter_} iterations of {model.solver!r}")
 metrics = multilabel_metrics(Y_test, scores, model.labels_from_scores(scores))
 for name in ("hamming_loss", "ranking_loss", "f1_micro", "f1_macro", "average_precision"):
     print(f"{name:18s} {metrics[name]:.4f}")
@@ -34,7 +34,7 @@ for name in ("hamming_loss", "ranking_loss", "f1_micro", "f1_macro", "average_pr
 fig, ax = plt.subplots(figsize=(5, 3))
 history = np.asarray(model.objective_history_)
 ax.semilogy(history[:-1] - history[-1])
-ax.set_xlabel(f"iteration ({model.step_rule})")
+ax.set_xlabel(f"iteration ({model.solver})")
 ax.set_ylabel("objective - final objective")
 ax.set_title("RBRL on a 420 x 20 synthetic set")
 fig.tight_layout()

@@ -18,7 +18,7 @@ from dmlr.models import RBRL
 X, Y = make_multilabel_classification(n_samples=240, n_features=10, n_classes=5, n_labels=2, random_state=2)
 grid = {"alpha": [0.1, 1.0], "alpha_nuclear": [0.01, 0.1, 1.0, 10.0]}
 search = grid_search_cv(
-    RBRL(alpha_rank=0.01, step_rule="spectral", max_iter=200, tol=1e-4),
+    RBRL(alpha_rank=0.01, solver="spectral", max_iter=200, tol=1e-4),
     X,
     Y,
     grid,

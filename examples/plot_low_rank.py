@@ -22,8 +22,8 @@ X, Y = make_multilabel_classification(n_samples=500, n_features=30, n_classes=12
 X_train, X_test, Y_train, Y_test = train_test_split(X, Y, test_size=0.3, random_state=0)
 
 path = [300.0, 100.0, 30.0, 10.0, 3.0, 1.0, 0.1]
-# step_rule="spectral" also stops on the gradient mapping, so warm-started fits do not stop short.
-model = RBRL(alpha=1.0, alpha_rank=0.01, warm_start=True, step_rule="spectral")
+# solver="spectral" also stops on the gradient mapping, so warm-started fits do not stop short.
+model = RBRL(alpha=1.0, alpha_rank=0.01, warm_start=True, solver="spectral")
 singular_values, ranking_loss = [], []
 with dmlr.config_context(backend="local"):
     for value in path:  # from the most regularized to the least: each fit starts near its solution

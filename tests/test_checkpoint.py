@@ -197,7 +197,7 @@ def test_apg_state_is_checked():
 # ---------------------------------------------------------------------------
 
 # tol=0: exactly max_iter iterations; n_blocks=2: the same sums in this process and on 2 workers
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, step_rule="paper")
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, solver="paper")
 #: Execution settings of every fit here (the killed-client subprocess sets them too).
 SETTINGS = dict(n_blocks=2)
 
@@ -250,11 +250,11 @@ def _assert_same_model(model, ref, attr="coef_"):
 VARIANTS = {
     "linear-paper": dict(),
     # gradient_tol "auto" = tol, restart and backtracking on; tol > 0: stops by the tests, not max_iter
-    "linear-spectral": dict(step_rule="spectral", tol=1e-7, max_iter=400),
-    "linear-backtracking": dict(step_rule="backtracking", tol=1e-6, max_iter=400),
+    "linear-spectral": dict(solver="spectral", tol=1e-7, max_iter=400),
+    "linear-backtracking": dict(solver="backtracking", tol=1e-6, max_iter=400),
     # L falls and rises with the objective values, and the stopping test is calibrated to paper L
-    "linear-adaptive": dict(step_rule="adaptive", tol=1e-6, max_iter=400),
-    "kernel-rbf": dict(kernel="rbf", gamma=0.05, step_rule="spectral", max_iter=100),
+    "linear-adaptive": dict(solver="adaptive", tol=1e-6, max_iter=400),
+    "kernel-rbf": dict(kernel="rbf", gamma=0.05, solver="spectral", max_iter=100),
     "nystroem": dict(),
 }
 
@@ -326,7 +326,7 @@ def test_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(store, tmp_
 def test_lbfgs_fit_resumed_from_a_zarr_checkpoint_is_the_uninterrupted_fit(
     store, tmp_path, monkeypatch, alpha_nuclear, kind
 ):
-    params = {**PARAMS, "step_rule": "lbfgs", "tol": 1e-7, "max_iter": 400, "alpha_nuclear": alpha_nuclear}
+    params = {**PARAMS, "solver": "lbfgs", "tol": 1e-7, "max_iter": 400, "alpha_nuclear": alpha_nuclear}
     with dmlr.config_context(backend="local"):
         ref = dmlr.fit(store, RBRL(**params))
     assert ref.converged_ and ref.n_iter_ > 15
@@ -394,8 +394,8 @@ def test_a_checkpoint_of_another_problem_is_refused(store, reference, tmp_path, 
         resume(alpha_rank=0.02)
     with pytest.raises(CheckpointMismatchError, match="alpha=.*alpha_nuclear="):
         resume(alpha=2.0, alpha_nuclear=0.2)
-    with pytest.raises(ValueError, match="step_rule='spectral' here"):  # a ValueError, as the issue asks
-        resume(step_rule="spectral")
+    with pytest.raises(ValueError, match="solver='spectral' here"):  # a ValueError, as the issue asks
+        resume(solver="spectral")
     with pytest.raises(CheckpointMismatchError, match="fit_intercept"):
         resume(fit_intercept=False)
     with pytest.raises(CheckpointMismatchError, match="training rows"):
@@ -574,7 +574,7 @@ def test_cli_checkpoint_and_resume(store, tmp_path, monkeypatch, capsys):
         "60",
         "--tol",
         "0",
-        "--step-rule",
+        "--solver",
         "paper",
         "--backend",
         "local",

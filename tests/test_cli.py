@@ -32,7 +32,7 @@ def test_fit_without_values_searches_and_prints_the_choice(store, tmp_path, caps
 
     model = tmp_path / "auto.npz"
     # the linear model: its search is the cheaper one (tests/test_tuning.py covers model="auto")
-    assert main(["fit", str(store), "--out", str(model), "--model", "rbrl", "--step-rule", "spectral", "--quiet"]) == 0
+    assert main(["fit", str(store), "--out", str(model), "--model", "rbrl", "--solver", "spectral", "--quiet"]) == 0
     out = capsys.readouterr().out
     chosen = load_model(model).alpha
     assert f"chose alpha={chosen:.4g} by 5-fold cross-validation (ranking_loss)" in out
@@ -64,7 +64,7 @@ def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
                 "rbf",
                 "--gamma",
                 "0.05",
-                "--step-rule",
+                "--solver",
                 "spectral",
                 "--max-iter",
                 "30",
@@ -73,7 +73,7 @@ def test_fit_a_kernel_model_from_the_command_line(store, tmp_path, capsys):
         == 0
     )
     model = load_model(out)
-    assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.step_rule == "spectral"
+    assert model.kernel == "rbf" and model.gamma_ == 0.05 and model.solver == "spectral"
     assert model.dual_coef_.shape[1] == 5
     capsys.readouterr()
     assert main(["evaluate", str(out), str(store), "--json"]) == 0

@@ -159,7 +159,7 @@ def test_sparse_store_fits_and_evaluates_the_same_on_both_backends(client2, tmp_
 @pytest.mark.parametrize("step", ["paper", "spectral"])
 def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, step):
     X, Y = dmlr.open_dataset(small_store).arrays("train")
-    params = dict(max_iter=60, tol=1e-6, step_rule=step)
+    params = dict(max_iter=60, tol=1e-6, solver=step)
     with dmlr.config_context(backend="local"):
         local = KernelRBRL("rbf", **params).fit(X.compute(), Y.compute())
     with dmlr.config_context(backend="dask", client=client2):

@@ -106,7 +106,7 @@ def test_model_page_defaults_are_the_code_defaults():
 
     table = _parameter_table(ROOT / "docs" / "models" / "rbrl.md")
     params = RBRL().get_params()
-    assert {"alpha", "step_rule", "tol", "max_iter"} <= set(table)
+    assert {"alpha", "solver", "tol", "max_iter"} <= set(table)
     for name, text in table.items():
         value = ast.literal_eval(text.strip("`"))
         assert value == params[name], f"docs/models/rbrl.md gives {name}={text}, the code {params[name]!r}"

@@ -272,7 +272,7 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
     from dmlr.solvers.apg import Oracle
 
     X, Y = problem(sparse, seed=4, n=400 if kernel else 700)
-    params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=0.1, step_rule=step, max_iter=300, tol=1e-9)
+    params = dict(alpha=0.5, alpha_rank=0.3, alpha_nuclear=0.1, solver=step, max_iter=300, tol=1e-9)
 
     def model():
         return KernelRBRL(kernel, **params) if kernel else RBRL(**params)
@@ -296,7 +296,7 @@ def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, c
 
     X, Y = problem(sparse, seed=6, n=400 if kernel else 900, d=40, l=16)
     params = dict(
-        alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0, step_rule="adaptive"
+        alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0, solver="adaptive"
     )
 
     def model():

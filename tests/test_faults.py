@@ -49,7 +49,7 @@ from dmlr.distributed.chunks import ClusterChunks
 
 # tol=0: the fit runs exactly max_iter iterations
 #: APG's adaptive rule: its speculative calls are what the kills interrupt (L-BFGS: below).
-PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, step_rule="adaptive")
+PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=60, tol=0.0, solver="adaptive")
 KILL_AT = 10  # the kill comes at about this iteration
 N_WORKERS = 3
 #: Task-name prefix of the row blocks (``concat_blocks`` of the chunks read from Zarr).
@@ -217,7 +217,7 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
 def test_lbfgs_fit_survives_a_killed_worker(store, cluster3, monkeypatch):
     # the default solver's plain oracle calls; the reference sums over the same 3 blocks: the
     # quasi-Newton model magnifies the rounding of other block sums beyond 1e-10 in 60 calls
-    params = {**PARAMS, "step_rule": "lbfgs"}
+    params = {**PARAMS, "solver": "lbfgs"}
     with dmlr.config_context(backend="local", n_blocks=N_WORKERS):
         reference = dmlr.fit(store, "rbrl", **params)
     cluster, client, counter = cluster3

@@ -151,7 +151,7 @@ def test_approximate_rbrl_pipeline_pickle_and_dask_input(method):
     def pipeline():
         return make_pipeline(
             KernelFeatures("rbf", n_components=D, method=method, random_state=7),
-            RBRL(max_iter=150, tol=0, step_rule="spectral", scaling=None),
+            RBRL(max_iter=150, tol=0, solver="spectral", scaling=None),
         )
 
     model = pipeline().fit(X, Y)
@@ -180,9 +180,9 @@ def test_nystroem_rbrl_ranks_like_the_exact_kernel_model():
     """Not the same problem (W vs A regularized), but the same kernel: scores agree in ranking."""
     X, Y = _data(n=80, d=5, l=3, seed=2)
     Xtest = np.random.default_rng(3).normal(size=(40, 5))
-    exact = KernelRBRL("rbf", max_iter=300, step_rule="spectral", scaling=None).fit(X, Y)
+    exact = KernelRBRL("rbf", max_iter=300, solver="spectral", scaling=None).fit(X, Y)
     approx = make_pipeline(
-        KernelFeatures("rbf", n_components=80), RBRL(max_iter=300, step_rule="spectral", scaling=None)
+        KernelFeatures("rbf", n_components=80), RBRL(max_iter=300, solver="spectral", scaling=None)
     ).fit(X, Y)
     Se, Sa = exact.decision_function(Xtest), approx.decision_function(Xtest)
     for j in range(3):

@@ -7,7 +7,7 @@ import dmlr
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.gram import KernelSpec, kernel_matrix
 from dmlr.models import RBRL, KernelRBRL
-from dmlr.models.rbrl import DEFAULT_STEP_RULE
+from dmlr.models.rbrl import DEFAULT_SOLVER
 from dmlr.objectives import kernel_rbrl
 from dmlr.objectives import rbrl as objective
 from tests.conftest import RBRL_REF, require
@@ -98,23 +98,23 @@ def test_step_rules_reach_the_same_optimum_in_fewer_iterations():
     X, Y = _problem(4, n=120, p=8, l=5)
     runs = {}
     for step in ("paper", "backtracking", "spectral", "adaptive"):
-        runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, step_rule=step, max_iter=20000, tol=1e-12).fit(
+        runs[step] = RBRL(alpha=0.1, alpha_rank=0.5, alpha_nuclear=0.2, solver=step, max_iter=20000, tol=1e-12).fit(
             X, Y
         )
     best = min(r.objective_history_[-1] for r in runs.values())
     for step, r in runs.items():
         assert r.objective_history_[-1] == pytest.approx(best, rel=1e-8), step
     for kern, model in ((None, RBRL()), ("rbf", KernelRBRL("rbf"))):
-        paper = model.set_params(step_rule="paper").fit(X, Y)
+        paper = model.set_params(solver="paper").fit(X, Y)
         target = paper.objective_history_[-1] * (1 + 1e-6)
         paper_n_iter = paper.n_iter_
         for step in ("backtracking", "spectral", "adaptive"):
-            fast = model.set_params(step_rule=step).fit(X, Y)
+            fast = model.set_params(solver=step).fit(X, Y)
             first = int(np.argmax(np.array(fast.objective_history_) <= target)) + 1
             assert fast.objective_history_[-1] <= target, (kern, step)
             assert first < paper_n_iter, (kern, step, first, paper_n_iter)
         # the default: stops by its test, as good as the paper step's stop, in fewer iterations
-        default = model.set_params(step_rule=DEFAULT_STEP_RULE).fit(X, Y)
+        default = model.set_params(solver=DEFAULT_SOLVER).fit(X, Y)
         assert default.converged_ and default.n_iter_ < default.max_iter, kern
         assert default.objective_history_[-1] <= target and default.n_iter_ < paper_n_iter, kern
 
@@ -160,7 +160,7 @@ def test_kernel_rbrl_reproduces_reference_on_emotions(reference_emotions):
         alpha_rank=0.01,
         alpha_nuclear=0.1,
         max_iter=1999,
-        step_rule="paper",
+        solver="paper",
         threshold=0.0,  # the reference's label rule
     ).fit(Xtr, Ytr)
     ref_obj = np.loadtxt(require(RBRL_REF / "kernel_obj.txt"))
@@ -186,7 +186,7 @@ def test_br_variant_equals_liblinear_squared_hinge_svm():
         alpha=lam1,
         alpha_rank=0.0,
         alpha_nuclear=0.0,
-        step_rule="spectral",
+        solver="spectral",
         tol=1e-13,
         max_iter=20000,
         scaling=None,

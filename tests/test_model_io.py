@@ -114,12 +114,24 @@ def test_files_before_the_renames_are_refused_naming_their_format_version(fitted
     old = {"lambda1": 1.0, "lambda2": 0.01, "lambda3": 0.1, "kernel": None, "step": "paper", "backend": "auto"}
     attrs = {k: v for k, v in meta["attributes"].items() if k not in ("classes_", "target_type_", "label_dtype_")}
     _with_meta(path, format_version=1, params=old, attributes=attrs)
-    with pytest.raises(DmlrInputError, match="format version 1 .*CHANGELOG.md.*reads format version 3"):
+    with pytest.raises(DmlrInputError, match="format version 1 .*CHANGELOG.md.*reads format version 4"):
         dmlr.load(path)
-    path = model.save(tmp_path / "v4.npz")
-    _with_meta(path, format_version=4)
-    with pytest.raises(DmlrInputError, match="unsupported model format version 4"):
+    path = model.save(tmp_path / "v5.npz")
+    _with_meta(path, format_version=5)
+    with pytest.raises(DmlrInputError, match="unsupported model format version 5"):
         dmlr.load(path)
+
+
+def test_a_version_3_file_reads_its_step_rule_as_solver(fitted, tmp_path):
+    model, X = fitted
+    path = model.save(tmp_path / "v3.npz")
+    meta = json.loads(np.load(path)["__dmlr__"].tobytes())
+    params = dict(meta["params"])
+    params["step_rule"] = params.pop("solver")
+    _with_meta(path, format_version=3, params=dict(params, step_rule="spectral"))
+    loaded = dmlr.load(path)
+    assert loaded.get_params()["solver"] == "spectral" and "step_rule" not in loaded.get_params()
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
 
 
 @pytest.mark.parametrize(

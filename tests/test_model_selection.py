@@ -14,7 +14,7 @@ from dmlr.models import RBRL
 GRID = {"alpha": [0.01, 1.0], "alpha_rank": [0.01, 1.0], "alpha_nuclear": [0.01, 1.0]}
 # Tight tolerance: path (warm) and cold fits then reach the same optimum to far
 # below the metrics' resolution, so their scores must agree.
-SOLVER = dict(step_rule="spectral", tol=1e-10, max_iter=5000)
+SOLVER = dict(solver="spectral", tol=1e-10, max_iter=5000)
 
 
 def _synthetic(n=150, d=10, l=4, seed=0):
@@ -239,7 +239,7 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     grid = {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}
     with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
         r = grid_search_cv(
-            RBRL(tol=1e-3, step_rule="spectral", gradient_tol=None),
+            RBRL(tol=1e-3, solver="spectral", gradient_tol=None),
             X,
             Y,
             grid,
@@ -254,7 +254,7 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         g = grid_search_cv(
-            RBRL(tol=1e-3, step_rule="spectral"), X, Y, grid, cv=3, client="local", refit=False, scoring="paper_mean"
+            RBRL(tol=1e-3, solver="spectral"), X, Y, grid, cv=3, client="local", refit=False, scoring="paper_mean"
         )
     assert g.n_warm_first_test_stops == 0
 
@@ -269,7 +269,7 @@ def test_default_rule_warm_starts_do_not_stop_short(data):
     for alpha_nuclear in (10.0, 1.0, 0.1, 0.01):
         warm.set_params(alpha_nuclear=alpha_nuclear).fit(X, Y)
         cold = RBRL(tol=1e-3, alpha_nuclear=alpha_nuclear).fit(X, Y)
-        paper = RBRL(tol=1e-3, alpha_nuclear=alpha_nuclear, step_rule="paper").fit(X, Y)
+        paper = RBRL(tol=1e-3, alpha_nuclear=alpha_nuclear, solver="paper").fit(X, Y)
         best = RBRL(tol=1e-12, alpha_nuclear=alpha_nuclear, max_iter=5000).fit(X, Y).objective_history_[-1]
         assert warm.converged_ and warm.n_iter_ > 2 and paper.converged_
         for fit in (warm, cold):

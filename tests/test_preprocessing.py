@@ -41,18 +41,18 @@ def test_statistics_equal_numpys_on_the_full_matrix_whatever_the_chunks():
 
 def test_model_scales_inside_fit_and_predict_and_the_file_keeps_it(tmp_path):
     X, Y = _data()
-    model = RBRL(max_iter=200, step_rule="spectral").fit(X, Y)
+    model = RBRL(max_iter=200, solver="spectral").fit(X, Y)
     assert model.scaling_ == "standard"
     # the same as fitting on the standardized features without scaling
     Z = (X - model.feature_offset_) / model.feature_scale_
-    plain = RBRL(max_iter=200, step_rule="spectral", scaling=None).fit(Z, Y)
+    plain = RBRL(max_iter=200, solver="spectral", scaling=None).fit(Z, Y)
     np.testing.assert_allclose(model.coef_, plain.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(model.decision_function(X), plain.decision_function(Z), rtol=1e-10, atol=1e-10)
     again = dmlr.load(model.save(tmp_path / "m.npz"))
     np.testing.assert_array_equal(again.decision_function(X), model.decision_function(X))
     assert again.scaling_ == "standard"
     # scaling helps an ill-scaled problem: the unscaled fit does far worse at the same budget
-    raw = RBRL(max_iter=200, step_rule="spectral", scaling=None).fit(X, Y)
+    raw = RBRL(max_iter=200, solver="spectral", scaling=None).fit(X, Y)
     rl = {
         name: dmlr.evaluate(m, (X, Y), metrics=["ranking_loss"])["ranking_loss"]
         for name, m in (("scaled", model), ("raw", raw))

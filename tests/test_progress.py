@@ -29,7 +29,7 @@ def _parse(out):
 def test_rbrl_verbose_prints_iteration_objective_and_relative_change(capsys):
     X, Y = _data()
     # the paper step's single-step test, which the reporter's "left" estimate models
-    model = RBRL(verbose=5, max_iter=500, tol=1e-6, step_rule="paper").fit(X, Y)
+    model = RBRL(verbose=5, max_iter=500, tol=1e-6, solver="paper").fit(X, Y)
     matches = _parse(capsys.readouterr().out)
     assert matches and all(m is not None for m in matches)
     its = [int(m.group(1)) for m in matches]
@@ -80,7 +80,7 @@ def test_a_line_below_tol_is_held_until_the_run_goes_on_or_finishes():
 
 def test_rbrl_with_an_extra_stopping_test_reports_convergence_once(capsys):
     X, Y = _data()
-    model = RBRL(verbose=3, max_iter=500, tol=1e-5, step_rule="spectral").fit(X, Y)
+    model = RBRL(verbose=3, max_iter=500, tol=1e-5, solver="spectral").fit(X, Y)
     out = capsys.readouterr().out
     its = [int(m.group(1)) for m in _parse(out)]
     assert its == sorted(set(its)) and its[-1] == model.n_iter_

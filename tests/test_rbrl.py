@@ -41,8 +41,8 @@ def test_sparse_and_dense_give_the_same_model():
     Xd = rng.random((200, 30)) * (rng.random((200, 30)) < 0.1)
     Y = (rng.random((200, 6)) < 0.3).astype(np.int8)
     # the paper's fixed step: the kernels' rounding differences (1e-16) stay at that level
-    dense = RBRL(max_iter=60, tol=0, scaling="maxabs", step_rule="paper").fit(Xd, Y)
-    sparse = RBRL(max_iter=60, tol=0, scaling="maxabs", step_rule="paper").fit(sp.csr_matrix(Xd), Y)
+    dense = RBRL(max_iter=60, tol=0, scaling="maxabs", solver="paper").fit(Xd, Y)
+    sparse = RBRL(max_iter=60, tol=0, scaling="maxabs", solver="paper").fit(sp.csr_matrix(Xd), Y)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(Xd)), dense.decision_function(Xd), atol=1e-10)
     # the default rule (L-BFGS) builds its model of the curvature from gradient differences,
@@ -139,12 +139,12 @@ def test_brl_and_br_variants_drop_their_terms():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(80, 4))
     Y = (rng.random((80, 3)) < 0.4).astype(np.int8)
-    br = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, step_rule="paper").fit(X, Y)
+    br = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, solver="paper").fit(X, Y)
     # BR with the squared hinge decouples over labels, and the paper step does not depend on l:
     # each label refitted alone follows the same iterates
     # (pairs of labels: a single 0/1 column is a binary target, fitted as two class columns)
     for pair in ([0, 1], [1, 2], [2, 0]):
-        two = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, step_rule="paper").fit(X, Y[:, pair])
+        two = RBRL(alpha_rank=0.0, alpha_nuclear=0.0, max_iter=100, tol=0.0, solver="paper").fit(X, Y[:, pair])
         np.testing.assert_allclose(two.coef_, br.coef_[:, pair], rtol=1e-10, atol=1e-12)
 
 
@@ -184,7 +184,7 @@ def test_linear_rbrl_reproduces_reference_on_emotions(reference_emotions):
         max_iter=1999,
         tol=1e-6,
         scaling=None,
-        step_rule="paper",
+        solver="paper",
         penalize_intercept=True,
         threshold=0.0,  # the reference's label rule
     ).fit(Xtr, Ytr)
@@ -270,16 +270,16 @@ def test_lbfgs_step_rule_reaches_the_proximal_optimum(alpha_nuclear):
     X = rng.normal(size=(90, 7))
     Y = (X @ rng.normal(size=(7, 5)) + rng.normal(size=(90, 5)) > 0.5).astype(np.int8)
     params = dict(alpha=2.0, alpha_rank=0.3, alpha_nuclear=alpha_nuclear, scaling=None, max_iter=20000)
-    tight = RBRL(step_rule="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
-    quasi = RBRL(step_rule="lbfgs", tol=1e-12, **params).fit(X, Y)
+    tight = RBRL(solver="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
+    quasi = RBRL(solver="lbfgs", tol=1e-12, **params).fit(X, Y)
     rank = np.linalg.matrix_rank(tight.coef_[:-1], tol=1e-6)
     assert rank == 5 if alpha_nuclear < 1 else 0 < rank < 5
     assert quasi.converged_
     assert _objective(quasi, X, Y) == pytest.approx(_objective(tight, X, Y), rel=1e-9)
     np.testing.assert_allclose(quasi.coef_, tight.coef_, atol=1e-4)
     # the kernel model's variable (dual coefficients) too
-    k_tight = KernelRBRL(step_rule="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
-    k_quasi = KernelRBRL(step_rule="lbfgs", tol=1e-12, **params).fit(X, Y)
+    k_tight = KernelRBRL(solver="spectral", tol=1e-14, gradient_tol=1e-12, **params).fit(X, Y)
+    k_quasi = KernelRBRL(solver="lbfgs", tol=1e-12, **params).fit(X, Y)
     assert k_quasi.objective_history_[-1] <= k_tight.objective_history_[-1] * (1 + 1e-9)
     np.testing.assert_allclose(k_quasi.decision_function(X), k_tight.decision_function(X), atol=1e-3)
 
@@ -297,7 +297,7 @@ def test_a_warm_start_at_a_rank_deficient_point_starts_with_apg(monkeypatch):
     # calling L-BFGS would fail (the module, which dmlr.solvers' function of the same name hides)
     monkeypatch.setattr(sys.modules["dmlr.solvers.lbfgs"], "lbfgs", None)
     path.set_params(alpha_nuclear=25.0).fit(X, Y)
-    cold = RBRL(alpha_nuclear=25.0, step_rule="adaptive", **params).fit(X, Y)
+    cold = RBRL(alpha_nuclear=25.0, solver="adaptive", **params).fit(X, Y)
     assert path.converged_
     assert path.objective_history_[-1] == pytest.approx(cold.objective_history_[-1], rel=1e-8)
     monkeypatch.undo()
@@ -312,9 +312,9 @@ def test_progress_clock_runs_on_through_the_handover_to_apg(capsys):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(90, 7))
     Y = (X @ rng.normal(size=(7, 5)) + rng.normal(size=(90, 5)) > 0.5).astype(np.int8)
-    model = RBRL(
-        alpha=2.0, alpha_rank=0.3, alpha_nuclear=30.0, scaling=None, step_rule="lbfgs", tol=1e-12, verbose=1
-    ).fit(X, Y)
+    model = RBRL(alpha=2.0, alpha_rank=0.3, alpha_nuclear=30.0, scaling=None, solver="lbfgs", tol=1e-12, verbose=1).fit(
+        X, Y
+    )
     lines = [x for x in capsys.readouterr().out.splitlines() if "elapsed" in x]
     seconds = [float(x.split("elapsed")[1].split()[0]) for x in lines]
     assert len(seconds) >= model.n_iter_  # every iteration shown (verbose=1)

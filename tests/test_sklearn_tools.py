@@ -26,8 +26,8 @@ from dmlr.scoring import get_scorer
 
 #: Every estimator, small enough for a test, with one parameter to search.
 CASES = [
-    (RBRL(max_iter=300, step_rule="spectral"), "alpha", [0.1, 10.0]),
-    (KernelRBRL("rbf", max_iter=200, step_rule="spectral"), "gamma", [0.05, 0.5]),
+    (RBRL(max_iter=300, solver="spectral"), "alpha", [0.1, 10.0]),
+    (KernelRBRL("rbf", max_iter=200, solver="spectral"), "gamma", [0.05, 0.5]),
     (RankSVM(n_updates=3000), "alpha", [1e-3, 1e-1]),
     (MMP(n_updates=3000), "n_updates", [300, 3000]),
     (LinearMultiLabel(n_epochs=3), "alpha", [1e-4, 1e-1]),
@@ -111,7 +111,7 @@ def test_cross_validate_with_dmlr_scorers_equals_the_metrics(data):
 def test_randomized_and_halving_searches(data):
     X, Y = data
     rnd = RandomizedSearchCV(
-        RBRL(max_iter=200, step_rule="spectral"),
+        RBRL(max_iter=200, solver="spectral"),
         {"alpha": loguniform(1e-2, 1e1)},
         n_iter=3,
         cv=3,
@@ -133,7 +133,7 @@ def test_joblib_dask_backend_runs_the_search_on_the_cluster(data, client2):
 
     def search():
         return GridSearchCV(
-            RBRL(max_iter=200, step_rule="spectral"), grid, cv=3, n_jobs=2, scoring=get_scorer("average_precision")
+            RBRL(max_iter=200, solver="spectral"), grid, cv=3, n_jobs=2, scoring=get_scorer("average_precision")
         ).fit(X, Y)
 
     local = search()
@@ -164,9 +164,9 @@ def test_fit_takes_no_execution_arguments_and_the_config_restores(data):
     before = dmlr.get_config()
     with dmlr.config_context(backend="local", n_blocks=3):
         assert dmlr.get_config()["n_blocks"] == 3
-        three = RBRL(max_iter=50, tol=0, step_rule="paper").fit(X, Y)
+        three = RBRL(max_iter=50, tol=0, solver="paper").fit(X, Y)
     assert dmlr.get_config() == before
-    one = RBRL(max_iter=50, tol=0, step_rule="paper").fit(X, Y)
+    one = RBRL(max_iter=50, tol=0, solver="paper").fit(X, Y)
     np.testing.assert_allclose(three.coef_, one.coef_, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="backend"):
         dmlr.set_config(backend="gpu")

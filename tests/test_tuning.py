@@ -22,7 +22,7 @@ from dmlr.tuning import Axis, search
 
 # Tight tolerance: warm-started path fits and cold fits reach the same optimum far below
 # the metrics' resolution.
-SOLVER = dict(step_rule="spectral", tol=1e-10, max_iter=5000)
+SOLVER = dict(solver="spectral", tol=1e-10, max_iter=5000)
 
 
 class KnownBest(ClassifierMixin, BaseEstimator):
@@ -124,7 +124,7 @@ def test_search_agrees_with_exhaustive_cross_validation():
     # The warm-started, abandoning search chooses what an exhaustive cold grid search of
     # the same values, on the same folds and metric, chooses; the choice is interior.
     X, Y = _synthetic()
-    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None, step_rule=None)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, max_widen=0, scoring="average_precision", tol=None, solver=None)
     n_train = min(len(tr) for tr, _ in dmlr.model_selection.kfold_indices(len(X), 5, 0))
     values = [n_train * 10.0**e for e in RBRL._search_space[0].exponents]
     exhaustive = grid_search_cv(
@@ -155,13 +155,13 @@ class RecordsSolver(KnownBest):
 
     fits: list = []
 
-    def __init__(self, alpha=1.0, best=1.0, warm_start=False, tol=1e-6, step_rule="adaptive"):
+    def __init__(self, alpha=1.0, best=1.0, warm_start=False, tol=1e-6, solver="adaptive"):
         super().__init__(alpha=alpha, best=best, warm_start=warm_start)
         self.tol = tol
-        self.step_rule = step_rule
+        self.solver = solver
 
     def fit(self, X, Y):
-        RecordsSolver.fits.append((self.tol, self.step_rule))
+        RecordsSolver.fits.append((self.tol, self.solver))
         return super().fit(X, Y)
 
 
@@ -173,10 +173,10 @@ def test_cross_validation_fits_use_the_search_solver_and_the_refit_the_models(mo
     assert model.best_params_["alpha"] == pytest.approx(10**0.5, rel=1e-12)
     *cv_fits, refit = RecordsSolver.fits
     assert len(cv_fits) == model.search_.n_fits > 0
-    assert set(cv_fits) == {(tuning.SEARCH_TOL, tuning.SEARCH_STEP_RULE)}
+    assert set(cv_fits) == {(tuning.SEARCH_TOL, tuning.SEARCH_SOLVER)}
     assert refit == (1e-6, "adaptive")
     monkeypatch.setattr(RecordsSolver, "fits", [])
-    search(RecordsSolver(best=10**0.5), X, Y, n_jobs=1, tol=None, step_rule=None)
+    search(RecordsSolver(best=10**0.5), X, Y, n_jobs=1, tol=None, solver=None)
     assert set(RecordsSolver.fits) == {(1e-6, "adaptive")}
 
 
@@ -355,7 +355,7 @@ def test_chunked_folds_are_row_masks_over_the_chunks(monkeypatch):
 _KILLED_SCRIPT = """
 import sys
 import dmlr
-dmlr.fit(sys.argv[1], "rbrl", checkpoint=sys.argv[2], step_rule="spectral", tol=1e-10, max_iter=5000)
+dmlr.fit(sys.argv[1], "rbrl", checkpoint=sys.argv[2], solver="spectral", tol=1e-10, max_iter=5000)
 """
 
 

@@ -46,7 +46,7 @@ from dmlr.preprocessing import SCALINGS, fit_scaling_of, scaled_by
 from dmlr.validation import check_fit_data, check_partial_fit_data, check_predict_X
 
 MODEL_FORMAT = "dmlr-model"
-MODEL_FORMAT_VERSION = 3
+MODEL_FORMAT_VERSION = 4
 _META_KEY = "__dmlr__"
 #: Fitted attributes of every model: the target encoding (:mod:`dmlr.validation`).
 TARGET_ATTRIBUTES = ("classes_", "target_type_", "label_dtype_")
@@ -448,6 +448,9 @@ def load_model(path):
         )
     if version == 2:
         _upgrade_from_version_2(meta, contents, path)
+        version = 3
+    if version == 3:
+        _upgrade_from_version_3(meta)
     elif version != MODEL_FORMAT_VERSION:
         raise DmlrInputError(
             f"unsupported model format version {version!r} (this dmlr reads {MODEL_FORMAT_VERSION})", path=path
@@ -492,6 +495,13 @@ def load_model(path):
             raise DmlrInputError(f"threshold_ must be {len(model.classes_)} floats, got {t.dtype} {t.shape}", path=path)
     model._validate_loaded(path)
     return model
+
+
+def _upgrade_from_version_3(meta: dict) -> None:
+    """Read a version 3 file as version 4, in place: RBRL's ``step_rule`` is now ``solver``."""
+    params = meta.get("params")
+    if isinstance(params, dict) and "step_rule" in params:
+        params["solver"] = params.pop("step_rule")
 
 
 def _upgrade_from_version_2(meta: dict, contents: dict, path) -> None:

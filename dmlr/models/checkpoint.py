@@ -4,7 +4,7 @@
 ``dmlr.fit(..., checkpoint=PATH, checkpoint_every=k)``, or
 ``dmlr fit ... --checkpoint PATH --checkpoint-every k``) writes the solver's
 full state (:class:`dmlr.solvers.apg.APGState`, or
-:class:`dmlr.solvers.lbfgs.LBFGSState` under ``step_rule="lbfgs"``) to
+:class:`dmlr.solvers.lbfgs.LBFGSState` under ``solver="lbfgs"``) to
 ``PATH`` every ``k`` iterations; after the process is killed, the same call with ``resume=True``
 continues from the last complete checkpoint and ends at the model the
 uninterrupted fit gives (the same iterates: nothing is recomputed).
@@ -24,7 +24,7 @@ Layout (format version 1)
         objective_history    float64 (t,)
         seconds              float64 (t,)
 
-An L-BFGS state (``step_rule="lbfgs"``; t counts oracle calls) has attrs
+An L-BFGS state (``solver="lbfgs"``; t counts oracle calls) has attrs
 ``solver: "lbfgs"``, f, step, reference, best_objective, best_smallest and
 n_oracle_calls, and the arrays x, grad (the current iterate and its
 gradient), S, Y (m, d * l) and SY, YY (m, m) (the correction pairs in their

@@ -9,7 +9,7 @@ Wu, Zheng, Tian, Liu, Neural Networks 122 (2020). The linear model
 (the paper's lambda1, lambda2, lambda3) with f_r the pairwise squared hinge
 with margin 2 (eq. 16), by accelerated proximal gradient with singular value
 thresholding (Algorithm 1, eqs. 24-27) and the paper's Lipschitz step
-(eqs. 22-23) or a faster rule (``step_rule=``). The kernel model
+(eqs. 22-23) or a faster rule (``solver=``). The kernel model
 (:class:`KernelRBRL`, eq. 12, Algorithm 2) optimizes the dual coefficients A
 with each row block holding its own rows of K
 (:mod:`dmlr.objectives.kernel_rbrl`); ``KernelRBRL(n_components=D)`` is its
@@ -54,10 +54,10 @@ from dmlr.solvers.apg import APGResult, Oracle, apg
 from dmlr.solvers.lbfgs import lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
-#: ``step_rule=`` values; see :class:`RBRL`.
-STEP_RULES = ("paper", "backtracking", "spectral", "adaptive", "lbfgs")
-#: The default ``step_rule`` of :class:`RBRL` and :class:`KernelRBRL`.
-DEFAULT_STEP_RULE = "lbfgs"
+#: ``solver=`` values; see :class:`RBRL`.
+SOLVERS = ("paper", "backtracking", "spectral", "adaptive", "lbfgs")
+#: The default ``solver`` of :class:`RBRL` and :class:`KernelRBRL`.
+DEFAULT_SOLVER = "lbfgs"
 
 
 class _RBRLBase(BaseModel):
@@ -76,7 +76,7 @@ class _RBRLBase(BaseModel):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "gradient_tol": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left"), None],
-        "step_rule": [StrOptions(set(STEP_RULES))],
+        "solver": [StrOptions(set(SOLVERS))],
         "restart": ["boolean", None],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
@@ -101,7 +101,7 @@ class _RBRLBase(BaseModel):
     )
     #: Parameters that define the problem or its stopping rule: a checkpoint records them and
     #: resuming needs the same values (:mod:`dmlr.models.checkpoint`).
-    _checkpoint_params = ("alpha", "alpha_rank", "alpha_nuclear", "tol", "gradient_tol", "step_rule", "restart")
+    _checkpoint_params = ("alpha", "alpha_rank", "alpha_nuclear", "tol", "gradient_tol", "solver", "restart")
 
     def fit(self, X, y, *, checkpoint=None, checkpoint_every=10, resume=False):
         """Fit on X (numpy, scipy.sparse or dask, (n, d)) and y (0/1 (n, n_labels), or 1-D classes).
@@ -170,10 +170,10 @@ class _RBRLBase(BaseModel):
         the training data).
         """
         lam3 = float(self.alpha_nuclear)
-        restart = self.step_rule != "paper" if self.restart is None else bool(self.restart)
+        restart = self.solver != "paper" if self.restart is None else bool(self.restart)
         gradient_tol = self.gradient_tol
         if gradient_tol == "auto":
-            gradient_tol = _AUTO_GRADIENT_TOL[self.step_rule](float(self.tol))
+            gradient_tol = _AUTO_GRADIENT_TOL[self.solver](float(self.tol))
 
         rows = self._penalized_rows()
 
@@ -208,7 +208,7 @@ class _RBRLBase(BaseModel):
         checkpoint = (every, writer) if writer is not None else None
         try:
             with chunks.solver_context():
-                if self.step_rule == "lbfgs":
+                if self.solver == "lbfgs":
                     res = self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint)
                 else:
                     res = self._solve_apg(
@@ -227,14 +227,14 @@ class _RBRLBase(BaseModel):
 
     def _solve_apg(self, oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint):
         """APG with this estimator's step rule (not ``"lbfgs"``), from ``state`` if given."""
-        backtracking = self.step_rule != "paper"
-        adaptive = self.step_rule == "adaptive"
-        L_paper = paper_L() if adaptive or (state is None and self.step_rule != "spectral") else None
+        backtracking = self.solver != "paper"
+        adaptive = self.solver == "adaptive"
+        L_paper = paper_L() if adaptive or (state is None and self.solver != "spectral") else None
         if state is not None:  # L is in the state (it changes under backtracking)
             L = state.lipschitz
-        elif self.step_rule == "spectral":
+        elif self.solver == "spectral":
             L = spectral_L()
-        elif self.step_rule in ("backtracking", "adaptive"):
+        elif self.solver in ("backtracking", "adaptive"):
             L = L_paper / 1024.0
         else:
             L = L_paper
@@ -315,7 +315,7 @@ _COMMON_PARAMETERS = """
         gradient-mapping accuracy that matches an objective accuracy of
         ``tol``, so a cold fit still stops on the relative change), ``tol``
         for the others.
-    step_rule : {"lbfgs", "adaptive", "paper", "backtracking", "spectral"}
+    solver : {"lbfgs", "adaptive", "paper", "backtracking", "spectral"}
         How the objective is minimized. "lbfgs" (default): a quasi-Newton
         method on the objective with the nuclear norm's gradient, which
         exists where W has full rank (:mod:`dmlr.solvers.lbfgs`), finished by
@@ -372,7 +372,7 @@ _COMMON_ATTRIBUTES = """
     converged_ : bool
     lipschitz_ : float
         The constant whose inverse was the last APG step (NaN when
-        ``step_rule="lbfgs"`` needed no APG).
+        ``solver="lbfgs"`` needed no APG).
     n_backtracks_, n_restarts_ : int
     n_features_in_, n_labels_ : int
     classes_ : ndarray
@@ -443,7 +443,7 @@ class RBRL(_RBRLBase):
         max_iter=2000,
         tol=1e-6,
         gradient_tol="auto",
-        step_rule=DEFAULT_STEP_RULE,
+        solver=DEFAULT_SOLVER,
         restart=None,
         fit_intercept=True,
         penalize_intercept=False,
@@ -458,7 +458,7 @@ class RBRL(_RBRLBase):
         self.max_iter = max_iter
         self.tol = tol
         self.gradient_tol = gradient_tol
-        self.step_rule = step_rule
+        self.solver = solver
         self.restart = restart
         self.fit_intercept = fit_intercept
         self.penalize_intercept = penalize_intercept
@@ -600,7 +600,7 @@ class KernelRBRL(_RBRLBase):
         max_iter=2000,
         tol=1e-6,
         gradient_tol="auto",
-        step_rule=DEFAULT_STEP_RULE,
+        solver=DEFAULT_SOLVER,
         restart=None,
         warm_start=False,
         verbose=0,
@@ -619,7 +619,7 @@ class KernelRBRL(_RBRLBase):
         self.max_iter = max_iter
         self.tol = tol
         self.gradient_tol = gradient_tol
-        self.step_rule = step_rule
+        self.solver = solver
         self.restart = restart
         self.warm_start = warm_start
         self.verbose = verbose
@@ -687,7 +687,7 @@ class KernelRBRL(_RBRLBase):
             "max_iter",
             "tol",
             "gradient_tol",
-            "step_rule",
+            "solver",
             "restart",
             "verbose",
         )

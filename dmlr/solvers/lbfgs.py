@@ -16,7 +16,7 @@ it too).
 Where the optimum has lower rank the gradient jumps and the line search
 fails, or a singular value collapses toward zero: :func:`lbfgs` then stops
 without claiming convergence, and :func:`lbfgs_then_apg` continues with
-:func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(step_rule="lbfgs")``
+:func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(solver="lbfgs")``
 uses it), whose proximal step handles the nonsmooth term exactly.
 
 The iterations apply the L-BFGS model in its compact form (:meth:`Pairs.direction`)
