@@ -170,7 +170,7 @@ def fit(
         Directory of a Zarr checkpoint: the solver's full state is written
         there (atomically) every ``checkpoint_every`` iterations, and the
         final result, marked complete, when the fit ends
-        (:mod:`dmlr.models.checkpoint`).
+        (:mod:`dmlr.solvers.checkpoint`).
     checkpoint_every : int
         Iterations between checkpoints (default 10).
     resume : bool

@@ -34,10 +34,10 @@ from dmlr.cli import main as cli_main
 from dmlr.datasets import make_multilabel
 from dmlr.kernel_approximation import KernelFeatures
 from dmlr.models import RBRL, KernelRBRL
-from dmlr.models import checkpoint as ckpt_mod
-from dmlr.models.checkpoint import Checkpoint, CheckpointMismatchError, Handover
 from dmlr.solvers import apg
+from dmlr.solvers import checkpoint as ckpt_mod
 from dmlr.solvers.apg import APGState
+from dmlr.solvers.checkpoint import Checkpoint, CheckpointMismatchError, Handover
 from dmlr.solvers.lbfgs import LBFGSState, lbfgs
 
 # ---------------------------------------------------------------------------
@@ -522,7 +522,7 @@ def test_checkpoint_writes_overlap_the_next_iterations(store, reference, tmp_pat
 def test_background_writer_runs_one_write_at_a_time_and_reraises():
     import threading
 
-    from dmlr.models.checkpoint import BackgroundWriter
+    from dmlr.solvers.checkpoint import BackgroundWriter
 
     release, log = threading.Event(), []
 

@@ -268,7 +268,7 @@ def test_a_checkpointed_w_prev_is_sent_again_and_another_cache_does_not_reuse_th
 @pytest.mark.parametrize(("kernel", "sparse"), [(None, False), ("rbf", False), (None, True)])
 @pytest.mark.parametrize("step", ["paper", "spectral"])
 def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kernel, sparse, monkeypatch):
-    from dmlr.models.rbrl import ChunkOracle
+    from dmlr.distributed.oracle import ChunkOracle
     from dmlr.solvers.apg import Oracle
 
     X, Y = problem(sparse, seed=4, n=400 if kernel else 700)
@@ -292,7 +292,7 @@ def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, c
     # on worker processes, W's factors travel in place of W when the prox formed W from them;
     # the workers form W by the same product: the same fit as shipping W whole
     from dmlr.distributed.extrapolation import ExtrapolationCache
-    from dmlr.models.rbrl import ChunkOracle
+    from dmlr.distributed.oracle import ChunkOracle
 
     X, Y = problem(sparse, seed=6, n=400 if kernel else 900, d=40, l=16)
     params = dict(

@@ -21,6 +21,7 @@ their defaults. ``alpha_rank=0`` gives BRL, the paper's ablation;
 
 from __future__ import annotations
 
+import functools
 import time
 from numbers import Integral, Real
 
@@ -30,11 +31,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from dmlr.config import chunk_options, get_config
 from dmlr.data.arrays import as_matrix
 from dmlr.distributed.chunks import make_chunkset
-from dmlr.distributed.extrapolation import ExtrapolationCache
+from dmlr.distributed.oracle import ChunkOracle
 from dmlr.errors import DmlrInputError
 from dmlr.kernels.approx import KernelFeatureMap, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
-from dmlr.models import checkpoint as ckpt_store
 from dmlr.models.base import (
     NOT_A_ZERO_THRESHOLD,
     SCALING,
@@ -50,7 +50,8 @@ from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
-from dmlr.solvers.apg import APGResult, Oracle, apg
+from dmlr.solvers import checkpoint as ckpt_store
+from dmlr.solvers.apg import APGResult, apg
 from dmlr.solvers.lbfgs import lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
@@ -100,7 +101,7 @@ class _RBRLBase(BaseModel):
         "resumed_from_iteration_",
     )
     #: Parameters that define the problem or its stopping rule: a checkpoint records them and
-    #: resuming needs the same values (:mod:`dmlr.models.checkpoint`).
+    #: resuming needs the same values (:mod:`dmlr.solvers.checkpoint`).
     _checkpoint_params = ("alpha", "alpha_rank", "alpha_nuclear", "tol", "gradient_tol", "solver", "restart")
 
     def fit(self, X, y, *, checkpoint=None, checkpoint_every=10, resume=False):
@@ -112,7 +113,7 @@ class _RBRLBase(BaseModel):
         y : array-like (n, n_labels) of 0/1, or (n,) class labels (:mod:`dmlr.validation`)
         checkpoint : str or Path, optional
             Directory of a Zarr checkpoint of the solver
-            (:mod:`dmlr.models.checkpoint`): the full APG state is written
+            (:mod:`dmlr.solvers.checkpoint`): the full APG state is written
             there atomically every ``checkpoint_every`` iterations, and the
             final result when the fit ends (the checkpoint is then marked
             complete, not removed).
@@ -125,7 +126,7 @@ class _RBRLBase(BaseModel):
             one without any state yet) the fit starts from scratch. A
             checkpoint of a different problem (other regularization, kernel,
             step rule, tol, data, ...) raises
-            :class:`~dmlr.models.checkpoint.CheckpointMismatchError` (a
+            :class:`~dmlr.solvers.checkpoint.CheckpointMismatchError` (a
             ``ValueError``); a complete one returns its result without
             iterating. Without ``resume``, an unfinished checkpoint at
             ``checkpoint`` raises :class:`FileExistsError` and a complete
@@ -166,7 +167,7 @@ class _RBRLBase(BaseModel):
         """APG with this estimator's step rule; returns the :class:`~dmlr.solvers.apg.APGResult`.
 
         With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
-        one (``data_fp``: :func:`dmlr.models.checkpoint.data_fingerprint` of
+        one (``data_fp``: :func:`dmlr.solvers.checkpoint.data_fingerprint` of
         the training data).
         """
         lam3 = float(self.alpha_nuclear)
@@ -490,8 +491,7 @@ class RBRL(_RBRLBase):
                     objective.block_wants_pair,
                 ),
                 (lam2,),
-                ridge=lam1,
-                ridge_rows=self._penalized_rows(),
+                finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=self._penalized_rows()),
             )
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
@@ -760,78 +760,3 @@ def _checkpoint_request(checkpoint, every, resume):
 
 
 _PREDICT_SUPPORT_ROWS = 4096
-
-
-class ChunkOracle(Oracle):
-    """f of RBRL over a chunk set, as :func:`dmlr.solvers.apg.apg` asks for it.
-
-    Parameters
-    ----------
-    chunks : ChunkSet
-    block_fns : (value_and_grad, extrapolated_value_and_grad, wants_pair)
-        The objective's block functions (:mod:`dmlr.objectives.rbrl` or
-        :mod:`dmlr.objectives.kernel_rbrl`): the stacked call, summed over
-        the blocks, and the speculative call, through an
-        :class:`~dmlr.distributed.extrapolation.ExtrapolationCache`.
-    args : tuple
-        The objective's parameters, after each block function's own arguments.
-    ridge : float, optional
-        lambda1 of a ridge term added here (the linear model's, eq. 17,
-        :func:`dmlr.objectives.rbrl.add_ridge`); the kernel model's is in its
-        block shares.
-    ridge_rows : slice
-        The rows the ridge term covers (all but the bias row for an
-        unpenalized intercept).
-
-    Attributes
-    ----------
-    n_factored : int
-        Speculative calls that shipped the new point as low-rank factors.
-
-    Notes
-    -----
-    When the prox's result W_t was formed as a product of thin factors (a
-    low-rank W, :class:`~dmlr.solvers.prox.LowRank`) and they take at most
-    :attr:`max_factor_fraction` of W's floats, the speculative call sends the
-    factors to blocks on Dask workers, which form W by the same product: the
-    same numbers for a fraction of the bytes (blocks in this process are
-    handed W itself, which costs nothing to send). The solver is not
-    involved: the prox tells the oracle which of its results are factored
-    (:meth:`note_factors`), and the oracle recognizes the very array when
-    the solver passes it back.
-    """
-
-    #: Factors are shipped when they hold at most this fraction of W's floats (0: never).
-    max_factor_fraction = 0.5
-
-    def __init__(self, chunks, block_fns, args: tuple, ridge: float | None = None, ridge_rows: slice = slice(None)):
-        value_and_grad, extrapolated, wants_pair = block_fns
-        self.chunks, self.value_and_grad, self.args, self.ridge = chunks, value_and_grad, tuple(args), ridge
-        self.ridge_rows = ridge_rows
-        self.cache = ExtrapolationCache(chunks, extrapolated, wants_pair, self.args)
-        self._factored = (None, None)
-        self.n_factored = 0
-
-    def note_factors(self, W, low_rank) -> None:
-        """Record that ``W`` is ``low_rank.expand()`` (None: W has no factors), for the next speculative call."""
-        self._factored = (W, low_rank)
-
-    def __call__(self, points, grad_point):
-        values, grad = self.chunks.map_reduce(self.value_and_grad, points, grad_point, *self.args)
-        if self.ridge is None:
-            return values, grad
-        return objective.add_ridge(values, grad, points, grad_point, self.ridge, self.ridge_rows)
-
-    def extrapolated(self, W, W_prev, momentum, G):
-        noted, low_rank = self._factored
-        ship = (
-            noted is W
-            and low_rank is not None
-            and self.chunks.backend == "dask"
-            and low_rank.size <= self.max_factor_fraction * W.size
-        )
-        self.n_factored += ship
-        values, grad = self.cache(W, W_prev, momentum, G, low_rank if ship else None)
-        if self.ridge is None:
-            return values, grad
-        return objective.add_ridge(values, grad, (W, G), 1, self.ridge, self.ridge_rows)

@@ -95,7 +95,7 @@ Algorithm 1's):
   one extra oracle call, at the origin.
 
 Checkpoints and resuming (the solver knows no storage; see
-:mod:`dmlr.models.checkpoint` for the Zarr side): after iteration t the run is
+:mod:`dmlr.solvers.checkpoint` for the Zarr side): after iteration t the run is
 fully described by an :class:`APGState` -- W_t, the next extrapolation point
 G_{t+1} with f(G_{t+1}) and grad f(G_{t+1}) (already computed by the
 speculative oracle call), b_{t+1}, L, the history, the counters and the
