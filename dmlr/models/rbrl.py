@@ -51,7 +51,7 @@ from dmlr.objectives import rbrl as objective
 from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers import checkpoint as ckpt_store
-from dmlr.solvers.apg import APGResult, apg
+from dmlr.solvers.apg import apg
 from dmlr.solvers.lbfgs import lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
 
@@ -137,7 +137,7 @@ class _RBRLBase(BaseModel):
         self
         """
         self._validate_params()
-        ckpt = _checkpoint_request(checkpoint, checkpoint_every, resume)
+        ckpt = ckpt_store.checkpoint_args(checkpoint, checkpoint_every, resume)
         start = time.perf_counter()
         X, Y = self._fit_data(X, y)
         res = self._fit_arrays(X, Y, ckpt)
@@ -187,43 +187,34 @@ class _RBRLBase(BaseModel):
             oracle.note_factors(Z, low_rank)
             return Z, penalty
 
-        store, saved = None, None
-        if ckpt is not None:
-            path, every, resume = ckpt
-            fingerprint = ckpt_store.make_fingerprint(
+        run = ckpt_store.CheckpointRun(
+            ckpt,
+            lambda: ckpt_store.make_fingerprint(
                 type(self).__name__, {k: getattr(self, k) for k in self._checkpoint_params}, x0.shape, data_fp
-            )
-            store, saved = ckpt_store.open_for_fit(path, fingerprint, resume=resume, max_iter=int(self.max_iter))
+            ),
+            self.max_iter,
+        )
         self.backend_ = chunks.backend
-        if isinstance(saved, APGResult):  # a complete checkpoint: the fit had ended
-            self.resumed_from_iteration_ = saved.n_iter
-            return saved
-        state = saved
+        if run.done:  # a complete checkpoint: the fit had ended
+            self.resumed_from_iteration_ = run.saved.n_iter
+            return run.saved
+        state = run.saved
         self.resumed_from_iteration_ = 0 if state is None else state.n_iter
         callback = (
             ProgressReporter(int(self.verbose), max_iter=int(self.max_iter), tol=float(self.tol))
             if self.verbose
             else None
         )
-        writer = ckpt_store.BackgroundWriter(store.save_state) if store is not None else None
-        checkpoint = (every, writer) if writer is not None else None
-        try:
-            with chunks.solver_context():
-                if self.solver == "lbfgs":
-                    res = self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint)
-                else:
-                    res = self._solve_apg(
-                        oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint
-                    )
-        except BaseException:
-            if writer is not None:  # let the checkpoint being written land; the fit's error wins
-                writer.wait(raise_error=False)
-            raise
+        with run, chunks.solver_context():
+            if self.solver == "lbfgs":
+                res = self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, run.hook)
+            else:
+                res = self._solve_apg(
+                    oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, run.hook
+                )
         if callback is not None:
             callback.finish(res.converged)
-        if writer is not None:
-            writer.wait()
-            store.save_final(res, int(self.max_iter))
+        run.finish(res)
         return res
 
     def _solve_apg(self, oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint):
@@ -746,17 +737,6 @@ class KernelRBRL(_RBRLBase):
         for a in range(0, support.shape[0], step):  # bounded memory: m x step kernel entries at a time
             S += kernel_matrix(X, support[a : a + step], spec) @ A[a : a + step]
         return S
-
-
-def _checkpoint_request(checkpoint, every, resume):
-    """Validated ``(path, every, resume)``, or None without a checkpoint."""
-    if checkpoint is None:
-        if resume:
-            raise ValueError("resume=True needs a checkpoint path (checkpoint=...)")
-        return None
-    if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool) and every >= 1):
-        raise ValueError(f"checkpoint_every must be a positive integer, got {every!r}")
-    return (checkpoint, int(every), bool(resume))
 
 
 _PREDICT_SUPPORT_ROWS = 4096

@@ -633,3 +633,73 @@ def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
             )
         return ckpt, result
     return ckpt, saved
+
+
+def checkpoint_args(checkpoint, every, resume):
+    """A fit's checkpoint arguments, validated: ``(path, every, resume)``, or None without a checkpoint."""
+    if checkpoint is None:
+        if resume:
+            raise ValueError("resume=True needs a checkpoint path (checkpoint=...)")
+        return None
+    if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool) and every >= 1):
+        raise ValueError(f"checkpoint_every must be a positive integer, got {every!r}")
+    return (checkpoint, int(every), bool(resume))
+
+
+class CheckpointRun:
+    """One fit's use of its checkpoint, for an estimator that hands a solver the hook.
+
+    Opens the checkpoint (:func:`open_for_fit`) and starts the background
+    writer; used as a context manager around the solver's run, it lets a
+    write in progress land when the run fails (the run's error wins), and
+    :meth:`finish` waits for the last write and stores the final result.
+
+    Parameters
+    ----------
+    request : tuple or None
+        ``(path, every, resume)`` of :func:`~dmlr.solvers.checkpoint.checkpoint_args`; None: no checkpoint
+        (every attribute below is None and the methods do nothing).
+    fingerprint : callable
+        ``fingerprint() -> dict``, the problem's :func:`make_fingerprint`, called only with a
+        checkpoint (it may read the data).
+    max_iter : int
+
+    Attributes
+    ----------
+    saved : None, state or SolverResult
+        What :func:`open_for_fit` found: None (start afresh), a solver state to continue
+        from, or the final result of a complete checkpoint (nothing left to run).
+    hook : tuple or None
+        ``(every, write)``, the solvers' ``checkpoint`` argument; None when there is nothing
+        to run.
+    """
+
+    def __init__(self, request, fingerprint, max_iter: int):
+        self.saved, self.hook, self._store, self._writer = None, None, None, None
+        self.max_iter = int(max_iter)
+        if request is None:
+            return
+        path, every, resume = request
+        self._store, self.saved = open_for_fit(path, fingerprint(), resume=resume, max_iter=self.max_iter)
+        if not self.done:
+            self._writer = BackgroundWriter(self._store.save_state)
+            self.hook = (every, self._writer)
+
+    @property
+    def done(self) -> bool:
+        """Whether the checkpoint holds the fit's final result."""
+        return isinstance(self.saved, APGResult)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self._writer is not None:
+            self._writer.wait(raise_error=False)
+        return False
+
+    def finish(self, result) -> None:
+        """Wait for the last state's write, then store ``result`` and mark the checkpoint complete."""
+        if self._writer is not None:
+            self._writer.wait()
+            self._store.save_final(result, self.max_iter)
