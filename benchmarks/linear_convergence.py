@@ -2,7 +2,7 @@
 
 For each staged set (the official MULAN training split, features scaled as the model does,
 ``scaling="auto"``) and loss, the optimum F* of the model's objective is computed by scipy's
-L-BFGS-B run to a projected gradient of 1e-10 (:func:`dmlr.solvers.sgd.scipy_lbfgs` on
+L-BFGS-B run to a projected gradient of 1e-10 (:func:`dmlr.solvers.lbfgs.scipy_lbfgs` on
 :meth:`~dmlr.objectives.multilabel.LinearMultiLabelProblem.value_and_grad`, no stopping rule of
 the model), and each configuration's final objective F is reported as the relative gap
 (F - F*) / F*, beside its epochs or iterations and its fit seconds (in this process, one run
@@ -33,7 +33,7 @@ from dmlr.distributed.chunks import make_chunkset
 from dmlr.models import LinearMultiLabel
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.preprocessing import scaled_by
-from dmlr.solvers.sgd import scipy_lbfgs
+from dmlr.solvers.lbfgs import scipy_lbfgs
 
 CONFIGS = {
     "old": dict(solver="sgd", learning_rate="1/k", n_epochs=5, alpha=1e-4, tol=None),

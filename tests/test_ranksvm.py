@@ -13,6 +13,7 @@ from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import MMP, RankSVM, load_model
 from dmlr.objectives import ranksvm as obj
 from dmlr.solvers import sgd
+from dmlr.solvers.lbfgs import scipy_lbfgs
 
 
 def _strongly_convex_instance(seed=0, n=300, d=10, K=5):
@@ -134,7 +135,7 @@ def lbfgs_reference():
     X, Y = _strongly_convex_instance()
     blk = make_block(X, Y, True)
     lam, alpha = 1e-2, 1e-5
-    res = sgd.scipy_lbfgs(lambda M: obj.value_and_grad(blk, M, lam, alpha), np.zeros((11, 5)), max_iter=3000, tol=1e-10)
+    res = scipy_lbfgs(lambda M: obj.value_and_grad(blk, M, lam, alpha), np.zeros((11, 5)), max_iter=3000, tol=1e-10)
     f_up = obj.objective(blk, res.x, lam, 0.0)
     fun = res.objective_history[-1]  # the objective at res.x
     assert fun <= f_up <= fun + obj.smoothing_gap_bound(Y, alpha)

@@ -405,6 +405,7 @@ def test_every_solver_returns_the_one_result_type():
     from dmlr.data.blocks import make_block
     from dmlr.objectives import ranksvm as rank_objective
     from dmlr.solvers import SolverResult, apg, lbfgs, prox_nuclear_norm, sgd
+    from dmlr.solvers.lbfgs import scipy_lbfgs
     from dmlr.solvers.omf import omf_train_stream
 
     X, Y = _data(n=200, d=6, K=4)
@@ -426,7 +427,7 @@ def test_every_solver_returns_the_one_result_type():
         "lbfgs": lbfgs(oracle, np.zeros_like(M), nuclear=0.0, max_iter=50),
         "vr": minimize(_problem(X, Y, "hamming"), np.zeros((7, 4)), "svrg3", epochs=2),
         "online": sgd.run_online("ansgd", state, blk.X, blk.Y, np.arange(100), lam=1e-2),
-        "scipy_lbfgs": sgd.scipy_lbfgs(
+        "scipy_lbfgs": scipy_lbfgs(
             lambda W: rank_objective.value_and_grad(blk, W, 1e-2, 1e-2), np.zeros((7, 4)), max_iter=20
         ),
         "omf": omf_train_stream(Stream([make_block(X, Y, False)]), None, omf_cfg),

@@ -48,6 +48,7 @@ from dmlr.models.base import (
 )
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
+from dmlr.solvers.lbfgs import scipy_lbfgs
 
 #: Default number of instance updates of the online solvers (the paper's 7 x 10^4).
 ONLINE_UPDATES = 70_000
@@ -434,7 +435,7 @@ class RankSVM(_OnlineRanker):
 
             x0 = solvers.init_weights((d, K), self.random_state)
             with chunks.solver_context():
-                res = solvers.scipy_lbfgs(fun, x0, max_iter=int(self.max_iter), tol=float(self.tol))
+                res = scipy_lbfgs(fun, x0, max_iter=int(self.max_iter), tol=float(self.tol))
             self.backend_ = chunks.backend
         finally:
             chunks.close()

@@ -137,7 +137,7 @@ class Oracle:
         return self(np.stack([W, G]), 1)
 
 
-class _FunctionOracle(Oracle):
+class FunctionOracle(Oracle):
     """A plain ``fn(points, grad_point)`` as an :class:`Oracle`."""
 
     def __init__(self, fn):
@@ -346,7 +346,7 @@ def apg(
         if not (isinstance(every, (int, np.integer)) and every >= 1 and callable(save_state)):
             raise ValueError(f"checkpoint must be (every >= 1, callable), got {checkpoint!r}")
     if not isinstance(oracle, Oracle):
-        oracle = _FunctionOracle(oracle)
+        oracle = FunctionOracle(oracle)
     if state is not None:
         W, G, b, L, grad, f_G, reference_mapping, result = _restore(state, x0, max_iter)
         start = time.perf_counter() - (state.seconds[-1] if state.seconds else 0.0)

@@ -18,6 +18,8 @@ fails, or a singular value collapses toward zero: :func:`lbfgs` then stops
 without claiming convergence, and :func:`lbfgs_then_apg` continues with
 :func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(solver="lbfgs")``
 uses it), whose proximal step handles the nonsmooth term exactly.
+:func:`scipy_lbfgs` wraps scipy's L-BFGS-B for smooth problems without a
+prox (the Rank-SVM and linear models' batch solver).
 
 The iterations apply the L-BFGS model in its compact form (:meth:`Pairs.direction`)
 with a backtracking (Armijo) line search (Nocedal & Wright, Algorithm 7.5),
@@ -39,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dmlr.kernels.quasi_newton import compact_coefficients
-from dmlr.solvers.apg import APGState, Oracle, _FunctionOracle, apg, check_saved_state, relative_change
+from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
 
 #: A singular value below this fraction of the largest counts as zero: the nuclear norm
@@ -231,7 +233,7 @@ def lbfgs(
         finishes with the proximal method).
     """
     if not isinstance(oracle, Oracle):
-        oracle = _FunctionOracle(oracle)
+        oracle = FunctionOracle(oracle)
     if checkpoint is not None:
         every, save_state = checkpoint
         if not (isinstance(every, (int, np.integer)) and every >= 1 and callable(save_state)):
@@ -565,4 +567,67 @@ def lbfgs_then_apg(
         n_backtracks=rest.n_backtracks,
         n_restarts=rest.n_restarts,
         n_oracle_calls=res.n_oracle_calls + rest.n_oracle_calls,
+    )
+
+
+def scipy_lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=None) -> SolverResult:
+    """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (no prox, no bounds).
+
+    ``tol`` is scipy's ``gtol`` (projected gradient, max norm); the history
+    holds the objective after each iteration. ``stop(M, value, grad) -> bool``,
+    if given, is asked after every iteration and ends the run when it says
+    True (``converged`` is then True); it sees the value and gradient already
+    computed at the iterate.
+    """
+    from scipy.optimize import minimize
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    shape = x0.shape
+    history = []
+    last = {}  # the latest evaluation: the accepted iterate is the line search's last point
+    stopped = []
+    # L-BFGS-B's own BLAS calls are on vectors of length d*K: threads there only
+    # cost synchronisation (much slower on a loaded machine), so they run single-threaded
+    # and the objective evaluations get the original thread counts back.
+    outer_limits = {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}
+
+    def f(v):
+        with threadpool_limits(limits=outer_limits):
+            val, g = fun(v.reshape(shape))
+        last.update(v=v.copy(), val=val, g=g)
+        return val, g.ravel()
+
+    def cb(intermediate_result):
+        history.append(float(intermediate_result.fun))
+        if stop is not None:
+            x = intermediate_result.x
+            if "v" not in last or not np.array_equal(last["v"], x):
+                f(x)
+            if stop(x.reshape(shape), last["val"], last["g"]):
+                stopped.append(True)
+                raise StopIteration
+
+    # ``ftol`` = 0: stop on the objective only when a step no longer reduces it,
+    # so that ``tol`` decides. With ftol tied to tol the stop depends on the BLAS's
+    # rounding: near the optimum of a problem with large curvature the objective's
+    # changes fall below ftol before the projected gradient reaches ``tol``, and
+    # L-BFGS-B stops short of it on some builds (tests/test_ranksvm.py's L-BFGS
+    # reference asks for 1e-10).
+    ftol = 0.0
+    with threadpool_limits(limits=1):
+        res = minimize(
+            f,
+            x0.ravel(),
+            jac=True,
+            method="L-BFGS-B",
+            callback=cb,
+            options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": ftol},
+        )
+    return SolverResult(
+        x=res.x.reshape(shape),
+        objective_history=history,
+        n_iter=int(res.nit),
+        converged=bool(res.success) or bool(stopped),
+        n_oracle_calls=int(res.nfev),
+        message=str(res.message),
     )

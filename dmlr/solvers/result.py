@@ -20,7 +20,7 @@ __all__ = ["SolverResult"]
 class SolverResult:
     """Outcome of a solver: :func:`~dmlr.solvers.apg.apg`, :func:`~dmlr.solvers.lbfgs.lbfgs`,
     :func:`~dmlr.solvers.vr.minimize`, :func:`~dmlr.solvers.sgd.run_online` (and its stream
-    and compiled forms) and :func:`~dmlr.solvers.sgd.scipy_lbfgs`.
+    and compiled forms) and :func:`~dmlr.solvers.lbfgs.scipy_lbfgs`.
 
     Attributes
     ----------
@@ -51,7 +51,7 @@ class SolverResult:
     gap_bound : float
         The variance-reduced solvers' certified bound on F(x) - F* at the end.
     message : str
-        scipy's message (:func:`~dmlr.solvers.sgd.scipy_lbfgs`).
+        scipy's message (:func:`~dmlr.solvers.lbfgs.scipy_lbfgs`).
     """
 
     x: np.ndarray = None

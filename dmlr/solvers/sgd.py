@@ -58,8 +58,9 @@ above are the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01
 randomly picked data point ... at each iteration") or epochs of random
 permutations.
 
-The batch baseline, :func:`scipy_lbfgs`, minimizes the smoothed full objective
-F_alpha with scipy's L-BFGS-B (the paper: Nesterov smoothing + L-BFGS).
+The batch baseline minimizes the smoothed full objective F_alpha with
+scipy's L-BFGS-B (the paper: Nesterov smoothing + L-BFGS;
+:func:`dmlr.solvers.lbfgs.scipy_lbfgs`).
 """
 
 from __future__ import annotations
@@ -479,67 +480,3 @@ def _run_fused(solver, state, X, Y, order, *, lam, oracle, average, objective, r
         state.lazy_carry = (carry, state.t, state.M, state.M_avg, state.Psi)
     result.x, result.n_iter = state.M, int(state.t)
     return result
-
-
-# -- batch baseline -----------------------------------------------------------------
-def scipy_lbfgs(fun, x0: np.ndarray, *, max_iter: int = 1000, tol: float = 1e-8, stop=None) -> SolverResult:
-    """Minimize a smooth ``fun(M) -> (value, grad)`` by scipy's L-BFGS-B (the batch baseline).
-
-    ``tol`` is scipy's ``gtol`` (projected gradient, max norm); the history
-    holds the objective after each iteration. ``stop(M, value, grad) -> bool``,
-    if given, is asked after every iteration and ends the run when it says
-    True (``converged`` is then True); it sees the value and gradient already
-    computed at the iterate.
-    """
-    from scipy.optimize import minimize
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    shape = x0.shape
-    history = []
-    last = {}  # the latest evaluation: the accepted iterate is the line search's last point
-    stopped = []
-    # L-BFGS-B's own BLAS calls are on vectors of length d*K: threads there only
-    # cost synchronisation (much slower on a loaded machine), so they run single-threaded
-    # and the objective evaluations get the original thread counts back.
-    outer_limits = {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()}
-
-    def f(v):
-        with threadpool_limits(limits=outer_limits):
-            val, g = fun(v.reshape(shape))
-        last.update(v=v.copy(), val=val, g=g)
-        return val, g.ravel()
-
-    def cb(intermediate_result):
-        history.append(float(intermediate_result.fun))
-        if stop is not None:
-            x = intermediate_result.x
-            if "v" not in last or not np.array_equal(last["v"], x):
-                f(x)
-            if stop(x.reshape(shape), last["val"], last["g"]):
-                stopped.append(True)
-                raise StopIteration
-
-    # ``ftol`` = 0: stop on the objective only when a step no longer reduces it,
-    # so that ``tol`` decides. With ftol tied to tol the stop depends on the BLAS's
-    # rounding: near the optimum of a problem with large curvature the objective's
-    # changes fall below ftol before the projected gradient reaches ``tol``, and
-    # L-BFGS-B stops short of it on some builds (tests/test_ranksvm.py's L-BFGS
-    # reference asks for 1e-10).
-    ftol = 0.0
-    with threadpool_limits(limits=1):
-        res = minimize(
-            f,
-            x0.ravel(),
-            jac=True,
-            method="L-BFGS-B",
-            callback=cb,
-            options={"maxiter": int(max_iter), "gtol": float(tol), "ftol": ftol},
-        )
-    return SolverResult(
-        x=res.x.reshape(shape),
-        objective_history=history,
-        n_iter=int(res.nit),
-        converged=bool(res.success) or bool(stopped),
-        n_oracle_calls=int(res.nfev),
-        message=str(res.message),
-    )

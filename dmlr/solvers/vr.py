@@ -33,7 +33,7 @@ rules over one gradient oracle:
 ================= ====================================================================
 
 ``lbfgs`` (not the paper's) minimizes the same F by scipy's L-BFGS-B over the
-map-reduced full gradient (:func:`dmlr.solvers.sgd.scipy_lbfgs`): one pass over the
+map-reduced full gradient (:func:`dmlr.solvers.lbfgs.scipy_lbfgs`): one pass over the
 blocks per evaluation, the blocks in parallel. It adapts to the actual
 curvature where a stochastic step 1/L must assume the worst row: it reached
 the certified optimum with every smooth loss where the stochastic solvers
@@ -268,7 +268,7 @@ def minimize_lbfgs(
     dmlr.solvers.result.SolverResult
         ``n_iter`` holds the iterations run.
     """
-    from dmlr.solvers.sgd import scipy_lbfgs
+    from dmlr.solvers.lbfgs import scipy_lbfgs
 
     lam = problem.lam
     state = {"k": 0, "bound": float("nan"), "value": float("nan")}
