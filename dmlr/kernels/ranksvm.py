@@ -57,7 +57,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dmlr.kernels.rows import add_row_outer, csr_parts, row_scores
+from dmlr.kernels.rows import add_row_outer, csr_parts, relevant_labels, row_scores
 
 #: Margin of the pairwise hinge (eq. 4: h(a) = [1 - a]_+).
 RANKSVM_MARGIN = 1.0
@@ -333,12 +333,7 @@ def mmp_row(s, y, coef_out):
         return 0.0
     pos = np.empty(n_pos)
     lab = np.empty(n_pos, dtype=np.int64)
-    a = 0
-    for j in range(K):
-        if y[j] != 0:
-            pos[a] = s[j]
-            lab[a] = j
-            a += 1
+    relevant_labels(s, y, pos, lab)
     perm = np.argsort(pos)
     srt = pos[perm]
     runs = np.zeros(n_pos + 1)
