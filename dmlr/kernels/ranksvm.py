@@ -620,9 +620,20 @@ def online_updates(
     K = M.shape[1]
     kind = {"ansgd": ANSGD, "sgd": SGD, "mmp": MMP}[solver]
     two = kind == ANSGD
-    parts = csr_parts(X)
-    Y = np.ascontiguousarray(Y, dtype=np.int8)
-    order = np.asarray(order, dtype=np.int64)
+    # the arguments both compiled loops take after their first
+    problem = (
+        *csr_parts(X),
+        np.ascontiguousarray(Y, dtype=np.int8),
+        np.asarray(order, dtype=np.int64),
+        M,
+        Psi if two else M,
+        M_avg,
+        int(t0),
+        float(lam),
+        float(L),
+        float(omega),
+        float(margin),
+    )
     scratch = np.empty((6, K + 1))
     resume = carry is not None
     if not lazy:
@@ -630,17 +641,7 @@ def online_updates(
             raise ValueError("the plain compiled loop covers ANSGD and SGD only")
         _online_updates_dense(
             two,
-            *parts,
-            Y,
-            order,
-            M,
-            Psi if two else M,
-            M_avg,
-            int(t0),
-            float(lam),
-            float(L),
-            float(omega),
-            float(margin),
+            *problem,
             np.empty_like(M) if two else np.empty((0, 0)),
             np.empty(K),
             np.empty(K),
@@ -652,17 +653,7 @@ def online_updates(
     R, Q, U, co = carry
     _online_updates_lazy(
         kind,
-        *parts,
-        Y,
-        order,
-        M,
-        Psi if two else M,
-        M_avg,
-        int(t0),
-        float(lam),
-        float(L),
-        float(omega),
-        float(margin),
+        *problem,
         R,
         Q,
         U,
