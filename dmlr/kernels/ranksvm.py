@@ -63,6 +63,16 @@ from dmlr.kernels.rows import add_row_outer, csr_parts, relevant_labels, row_sco
 RANKSVM_MARGIN = 1.0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _clear_and_count(y, coef_out):
+    """Zero a row's coefficients ``coef_out`` and return its number of relevant labels (y != 0)."""
+    n_pos = 0
+    for j in range(y.shape[0]):
+        coef_out[j] = 0.0
+        n_pos += y[j] != 0
+    return n_pos
+
+
 @njit(cache=True, nogil=True)
 def ranksvm_row_naive(s, y, alpha, margin, coef_out):
     """Smoothed (alpha > 0) or plain (alpha = 0) pairwise hinge of one row, by the double loop.
@@ -86,10 +96,7 @@ def ranksvm_row_naive(s, y, alpha, margin, coef_out):
         R_i (eq. 5) or its smoothing (eq. 9); 0 for a row without pairs.
     """
     K = s.shape[0]
-    n_pos = 0
-    for j in range(K):
-        coef_out[j] = 0.0
-        n_pos += y[j] != 0
+    n_pos = _clear_and_count(y, coef_out)
     n_neg = K - n_pos
     if n_pos == 0 or n_neg == 0:
         return 0.0
@@ -324,10 +331,7 @@ def mmp_row(s, y, coef_out):
         isErr (0 or 1).
     """
     K = s.shape[0]
-    n_pos = 0
-    for j in range(K):
-        coef_out[j] = 0.0
-        n_pos += y[j] != 0
+    n_pos = _clear_and_count(y, coef_out)
     n_neg = K - n_pos
     if n_pos == 0 or n_neg == 0:
         return 0.0

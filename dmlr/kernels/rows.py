@@ -55,21 +55,9 @@ def add_row_outer(i, Xd, indptr, indices, data, sparse, c, scale, G):
 def relevant_labels(s, y, scores_out, labels_out):
     """Gather the relevant labels (y != 0) of one row, in label order, for the pairwise losses.
 
-    Parameters
-    ----------
-    s : float64 (K,)
-        Scores of the row.
-    y : int8 (K,)
-        0/1 labels of the row.
-    scores_out : float64 (>= number of relevant labels,)
-        Receives their scores.
-    labels_out : int64 (>= number of relevant labels,)
-        Receives their indices.
-
-    Returns
-    -------
-    int
-        The number of relevant labels.
+    Their scores ``s[j]`` go to ``scores_out`` and their indices ``j`` to
+    ``labels_out`` (each at least as long as the number of relevant labels);
+    returns that number.
     """
     n_pos = 0
     for j in range(s.shape[0]):
