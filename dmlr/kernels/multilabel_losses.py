@@ -34,6 +34,8 @@ summed loss and ``X^T dL/dS`` for the full-gradient snapshots.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -229,34 +231,69 @@ def row_gradients(X, Y, W, code: int, *, gebru_eps: float = GEBRU_EPS) -> np.nda
     return U
 
 
-@njit(cache=True, nogil=True)
-def _step_coef(
-    i,
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    Y,
-    code,
-    gebru_eps,
-    s,
-    g,
-    g_ref,
-    coef,
-    c_ref,
-    W_ref,
-    mem_mode,
-    mem_scale,
-    U,
-    scratch,
-    iscratch,
-):
-    """Row i's loss at scores ``s``, g = dl/ds, and the step's coefficient ``coef`` (see vr_inner_loop).
+# The inner loops take their options in these groups (Numba passes a named tuple as one struct), so that the
+# three compiled loops and vr_inner_loop name each group once instead of spelling out twenty-odd arguments.
+class _Schedule(NamedTuple):
+    """Step sizes alpha_r = alpha0 / (1 + decay (t0 + r)) and the ridge weight ``lam`` of the inner loop."""
 
+    lam: float
+    alpha0: float
+    decay: float
+    t0: int
+
+
+class _Reference(NamedTuple):
+    """The SVRG family's reference point: ``W_ref`` and ``mu`` ((0, 0) when absent), the steps that use it."""
+
+    W_ref: np.ndarray
+    ref_mask: np.ndarray
+    mu: np.ndarray
+
+
+class _Memory(NamedTuple):
+    """SAG/SAGA's memory table ``U`` and its mean ``A`` ((0, 0) and ``mode`` 0 when absent)."""
+
+    U: np.ndarray
+    mode: int
+    scale: float
+    A: np.ndarray
+    n_total: int
+
+
+class _Accumulators(NamedTuple):
+    """``W_sum``, ``G_sum`` and ``W_capture`` of the inner loop, with whether each is wanted."""
+
+    W_sum: np.ndarray
+    want_sum: bool
+    G_sum: np.ndarray
+    want_gsum: bool
+    capture_at: int
+    W_capture: np.ndarray
+
+
+@njit(cache=True, nogil=True)
+def _row_work(K):
+    """Work arrays of one step for K labels: s, g, g_ref, coef (K,), scratch (8, K + 1), iscratch (K + 1,)."""
+    return np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty((8, K + 1)), np.empty(K + 1, dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _step_size(schedule, r):
+    """alpha_r of step r (see :class:`_Schedule`)."""
+    return schedule.alpha0 / (1.0 + schedule.decay * (schedule.t0 + r))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, c_ref, W_ref, memory, work):
+    """Row i's loss at the scores ``s``, g = dl/ds, and the step's coefficient ``coef`` (see vr_inner_loop).
+
+    ``work`` is (s, g, g_ref, coef, scratch, iscratch) (:func:`_row_work`).
     c = g, minus dl/ds at ``W_ref`` when ``c_ref``; with a memory table,
-    c = mem_scale (g - U_i). ``s`` is overwritten.
+    c = scale (g - U_i). ``s`` is overwritten. Inlined into the loops, so
+    that taking the arrays out of ``work`` and ``memory`` costs nothing per
+    step (a call would count references to each).
     """
+    s, g, g_ref, coef, scratch, iscratch = work
     K = s.shape[0]
     loss = row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
     for k in range(K):
@@ -266,108 +303,54 @@ def _step_coef(
         row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
         for k in range(K):
             coef[k] -= g_ref[k]
-    if mem_mode != 0:
+    if memory.mode != 0:
         for k in range(K):
-            coef[k] = mem_scale * (g[k] - U[i, k])
+            coef[k] = memory.scale * (g[k] - memory.U[i, k])
     return loss
 
 
 @njit(cache=True, nogil=True)
-def _vr_inner_loop(
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    Y,
-    rows,
-    W,
-    code,
-    gebru_eps,
-    lam,
-    alpha0,
-    decay,
-    t0,
-    W_ref,
-    ref_mask,
-    mu,
-    U,
-    mem_mode,
-    mem_scale,
-    A,
-    n_total,
-    W_sum,
-    want_sum,
-    G_sum,
-    want_gsum,
-    capture_at,
-    W_capture,
-):
-    K = W.shape[1]
-    d = W.shape[0]
-    s = np.empty(K)
-    g = np.empty(K)
-    g_ref = np.empty(K)
-    coef = np.empty(K)
-    scratch = np.empty((8, K + 1))
-    iscratch = np.empty(K + 1, dtype=np.int64)
+def _vr_inner_loop(Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, schedule, ref, memory, accum):
+    d, K = W.shape
+    work = _row_work(K)
+    s, g, _, coef, _, _ = work
+    U, A = memory.U, memory.A
     total = 0.0
-    use_ref = W_ref.shape[0] > 0
-    use_mu = mu.shape[0] > 0
+    use_ref = ref.W_ref.shape[0] > 0
+    use_mu = ref.mu.shape[0] > 0
     for r in range(rows.shape[0]):
         i = rows[r]
-        alpha = alpha0 / (1.0 + decay * (t0 + r))
+        alpha = _step_size(schedule, r)
         row_scores(i, Xd, indptr, indices, data, sparse, W, s)
-        c_ref = use_ref and ref_mask[r]
-        total += _step_coef(
-            i,
-            Xd,
-            indptr,
-            indices,
-            data,
-            sparse,
-            Y,
-            code,
-            gebru_eps,
-            s,
-            g,
-            g_ref,
-            coef,
-            c_ref,
-            W_ref,
-            mem_mode,
-            mem_scale,
-            U,
-            scratch,
-            iscratch,
-        )
+        c_ref = use_ref and ref.ref_mask[r]
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, c_ref, ref.W_ref, memory, work)
         # W <- W - alpha (x coef^T + [mu] + [A] + lam W)   (regularizer exact, not stored)
-        shrink = 1.0 - alpha * lam
+        shrink = 1.0 - alpha * schedule.lam
         for j in range(d):
             for k in range(K):
                 v = shrink * W[j, k]
                 if c_ref and use_mu:
-                    v -= alpha * mu[j, k]
-                if mem_mode != 0:
+                    v -= alpha * ref.mu[j, k]
+                if memory.mode != 0:
                     v -= alpha * A[j, k]
                 W[j, k] = v
         add_row_outer(i, Xd, indptr, indices, data, sparse, coef, -alpha, W)
-        if mem_mode != 0:
+        if memory.mode != 0:
             # A = 1/n sum_i x_i u_i^T follows the table; then u_i <- g
             for k in range(K):
                 coef[k] = g[k] - U[i, k]
                 U[i, k] = g[k]
-            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0 / n_total, A)
-        if want_sum:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0 / memory.n_total, A)
+        if accum.want_sum:
             for j in range(d):
                 for k in range(K):
-                    W_sum[j, k] += W[j, k]
-        if want_gsum:
-            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
-        if r == capture_at:
+                    accum.W_sum[j, k] += W[j, k]
+        if accum.want_gsum:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, accum.G_sum)
+        if r == accum.capture_at:
             for j in range(d):
                 for k in range(K):
-                    W_capture[j, k] = W[j, k]
+                    accum.W_capture[j, k] = W[j, k]
     return total
 
 
@@ -396,59 +379,25 @@ def _unfold_scales(W, W_sum, V, Z, use_z, Uc, want_sum, m, r, PM, PR):
 
 @njit(cache=True, nogil=True)
 def _vr_inner_loop_lazy(
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    Y,
-    rows,
-    W,
-    code,
-    gebru_eps,
-    lam,
-    alpha0,
-    decay,
-    t0,
-    W_ref,
-    ref_mask,
-    mu,
-    U,
-    mem_mode,
-    mem_scale,
-    A,
-    n_total,
-    W_sum,
-    want_sum,
-    G_sum,
-    want_gsum,
-    capture_at,
-    W_capture,
-    V,
-    Uc,
+    Xd, indptr, indices, data, sparse, Y, rows, W, code, gebru_eps, schedule, ref, memory, accum, V, Uc
 ):
-    K = W.shape[1]
-    d = W.shape[0]
-    s = np.empty(K)
+    d, K = W.shape
+    work = _row_work(K)
+    s, g, _, coef, _, _ = work
     s2 = np.empty(K)
-    g = np.empty(K)
-    g_ref = np.empty(K)
-    coef = np.empty(K)
     dz = np.empty(K)
-    scratch = np.empty((8, K + 1))
-    iscratch = np.empty(K + 1, dtype=np.int64)
+    U, A, want_sum = memory.U, memory.A, accum.want_sum
     total = 0.0
-    use_ref = W_ref.shape[0] > 0
-    use_mu = mu.shape[0] > 0
+    use_ref = ref.W_ref.shape[0] > 0
     # W = m V + r Z with Z = mu (SVRG family: fixed over the loop) or A (SAG/SAGA: changes in x's rows);
     # sum of the iterates W_sum = PM V + PR Z - Uc
-    zmode = 1 if (use_ref and use_mu) else (2 if mem_mode != 0 else 0)
-    Z = mu if zmode == 1 else A
+    zmode = 1 if (use_ref and ref.mu.shape[0] > 0) else (2 if memory.mode != 0 else 0)
+    Z = ref.mu if zmode == 1 else A
     for j in range(d):
         for k in range(K):
             V[j, k] = W[j, k]
             if want_sum:
-                Uc[j, k] = -W_sum[j, k]
+                Uc[j, k] = -accum.W_sum[j, k]
     m = 1.0
     r = 0.0
     PM = 0.0
@@ -458,7 +407,7 @@ def _vr_inner_loop_lazy(
         if abs(m) < LAZY_MIN_SCALE:
             _fold_scales(V, Z, zmode != 0, Uc, want_sum, m, r, PM, PR)
             m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
-        alpha = alpha0 / (1.0 + decay * (t0 + rr))
+        alpha = _step_size(schedule, rr)
         row_scores(i, Xd, indptr, indices, data, sparse, V, s)
         if zmode != 0:
             row_scores(i, Xd, indptr, indices, data, sparse, Z, s2)
@@ -467,31 +416,10 @@ def _vr_inner_loop_lazy(
         else:
             for k in range(K):
                 s[k] = m * s[k]
-        c_ref = use_ref and ref_mask[rr]
-        total += _step_coef(
-            i,
-            Xd,
-            indptr,
-            indices,
-            data,
-            sparse,
-            Y,
-            code,
-            gebru_eps,
-            s,
-            g,
-            g_ref,
-            coef,
-            c_ref,
-            W_ref,
-            mem_mode,
-            mem_scale,
-            U,
-            scratch,
-            iscratch,
-        )
+        c_ref = use_ref and ref.ref_mask[rr]
+        total += _step_coef(i, Xd, indptr, indices, data, sparse, Y, code, gebru_eps, c_ref, ref.W_ref, memory, work)
         # W <- (1 - alpha lam) W - alpha ([mu] + [A]) - alpha x coef^T: the first two change m and r only
-        shrink = 1.0 - alpha * lam
+        shrink = 1.0 - alpha * schedule.lam
         m_new = shrink * m
         r_new = shrink * r
         if (zmode == 1 and c_ref) or zmode == 2:
@@ -506,7 +434,7 @@ def _vr_inner_loop_lazy(
         if zmode == 2:
             # A += x (g - U_i)^T / n and U_i <- g; V absorbs both rank-1 terms: m' dV = -alpha x coef^T - r' dA
             for k in range(K):
-                dz[k] = (g[k] - U[i, k]) / n_total
+                dz[k] = (g[k] - U[i, k]) / memory.n_total
                 U[i, k] = g[k]
                 coef[k] = (-alpha * coef[k] - r_new * dz[k]) / m_new
             add_row_outer(i, Xd, indptr, indices, data, sparse, coef, 1.0, V)
@@ -523,13 +451,13 @@ def _vr_inner_loop_lazy(
         r = r_new
         PM += m
         PR += r
-        if want_gsum:
-            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, G_sum)
-        if rr == capture_at:
+        if accum.want_gsum:
+            add_row_outer(i, Xd, indptr, indices, data, sparse, g, 1.0, accum.G_sum)
+        if rr == accum.capture_at:
             for j in range(d):
                 for k in range(K):
-                    W_capture[j, k] = m * V[j, k] + (r * Z[j, k] if zmode != 0 else 0.0)
-    _unfold_scales(W, W_sum, V, Z, zmode != 0, Uc, want_sum, m, r, PM, PR)
+                    accum.W_capture[j, k] = m * V[j, k] + (r * Z[j, k] if zmode != 0 else 0.0)
+    _unfold_scales(W, accum.W_sum, V, Z, zmode != 0, Uc, want_sum, m, r, PM, PR)
     return total
 
 
@@ -540,43 +468,17 @@ DENSE_BLOCK_ROWS = 16
 
 
 @njit(cache=True, nogil=True)
-def _vr_inner_loop_dense(
-    Xd,
-    Y,
-    rows,
-    W,
-    code,
-    gebru_eps,
-    lam,
-    alpha0,
-    decay,
-    t0,
-    W_ref,
-    ref_mask,
-    mu,
-    W_sum,
-    want_sum,
-    G_sum,
-    want_gsum,
-    capture_at,
-    W_capture,
-    n_block,
-):
+def _vr_inner_loop_dense(Xd, Y, rows, W, code, gebru_eps, schedule, ref, accum, n_block):
     # The lazy loop's W = m V + r mu and W_sum = PM V + PR mu - Uc, with V's rank-1 changes of
     # n_block consecutive steps deferred: their rows' scores come from one product X_B V, corrected
     # by the Gram matrix X_B X_B^T for the changes made earlier in the block, and the changes land in
     # V (and Uc, G_sum) as one product X_B^T C_B at the block's end.
-    d = W.shape[0]
-    K = W.shape[1]
+    d, K = W.shape
     nr = rows.shape[0]
+    W_ref, mu, G_sum, want_sum = ref.W_ref, ref.mu, accum.G_sum, accum.want_sum
     use_ref = W_ref.shape[0] > 0
     zmode = use_ref and mu.shape[0] > 0
-    s = np.empty(K)
-    g = np.empty(K)
-    g_ref = np.empty(K)
-    coef = np.empty(K)
-    scratch = np.empty((8, K + 1))
-    iscratch = np.empty(K + 1, dtype=np.int64)
+    s, g, g_ref, coef, scratch, iscratch = _row_work(K)
     XB = np.empty((n_block, d))
     CV = np.empty((n_block, K))
     CU = np.empty((n_block, K))
@@ -584,7 +486,7 @@ def _vr_inner_loop_dense(
     V = W.copy()
     Uc = np.empty((0, 0))
     if want_sum:
-        Uc = -W_sum
+        Uc = -accum.W_sum
     m = 1.0
     r = 0.0
     PM = 0.0
@@ -596,8 +498,8 @@ def _vr_inner_loop_dense(
             _fold_scales(V, mu, zmode, Uc, want_sum, m, r, PM, PR)
             m, r, PM, PR = 1.0, 0.0, 0.0, 0.0
         b = min(n_block, nr - start)
-        if start <= capture_at < start + b:
-            b = capture_at - start + 1
+        if start <= accum.capture_at < start + b:
+            b = accum.capture_at - start + 1
         for t in range(b):
             i = rows[start + t]
             for j in range(d):
@@ -614,7 +516,7 @@ def _vr_inner_loop_dense(
                 break
             rr = start + t
             i = rows[rr]
-            alpha = alpha0 / (1.0 + decay * (t0 + rr))
+            alpha = _step_size(schedule, rr)
             for k in range(K):
                 acc = S[t, k]
                 for q in range(t):
@@ -623,14 +525,14 @@ def _vr_inner_loop_dense(
             total += row_loss(code, s, Y[i], g, scratch, iscratch, gebru_eps)
             for k in range(K):
                 coef[k] = g[k]
-            c_ref = use_ref and ref_mask[rr]
+            c_ref = use_ref and ref.ref_mask[rr]
             if c_ref:
                 for k in range(K):
                     s[k] = Sr[t, k]
                 row_loss(code, s, Y[i], g_ref, scratch, iscratch, gebru_eps)
                 for k in range(K):
                     coef[k] -= g_ref[k]
-            shrink = 1.0 - alpha * lam
+            shrink = 1.0 - alpha * schedule.lam
             m_new = shrink * m
             r_new = shrink * r
             if zmode and c_ref:
@@ -648,14 +550,14 @@ def _vr_inner_loop_dense(
         V += Xd_done.T @ CV[:done]
         if want_sum:
             Uc += Xd_done.T @ CU[:done]
-        if want_gsum:
+        if accum.want_gsum:
             G_sum += Xd_done.T @ CG[:done]
         start += done
-        if start - 1 == capture_at:
+        if start - 1 == accum.capture_at:
             for j in range(d):
                 for k in range(K):
-                    W_capture[j, k] = m * V[j, k] + (r * mu[j, k] if zmode else 0.0)
-    _unfold_scales(W, W_sum, V, mu, zmode, Uc, want_sum, m, r, PM, PR)
+                    accum.W_capture[j, k] = m * V[j, k] + (r * mu[j, k] if zmode else 0.0)
+    _unfold_scales(W, accum.W_sum, V, mu, zmode, Uc, want_sum, m, r, PM, PR)
     return total
 
 
@@ -741,78 +643,13 @@ def vr_inner_loop(
     """
     none2 = np.zeros((0, 0))
     rows = np.asarray(rows, dtype=np.int64)
-    use_ref = W_ref is not None
-    if lazy and U is None and not hasattr(X, "indptr") and _no_zero_shrink(rows.shape[0], lam, alpha0, decay, t0):
-        return _vr_inner_loop_dense(
-            np.ascontiguousarray(X, dtype=np.float64),
-            Y,
-            rows,
-            W,
-            int(code),
-            float(gebru_eps),
-            float(lam),
-            float(alpha0),
-            float(decay),
-            int(t0),
-            W_ref if use_ref else none2,
-            np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
-            mu if mu is not None else none2,
-            W_sum if W_sum is not None else none2,
-            W_sum is not None,
-            G_sum if G_sum is not None else none2,
-            G_sum is not None,
-            int(capture_at),
-            W_capture if W_capture is not None else none2,
-            DENSE_BLOCK_ROWS,
-        )
-    if lazy and not (use_ref and mu is not None and U is not None):
-        return _vr_inner_loop_lazy(
-            *csr_parts(X),
-            Y,
-            rows,
-            W,
-            int(code),
-            float(gebru_eps),
-            float(lam),
-            float(alpha0),
-            float(decay),
-            int(t0),
-            W_ref if use_ref else none2,
-            np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
-            mu if mu is not None else none2,
-            U if U is not None else none2,
-            0 if U is None else 1,
-            float(mem_scale),
-            A if A is not None else none2,
-            int(n_total),
-            W_sum if W_sum is not None else none2,
-            W_sum is not None,
-            G_sum if G_sum is not None else none2,
-            G_sum is not None,
-            int(capture_at),
-            W_capture if W_capture is not None else none2,
-            np.empty_like(W),
-            np.empty_like(W) if W_sum is not None else none2,
-        )
-    return _vr_inner_loop(
-        *csr_parts(X),
-        Y,
-        rows,
-        W,
-        int(code),
-        float(gebru_eps),
-        float(lam),
-        float(alpha0),
-        float(decay),
-        int(t0),
-        W_ref if use_ref else none2,
+    schedule = _Schedule(float(lam), float(alpha0), float(decay), int(t0))
+    ref = _Reference(
+        W_ref if W_ref is not None else none2,
         np.ones(rows.shape[0], dtype=np.bool_) if ref_mask is None else np.asarray(ref_mask, dtype=np.bool_),
         mu if mu is not None else none2,
-        U if U is not None else none2,
-        0 if U is None else 1,
-        float(mem_scale),
-        A if A is not None else none2,
-        int(n_total),
+    )
+    accum = _Accumulators(
         W_sum if W_sum is not None else none2,
         W_sum is not None,
         G_sum if G_sum is not None else none2,
@@ -820,3 +657,17 @@ def vr_inner_loop(
         int(capture_at),
         W_capture if W_capture is not None else none2,
     )
+    if lazy and U is None and not hasattr(X, "indptr") and _no_zero_shrink(rows.shape[0], lam, alpha0, decay, t0):
+        Xd = np.ascontiguousarray(X, dtype=np.float64)
+        return _vr_inner_loop_dense(Xd, Y, rows, W, int(code), float(gebru_eps), schedule, ref, accum, DENSE_BLOCK_ROWS)
+    memory = _Memory(
+        U if U is not None else none2,
+        0 if U is None else 1,
+        float(mem_scale),
+        A if A is not None else none2,
+        int(n_total),
+    )
+    args = (*csr_parts(X), Y, rows, W, int(code), float(gebru_eps), schedule, ref, memory, accum)
+    if lazy and not (W_ref is not None and mu is not None and U is not None):
+        return _vr_inner_loop_lazy(*args, np.empty_like(W), np.empty_like(W) if W_sum is not None else none2)
+    return _vr_inner_loop(*args)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dmlr.kernels.rows import add_row_outer
+from dmlr.kernels.rows import add_row_outer, relevant_labels
 
 RANK_MARGIN = 2.0
 #: Rows with at most this many relevant labels take the direct (vectorized) pairwise path.
@@ -138,12 +138,7 @@ def pairwise_squared_hinge_row(
         ``1/2 * 1/(|P| |N|)`` times the sum of squared pair hinges (0 for rows without pairs).
     """
     l = s.shape[0]
-    n_pos = 0
-    for j in range(l):
-        if y[j] != 0:
-            pos_scores[n_pos] = s[j]
-            pos_order[n_pos] = j
-            n_pos += 1
+    n_pos = relevant_labels(s, y, pos_scores, pos_order)
     n_neg = l - n_pos
     if want_coef:
         for j in range(l):

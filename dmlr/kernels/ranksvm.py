@@ -57,10 +57,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dmlr.kernels.rows import add_row_outer, csr_parts, row_scores
+from dmlr.kernels.rows import add_row_outer, csr_parts, relevant_labels, row_scores
 
 #: Margin of the pairwise hinge (eq. 4: h(a) = [1 - a]_+).
 RANKSVM_MARGIN = 1.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clear_and_count(y, coef_out):
+    """Zero a row's coefficients ``coef_out`` and return its number of relevant labels (y != 0)."""
+    n_pos = 0
+    for j in range(y.shape[0]):
+        coef_out[j] = 0.0
+        n_pos += y[j] != 0
+    return n_pos
 
 
 @njit(cache=True, nogil=True)
@@ -86,10 +96,7 @@ def ranksvm_row_naive(s, y, alpha, margin, coef_out):
         R_i (eq. 5) or its smoothing (eq. 9); 0 for a row without pairs.
     """
     K = s.shape[0]
-    n_pos = 0
-    for j in range(K):
-        coef_out[j] = 0.0
-        n_pos += y[j] != 0
+    n_pos = _clear_and_count(y, coef_out)
     n_neg = K - n_pos
     if n_pos == 0 or n_neg == 0:
         return 0.0
@@ -324,21 +331,13 @@ def mmp_row(s, y, coef_out):
         isErr (0 or 1).
     """
     K = s.shape[0]
-    n_pos = 0
-    for j in range(K):
-        coef_out[j] = 0.0
-        n_pos += y[j] != 0
+    n_pos = _clear_and_count(y, coef_out)
     n_neg = K - n_pos
     if n_pos == 0 or n_neg == 0:
         return 0.0
     pos = np.empty(n_pos)
     lab = np.empty(n_pos, dtype=np.int64)
-    a = 0
-    for j in range(K):
-        if y[j] != 0:
-            pos[a] = s[j]
-            lab[a] = j
-            a += 1
+    relevant_labels(s, y, pos, lab)
     perm = np.argsort(pos)
     srt = pos[perm]
     runs = np.zeros(n_pos + 1)
@@ -625,9 +624,20 @@ def online_updates(
     K = M.shape[1]
     kind = {"ansgd": ANSGD, "sgd": SGD, "mmp": MMP}[solver]
     two = kind == ANSGD
-    parts = csr_parts(X)
-    Y = np.ascontiguousarray(Y, dtype=np.int8)
-    order = np.asarray(order, dtype=np.int64)
+    # the arguments both compiled loops take after their first
+    problem = (
+        *csr_parts(X),
+        np.ascontiguousarray(Y, dtype=np.int8),
+        np.asarray(order, dtype=np.int64),
+        M,
+        Psi if two else M,
+        M_avg,
+        int(t0),
+        float(lam),
+        float(L),
+        float(omega),
+        float(margin),
+    )
     scratch = np.empty((6, K + 1))
     resume = carry is not None
     if not lazy:
@@ -635,17 +645,7 @@ def online_updates(
             raise ValueError("the plain compiled loop covers ANSGD and SGD only")
         _online_updates_dense(
             two,
-            *parts,
-            Y,
-            order,
-            M,
-            Psi if two else M,
-            M_avg,
-            int(t0),
-            float(lam),
-            float(L),
-            float(omega),
-            float(margin),
+            *problem,
             np.empty_like(M) if two else np.empty((0, 0)),
             np.empty(K),
             np.empty(K),
@@ -657,17 +657,7 @@ def online_updates(
     R, Q, U, co = carry
     _online_updates_lazy(
         kind,
-        *parts,
-        Y,
-        order,
-        M,
-        Psi if two else M,
-        M_avg,
-        int(t0),
-        float(lam),
-        float(L),
-        float(omega),
-        float(margin),
+        *problem,
         R,
         Q,
         U,

@@ -1,4 +1,4 @@
-"""Row-at-a-time Numba helpers shared by the stochastic kernels: one row's scores and rank-1 update.
+"""Row-at-a-time Numba helpers shared by the kernels: one row's scores, rank-1 update and relevant labels.
 
 A block's X reaches these kernels as ``(Xd, indptr, indices, data, sparse)``
 (:func:`csr_parts`): a dense matrix, or the three CSR arrays, so one compiled
@@ -49,6 +49,23 @@ def add_row_outer(i, Xd, indptr, indices, data, sparse, c, scale, G):
             if v != 0.0:
                 for k in range(K):
                     G[j, k] += v * c[k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def relevant_labels(s, y, scores_out, labels_out):
+    """Gather the relevant labels (y != 0) of one row, in label order, for the pairwise losses.
+
+    Their scores ``s[j]`` go to ``scores_out`` and their indices ``j`` to
+    ``labels_out`` (each at least as long as the number of relevant labels);
+    returns that number.
+    """
+    n_pos = 0
+    for j in range(s.shape[0]):
+        if y[j] != 0:
+            scores_out[n_pos] = s[j]
+            labels_out[n_pos] = j
+            n_pos += 1
+    return n_pos
 
 
 def csr_parts(X):
