@@ -44,7 +44,6 @@ The table is also written to ``docs/benchmarks/auto_vs_peers.txt``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -52,13 +51,21 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
-from docs_output import machine
+from _common import (
+    DOCS_DIR,
+    Table,
+    machine,
+    parser,
+    peer_arrays,
+    peer_scaler,
+    prepared_store,
+    stores,
+    timed,
+    work_folder,
+)
 
 import dmlr
-from dmlr.data.store import write_dataset
 from dmlr.data.synthetic import make_multilabel
-from dmlr.datasets import anchors_dir, staged_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import kfold_indices
 from dmlr.scoring import get_scorer
@@ -105,33 +112,6 @@ LABELS = {
 OMIKUJI_SETS = ("mediamill_discretized", "delicious")
 
 
-def prepared_store(name: str, workdir: Path) -> Path:
-    """A dmlr store of ``name`` with "train" and "test" splits."""
-    dst = workdir / f"{name}_split.zarr"
-    if dst.exists():
-        return dst
-    if name == "emotions_mat":
-        import scipy.io as sio
-
-        m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-        X = np.vstack([m["X_train"], m["X_test"]])
-        Y = (np.vstack([m["Y_train"], m["Y_test"]]) > 0).astype(np.int8)
-        n_tr = m["X_train"].shape[0]
-        splits = {"train": np.arange(n_tr), "test": np.arange(n_tr, X.shape[0])}
-        return write_dataset(dst, X, Y, splits=splits)
-    store = staged_store(name, workdir)
-    ds = dmlr.open_dataset(store)
-    if {"train", "test"} <= set(ds.splits):
-        return store
-    X, Y = (a.compute() for a in ds.arrays(None))
-    if hasattr(X, "to_scipy_sparse"):
-        X = sp.csr_matrix(X.to_scipy_sparse())
-    perm = np.random.default_rng(0).permutation(X.shape[0])
-    cut = int(0.6 * X.shape[0])
-    splits = {"train": np.sort(perm[:cut]), "test": np.sort(perm[cut:])}
-    return write_dataset(dst, X, Y, splits=splits)
-
-
 def warm_up(workdir: Path) -> float:
     """Seconds of this process's first ``dmlr.fit`` and ``dmlr.evaluate`` calls, on small
     synthetic sets of each kind the table meets (the exact and the Nystroem kernel model,
@@ -154,21 +134,12 @@ def warm_up(workdir: Path) -> float:
     return time.perf_counter() - t
 
 
-def in_memory(store: Path, split: str):
-    X, Y = (a.compute() for a in dmlr.open_dataset(store).arrays(split))
-    if hasattr(X, "to_scipy_sparse"):
-        X = sp.csr_matrix(X.to_scipy_sparse())
-    return X, np.asarray(Y, dtype=np.int64)  # int64: scikit-learn's OneVsRest and int8 (see the brief)
-
-
 def run_dmlr(store: Path):
     """dmlr's defaults; also the labels of the rule before ``threshold="auto"`` (score > 0, at
     least one label per row) from the same scores, as the row ``dmlr@0``."""
-    t = time.perf_counter()
-    model = dmlr.fit(store, verbose=0)
-    seconds = time.perf_counter() - t
+    model, seconds = timed(dmlr.fit, store, verbose=0)
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
-    X_te, Y_te = in_memory(store, "test")
+    X_te, Y_te = peer_arrays(store, "test")
     S = np.asarray(model.decision_function(X_te))
     at_zero = multilabel_metrics(Y_te, S, predict_from_scores(S, 0.0), metrics=list(METRICS))
     chosen = getattr(model, "best_params_", {})
@@ -181,17 +152,14 @@ def run_peer(store: Path, scaling: str):
     (``scaling``): its labels at probability 0.5, and with per-label thresholds tuned on a
     held-out quarter of the training rows (:func:`tuned_thresholds`)."""
     from sklearn.base import clone
-    from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV
     from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import MaxAbsScaler, StandardScaler
 
-    X, Y = in_memory(store, "train")
-    X_te, Y_te = in_memory(store, "test")
-    scaler = {"standard": StandardScaler, "maxabs": MaxAbsScaler, "tfidf": TfidfTransformer}[scaling]()
-    pipe = make_pipeline(scaler, OneVsRestClassifier(LogisticRegression(max_iter=1000)))
+    X, Y = peer_arrays(store, "train")
+    X_te, Y_te = peer_arrays(store, "test")
+    pipe = make_pipeline(peer_scaler(scaling), OneVsRestClassifier(LogisticRegression(max_iter=1000)))
     folds = kfold_indices(X.shape[0], 5, 0)
     gs = GridSearchCV(
         pipe,
@@ -241,15 +209,10 @@ def run_omikuji(store: Path):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--workdir", default="/tmp/dmlr-auto-vs-peers")
-    p.add_argument(
-        "--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "auto_vs_peers.txt")
-    )
+    p = parser(__doc__, sets=SETS, workdir="/tmp/dmlr-auto-vs-peers")
+    p.add_argument("--out", default=str(DOCS_DIR / "auto_vs_peers.txt"))
     a = p.parse_args(argv)
-    workdir = Path(a.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_folder(a.workdir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warm = warm_up(workdir)
@@ -258,9 +221,6 @@ def main(argv=None) -> int:
         f"# warm-up (Numba compiles dmlr's kernels, or loads its cache; not in the table): {warm:.1f} s",
         "",
     ]
-    head = f"{'set':<22} {'who':<8} " + " ".join(f"{LABELS[m]:>8}" for m in METRICS) + f" {'seconds':>8}  choice"
-    lines.append(head)
-
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -269,29 +229,27 @@ def main(argv=None) -> int:
         print(line, flush=True)
         out.write_text("\n".join(lines) + "\n")  # after every line: a partial run leaves its table
 
-    def row(name, who, v, sec, choice=""):
-        cells = " ".join(f"{v[m]:>8.4f}" for m in METRICS)
-        return f"{name:<22} {who:<8} {cells} {sec:>8.1f}  {choice}"
+    columns = "; ".join(f"{LABELS[m]}:>8.4f" for m in METRICS)
+    table = Table(f"set:<22; who:<8; {columns}; seconds:>8.1f; choice: ", emit=emit)
 
+    def row(name, who, v, sec, choice=""):
+        table.row(name, who, *(v[m] for m in METRICS), sec, choice)
+
+    lines.append(table.header())
     print("\n".join(lines), flush=True)
     wins, labels_won = [], []
-    for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
-        try:
-            store = prepared_store(name, workdir)
-        except FileNotFoundError as e:
-            emit(f"{name:<22} skipped: {e}")
-            continue
+    for name, store in stores(a.sets, workdir, prepared_store, emit=emit):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             d, d_zero, d_sec, model_name, d_choice, scaling = run_dmlr(store)
         lr, lr_tuned, lr_sec, lr_choice = run_peer(store, scaling)
         omikuji = run_omikuji(store) if name in OMIKUJI_SETS else None
-        emit(row(name, "dmlr", d, d_sec, f"{model_name}: {d_choice}, {scaling}"))
-        emit(row(name, "dmlr@0", d_zero, d_sec, "same model, labels: score > 0"))
-        emit(row(name, "LR@0.5", lr, lr_sec, f"{lr_choice}, {scaling}"))
-        emit(row(name, "LR tuned", lr_tuned, lr_sec, f"per-label thresholds on {HOLDOUT:.0%} held out"))
+        row(name, "dmlr", d, d_sec, f"{model_name}: {d_choice}, {scaling}")
+        row(name, "dmlr@0", d_zero, d_sec, "same model, labels: score > 0")
+        row(name, "LR@0.5", lr, lr_sec, f"{lr_choice}, {scaling}")
+        row(name, "LR tuned", lr_tuned, lr_sec, f"per-label thresholds on {HOLDOUT:.0%} held out")
         if omikuji is not None:
-            emit(row(name, "omikuji", omikuji[0], omikuji[1], "defaults, labels: score > 0.5"))
+            row(name, "omikuji", omikuji[0], omikuji[1], "defaults, labels: score > 0.5")
         rl_rel = (d["ranking_loss"] - lr["ranking_loss"]) / lr["ranking_loss"]
         ap_rel = (lr["average_precision"] - d["average_precision"]) / lr["average_precision"]
         better = rl_rel < 0 and ap_rel < 0

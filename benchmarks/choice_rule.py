@@ -17,14 +17,12 @@ Stores and splits are ``benchmarks/auto_vs_peers.py``'s. Run::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
-from auto_vs_peers import SETS, prepared_store
-from docs_output import tee
+from _common import Table, parser, prepared_store, stores, tee, work_folder
+from auto_vs_peers import SETS
 
 import dmlr
 
@@ -45,22 +43,13 @@ def rule_choice(cv: dict, best: float, n_splits: int, fraction: float | None) ->
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(s for s in SETS if s != "mediamill_discretized"))
-    p.add_argument("--workdir", default="/tmp/dmlr-auto-vs-peers")
-    p.add_argument("--docs", action="store_true", help="also write docs/benchmarks/choice_rule.txt")
-    a = p.parse_args(argv)
-    workdir = Path(a.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    sets = [s for s in SETS if s != "mediamill_discretized"]
+    a = parser(__doc__, sets=sets, workdir="/tmp/dmlr-auto-vs-peers", docs="choice_rule").parse_args(argv)
     warnings.simplefilter("ignore")
+    table = Table("set:<22; rule:<7; alpha:>9.3g; CV rank loss:>12.5f; test rank loss:>14.4f; test avg prec:>13.4f")
     with tee("choice_rule", a.docs):
-        print(f"{'set':<22} {'rule':<7} {'alpha':>9} {'CV rank loss':>12} {'test rank loss':>14} {'test avg prec':>13}")
-        for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
-            try:
-                store = prepared_store(name, workdir)
-            except FileNotFoundError as e:
-                print(f"{name:<22} skipped: {e}")
-                continue
+        table.print_header()
+        for name, store in stores(a.sets, work_folder(a.workdir), prepared_store):
             model = dmlr.fit(store)
             cv, n_splits, best = model.cv_results_, model.search_.n_splits, model.best_params_["alpha"]
             tested = {best: dmlr.evaluate(model, store, metrics=METRICS)}
@@ -69,11 +58,7 @@ def main(argv=None) -> int:
                 if value not in tested:
                     tested[value] = dmlr.evaluate(dmlr.fit(store, alpha=value), store, metrics=METRICS)
                 test, mean = tested[value], cv["mean_test_score"][cv["value"].index(value)]
-                print(
-                    f"{name:<22} {rule:<7} {value:>9.3g} {mean:>12.5f} "
-                    f"{test['ranking_loss']:>14.4f} {test['average_precision']:>13.4f}",
-                    flush=True,
-                )
+                table.row(name, rule, value, mean, test["ranking_loss"], test["average_precision"])
     return 0
 
 

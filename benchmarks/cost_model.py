@@ -83,6 +83,7 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+from _common import cpu_model
 from scipy.optimize import nnls
 
 import dmlr
@@ -202,12 +203,6 @@ def make_set(shape: Shape, seed: int = 0, latent_rank: int = 10):
 
 
 def machine_header(args) -> str:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     import dask
     import distributed
     import numba
@@ -218,7 +213,7 @@ def machine_header(args) -> str:
             "RBRL per-iteration cost model (benchmarks/cost_model.py"
             + (" --quick" if args.quick else "")
             + f", --iters {args.iters} --rounds {args.rounds})",
-            f"machine: {model}, os.cpu_count() = {os.cpu_count()}, usable cores = {CORES}, "
+            f"machine: {cpu_model()}, os.cpu_count() = {os.cpu_count()}, usable cores = {CORES}, "
             f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
             f"numpy {np.__version__}, dask {dask.__version__}, distributed {distributed.__version__}, "
             f"numba {numba.__version__}",

@@ -63,27 +63,20 @@ Usage: python benchmarks/dask_overhead.py [--iters 30] [--lbfgs-iters 40] [--rou
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import sys
-import tempfile
 import time
-from pathlib import Path
 
+import cloudpickle
 import numpy as np
+import rbrl_speed
+from _common import in_turns, parser, tee, work_folder
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import cloudpickle  # noqa: E402
-import rbrl_speed  # noqa: E402
-from docs_output import tee  # noqa: E402
-
-import dmlr  # noqa: E402
-from dmlr.datasets import synthetic_store  # noqa: E402
-from dmlr.distributed.chunks import make_chunkset  # noqa: E402
-from dmlr.models import RBRL  # noqa: E402
-from dmlr.models import rbrl as rbrl_module  # noqa: E402
-from dmlr.solvers.prox import LowRank  # noqa: E402
+import dmlr
+from dmlr.datasets import synthetic_store
+from dmlr.distributed.chunks import make_chunkset
+from dmlr.models import RBRL
+from dmlr.models import rbrl as rbrl_module
+from dmlr.solvers.prox import LowRank
 
 # the module, not the function of the same name that dmlr.solvers exports
 lbfgs_module = importlib.import_module("dmlr.solvers.lbfgs")
@@ -216,12 +209,8 @@ def transport_table(client, X, Y, ranks, repeats):
         if (d + l) * k < d * l:
             low = LowRank(rng.normal(size=(d, k)), np.ascontiguousarray(rng.normal(size=(l, k))).T)
             variants += [(f"factors (rank {k}) out", low, False), (f"factors (rank {k}) out, W back", low, True)]
-    times = {v[0]: [] for v in variants}
-    for _ in range(repeats):  # the variants in turns, so that they share the machine's load
-        for label, point, back in variants:
-            t = time.perf_counter()
-            chunks.map_blocks(_null_call, point, back)
-            times[label].append(1000 * (time.perf_counter() - t))
+    calls = {label: (lambda p=point, b=back: chunks.map_blocks(_null_call, p, b)) for label, point, back in variants}
+    times = {label: [1000 * s for s in seconds] for label, seconds in in_turns(calls, repeats).items()}
     chunks.close()
     print(
         f"\n| no-op call on {chunks.n_blocks} workers, variants in turns, median of {repeats} | out | back | ms "
@@ -236,16 +225,14 @@ def transport_table(client, X, Y, ranks, repeats):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, full_doc=True, workdir=None, docs="dask_overhead")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--lbfgs-iters", type=int, default=40, help="oracle calls per L-BFGS fit")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--alphas", default="0.1,300", help="alpha_nuclear values, comma-separated")
     ap.add_argument("--repeats", type=int, default=40, help="calls of each no-op variant")
-    ap.add_argument("--workdir", default=None)
-    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks/dask_overhead.txt")
     args = ap.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
+    work = work_folder(args.workdir)
     alphas = [float(a) for a in args.alphas.split(",")]
     X, Y = dmlr.open_dataset(synthetic_store("bookmarks", work)).arrays("train")
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block pass runs on the workers

@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import Table, timed
 
 from dmlr.data.convert import convert
 from dmlr.data.store import open_dataset
@@ -70,9 +70,7 @@ def convert_one(data_dir: Path, folder: str, files: list, options: dict, out: Pa
     src = paths[0] if len(paths) == 1 else paths
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the dropped-line warning; it is noted in the table instead
-        t0 = time.perf_counter()
-        convert(src, out, **options)
-        seconds = time.perf_counter() - t0
+        _, seconds = timed(convert, src, out, **options)
     ds = open_dataset(out)
     card = float(np.asarray(ds.Y.sum(axis=1).compute()).mean())
     splits = "/".join(str(len(ds.splits[k])) for k in ("train", "test") if k in ds.splits)
@@ -87,8 +85,7 @@ def main(argv=None) -> int:
     if not args.data_dir.is_dir():
         print(f"no data sets at {args.data_dir} (set DMLR_DATA_DIR)", file=sys.stderr)
         return 2
-    print("| dataset | file(s) | n | d | L | card | MANIFEST n/d/L/card | match? | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    Table("dataset; file(s); n; d; L; card; MANIFEST n/d/L/card; match?; seconds", markdown=True).print_header()
     footnotes, all_ok = [], True
     with tempfile.TemporaryDirectory(prefix="dmlr-table-") as tmp:
         for i, (name, n, d, l, card_txt) in enumerate(SETS):

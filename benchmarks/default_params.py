@@ -30,7 +30,6 @@ table from the cache. Run (one process; a few minutes per model on 2 cores)::
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -39,9 +38,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import parser, staged, work_folder
 
 import dmlr
-from dmlr.datasets import staged_store
 from dmlr.metrics import multilabel_metrics
 from dmlr.models import OMF, OML, LinearMultiLabel, RankSVM
 
@@ -98,13 +97,6 @@ OML_GRID = {"k": [3, 5, 10, 20, 40, 80, 160, 320], "aggregation": ["vote", "mlkn
 JOINT = {"oml": ("k", "aggregation")}
 
 
-def load(name: str, workdir: Path, split: str):
-    from dmlr.data.arrays import as_matrix
-
-    X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(split)
-    return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
-
-
 def choose(model: str, X, Y, cv: int, seed: int, grid: str = "coarse") -> tuple[dict, list | None]:
     """The CV choice on (X, Y): ({param: value}, [[params, mean CV score], ...] or None)."""
     if model in ("linear", "ranksvm"):
@@ -149,7 +141,7 @@ def run(model: str, name: str, a) -> dict:
     cache = _cache(model, name, a)
     if cache.exists():
         return json.loads(cache.read_text())
-    Xtr, Ytr = load(name, Path(a.workdir), "train")
+    Xtr, Ytr = staged(name, a.workdir, "train")
     t = time.perf_counter()
     with dmlr.config_context(backend="local"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # non-converged fits at the grid's weakest regularization
@@ -220,18 +212,16 @@ def _fmt(v):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, sets=SETS, workdir=str(DEFAULT_WORK))
     ap.add_argument("--models", default="linear,ranksvm,oml,omf")
-    ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--cv", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--grid", default="wide", choices=["coarse", "wide"], help="OMF's grid")
-    ap.add_argument("--workdir", default=str(DEFAULT_WORK))
     ap.add_argument("--cached-only", action="store_true")
     ap.add_argument("--no-test", action="store_true", help="skip the test-split before/after columns")
     a = ap.parse_args(argv)
-    Path(a.workdir).mkdir(parents=True, exist_ok=True)
-    sets = a.sets.split(",")
+    work_folder(a.workdir)
+    sets = a.sets
     for model in a.models.split(","):
         results = []
         for name in sets:
@@ -248,8 +238,8 @@ def main(argv=None):
         metric = SCORE[model]
         print(f"\n{model}: test-split {metric}: old defaults, new defaults (the row above), the set's own CV choice")
         for r in results:
-            Xtr, Ytr = load(r["set"], Path(a.workdir), "train")
-            Xte, Yte = load(r["set"], Path(a.workdir), "test")
+            Xtr, Ytr = staged(r["set"], a.workdir, "train")
+            Xte, Yte = staged(r["set"], a.workdir, "test")
             with dmlr.config_context(backend="local"):
                 old = test_score(model, OLD_DEFAULTS[model], Xtr, Ytr, Xte, Yte)
                 new = test_score(model, default, Xtr, Ytr, Xte, Yte)

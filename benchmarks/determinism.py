@@ -9,47 +9,42 @@ numpy fit, and the iteration counts.
 Usage: python benchmarks/determinism.py
 """
 
-import argparse
-import tempfile
-from pathlib import Path
-
 import numpy as np
-import scipy.io as sio
+from _common import Table, parser, reference_emotions, work_folder
 
 import dmlr
 from dmlr.data.store import write_dataset
-from dmlr.datasets import anchors_dir
 from dmlr.models import RBRL
 
 PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=1999, tol=1e-6, scaling=None)
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    parser(__doc__).parse_args(argv)
     from distributed import Client
 
     from dmlr.distributed import local_cluster
 
-    m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-    X, Y = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
+    X, Y = reference_emotions()[:2]
     with dmlr.config_context(backend="local"):
         ref = RBRL(**PARAMS).fit(X, Y)
-    work = Path(tempfile.mkdtemp(prefix="dmlr-det-"))
-    print("| workers | stored chunk rows | blocks | iterations | max abs diff of W vs in-process numpy fit |")
-    print("|---|---|---|---|---|")
+    work = work_folder(prefix="dmlr-det-")
+    table = Table(
+        "workers; stored chunk rows; blocks; iterations; max abs diff of W vs in-process numpy fit:.2e", markdown=True
+    )
+    table.print_header()
     for rows in (16, 64, 256):
         write_dataset(work / f"e{rows}.zarr", X, Y, chunk_rows=rows)
         with dmlr.config_context(backend="local", n_blocks=3):
             model = RBRL(**PARAMS).fit(*dmlr.open_dataset(work / f"e{rows}.zarr").arrays())
-        print(f"| in-process | {rows} | 3 | {model.n_iter_} | {np.abs(model.coef_ - ref.coef_).max():.2e} |")
+        table.row("in-process", rows, 3, model.n_iter_, np.abs(model.coef_ - ref.coef_).max())
     for n_workers in (1, 2, 4):
         with local_cluster(n_workers, 1) as cluster, Client(cluster) as client:
             for rows in (16, 64, 256):
                 ds = dmlr.open_dataset(work / f"e{rows}.zarr")
                 with dmlr.config_context(backend="dask", client=client):
                     model = RBRL(**PARAMS).fit(*ds.arrays())
-                diff = np.abs(model.coef_ - ref.coef_).max()
-                print(f"| {n_workers} | {rows} | {n_workers} | {model.n_iter_} | {diff:.2e} |")
+                table.row(n_workers, rows, n_workers, model.n_iter_, np.abs(model.coef_ - ref.coef_).max())
 
 
 if __name__ == "__main__":

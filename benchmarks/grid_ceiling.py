@@ -32,20 +32,19 @@ Usage: python benchmarks/grid_ceiling.py --sets yeast,enron [--repeat 0] [--max-
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from _common import parser, timed, work_folder
 from paper_tables import (
     GRIDS,
     METRICS,
     PAPER_STYLE_YAHOO,
     PAPER_TABLE3,
+    WORKDIR,
     load_all,
     make_rbrl,
     paper_style_yahoo,
@@ -75,31 +74,29 @@ def test_records(name: str, repeat: int, work: Path, client, max_iter: int = 500
     n_tr = Xtr.shape[0]
     split = [(np.arange(n_tr), np.arange(n_tr, both_X.shape[0]))]
     est = make_rbrl(kernel, solver="spectral", max_iter=max_iter, tol=tol)
-    t = time.perf_counter()
-    search = grid_search_cv(est, both_X, both_Y, PAPER_GRID, cv=split, client=client, refit=False, scoring="paper_mean")
-    print(f"{name} repeat {repeat}: {len(search.results)} fits in {time.perf_counter() - t:.0f} s", flush=True)
+    search, seconds = timed(
+        grid_search_cv, est, both_X, both_Y, PAPER_GRID, cv=split, client=client, refit=False, scoring="paper_mean"
+    )
+    print(f"{name} repeat {repeat}: {len(search.results)} fits in {seconds:.0f} s", flush=True)
     records = [{"params": r["params"], **{k: r[f"mean_{k}"] for _, k, _ in METRICS}} for r in search.results]
     cache.write_text(json.dumps(records))
     return records
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default="yeast,enron")
+    ap = parser(__doc__, full_doc=True, sets=("yeast", "enron"), workdir=WORKDIR)
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--max-iter", type=int, default=5000)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
     args = ap.parse_args(argv)
-    work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args.workdir)
     from distributed import Client
 
     from dmlr.distributed import local_cluster
 
     with local_cluster(args.workers, 1) as cluster, Client(cluster) as client:
-        for name in args.sets.split(","):
+        for name in args.sets:
             try:
                 records = test_records(name, args.repeat, work, client, args.max_iter, args.tol)
             except FileNotFoundError as e:

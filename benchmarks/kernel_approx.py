@@ -33,17 +33,16 @@ Usage: python benchmarks/kernel_approx.py [--workdir DIR] [--skip-mediamill]
 
 from __future__ import annotations
 
-import argparse
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import Table, arrays, parser, random_split, reference_emotions, timed, work_folder
 from sklearn.pipeline import make_pipeline
 
 import dmlr
-from dmlr.datasets import anchors_dir, data_dir, synthetic_store
+from dmlr.datasets import data_dir, synthetic_store
 from dmlr.kernel_approximation import KernelFeatures
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RBRL, KernelRBRL
@@ -56,14 +55,7 @@ METRICS = ("average_precision", "ranking_loss", "hamming_loss", "f1_example")
 def load_sets(work: Path):
     import scipy.io as sio
 
-    sets = {}
-    m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-    sets["emotions (ref split)"] = (
-        m["X_train"],
-        (m["Y_train"] > 0).astype(np.int8),
-        m["X_test"],
-        (m["Y_test"] > 0).astype(np.int8),
-    )
+    sets = {"emotions (ref split)": reference_emotions()}
     for name in ("scene", "yeast"):
         folder = data_dir() / name
         store = dmlr.convert(
@@ -72,19 +64,10 @@ def load_sets(work: Path):
             xml=folder / f"{name}.xml",
             overwrite=True,
         )
-        ds = dmlr.open_dataset(store)
-        (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")
-        sets[f"{name} (MULAN split)"] = (
-            np.asarray(Xtr.compute(), dtype=np.float64),
-            np.asarray(Ytr.compute(), dtype=np.int8),
-            np.asarray(Xte.compute(), dtype=np.float64),
-            np.asarray(Yte.compute(), dtype=np.int8),
-        )
+        sets[f"{name} (MULAN split)"] = (*arrays(store, "train"), *arrays(store, "test"))
     m = sio.loadmat(data_dir() / "image_subset600" / "image.mat")
     X, Y = np.asarray(m["data"], dtype=np.float64), (np.asarray(m["target"]) > 0).astype(np.int8)
-    perm = np.random.default_rng(0).permutation(X.shape[0])
-    n_tr = int(round(0.6 * X.shape[0]))
-    tr, te = np.sort(perm[:n_tr]), np.sort(perm[n_tr:])
+    tr, te = random_split(X.shape[0])
     sets["image_subset600 (60/40, seed 0)"] = (X[tr], Y[tr], X[te], Y[te])
     return sets
 
@@ -107,18 +90,11 @@ def variants(n_train: int):
         yield f"fourier D={D}", approximate("fourier", D)
 
 
-def timed_fit(model, X, Y) -> float:
-    """Seconds of ``model.fit(X, Y)``: for a pipeline, the feature map and transform included."""
-    t = time.perf_counter()
-    model.fit(X, Y)
-    return time.perf_counter() - t
-
-
 def small_rows(sets):
     rows = []
     for name, (Xtr, Ytr, Xte, Yte) in sets.items():
         for label, model in variants(Xtr.shape[0]):
-            seconds = timed_fit(model, Xtr, Ytr)
+            _, seconds = timed(model.fit, Xtr, Ytr)  # a pipeline's feature map included
             S = model.decision_function(Xte)
             vals = multilabel_metrics(Yte, S, predict_from_scores(S), metrics=METRICS)
             n_iter = (model[-1] if hasattr(model, "steps") else model).n_iter_
@@ -147,7 +123,7 @@ def mediamill_row(work: Path):
     n = ds.n_samples
     with local_cluster(2, 1) as cluster, Client(cluster) as client, dmlr.config_context(backend="dask", client=client):
         model = approximate("nystroem", 1024, max_iter=100, tol=0.0)
-        fit_seconds = timed_fit(model, X, Y)
+        _, fit_seconds = timed(model.fit, X, Y)
         features, rbrl = model[0], model[-1]
         ts = rbrl.objective_seconds_
         per_iter = (ts[-1] - ts[0]) / max(len(ts) - 1, 1)
@@ -184,11 +160,10 @@ def mediamill_row(work: Path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default=None)
+    ap = parser(__doc__, full_doc=True, workdir=None)
     ap.add_argument("--skip-mediamill", action="store_true")
     args = ap.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-kapprox-"))
+    work = work_folder(args.workdir, prefix="dmlr-kapprox-")
     print(f"load average at start: {os.getloadavg()}; {os.cpu_count()} cores")
     sets = load_sets(work)
     rng = np.random.default_rng(0)  # compile the Numba kernels outside the timings
@@ -206,11 +181,11 @@ def main(argv=None):
         "Hamming loss",
         "F1 example",
     )
+    table = Table("; ".join(head), markdown=True)
     print()
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    table.print_header()
     for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
+        table.row(*map(str, r))
     print(
         "\nAll: RBF, gamma = 1/d, alpha=1, alpha_rank=0.01, alpha_nuclear=0.1, solver='spectral', max_iter=2000, "
         "tol=1e-6, fit_intercept=True (the approximate variants' bias is a feature; the exact kernel "

@@ -21,12 +21,10 @@ Every configuration is compared with the optimum at its own alpha. Run::
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
 import warnings
 
 import numpy as np
+from _common import parser, staged, timed, work_folder
 
 import dmlr
 from dmlr.distributed.chunks import make_chunkset
@@ -56,28 +54,20 @@ def optimum(model: LinearMultiLabel, X, Y) -> tuple[float, int]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default="emotions,scene,yeast,enron")
+    ap = parser(__doc__, sets=("emotions", "scene", "yeast", "enron"), workdir=None)
     ap.add_argument("--losses", default="hamming,subset,rank_squared_hinge")
-    ap.add_argument("--workdir", default=None)
     a = ap.parse_args(argv)
-    from dmlr.data.arrays import as_matrix
-    from dmlr.datasets import staged_store
-
-    workdir = a.workdir or tempfile.mkdtemp(prefix="dmlr-linconv-")
+    workdir = work_folder(a.workdir, prefix="dmlr-linconv-")
     print(f"{'set':<9} {'loss':<19} " + "".join(f"{c + ': gap, n, s':>28}" for c in CONFIGS))
-    for name in a.sets.split(","):
-        X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays("train")
-        X, Y = as_matrix(X.compute()), np.asarray(Y.compute())
+    for name in a.sets:
+        X, Y = staged(name, workdir, "train")
         for loss in a.losses.split(","):
             cells = []
             for cfg in CONFIGS.values():
                 m = LinearMultiLabel(loss=loss, **cfg)
-                t = time.perf_counter()
                 with dmlr.config_context(backend="local"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    m.fit(X, Y)
-                sec = time.perf_counter() - t
+                    _, sec = timed(m.fit, X, Y)
                 fstar, _ = optimum(m, X, Y)
                 gap = (m.objective_history_[-1] - fstar) / fstar
                 cells.append(f"{gap:>10.1e} {m.n_iter_:>6d} {sec:>7.2f}s  ")

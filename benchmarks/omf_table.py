@@ -48,7 +48,6 @@ Commands run for the report (2 shared cores)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -57,6 +56,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import best_of, parser, staged, work_folder
 
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-omf-table"
 
@@ -94,18 +94,6 @@ GRIDS = {
 }
 
 
-def load(name: str, workdir: Path):
-    """All rows of a staged set: float64 numpy or CSR X, int8 Y."""
-    import dmlr
-    from dmlr.datasets import staged_store
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    from dmlr.data.arrays import as_matrix
-
-    return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
-
-
 def run_fold(name: str, fold: int, a) -> dict:
     import dmlr
     from dmlr.metrics import multilabel_metrics
@@ -116,7 +104,7 @@ def run_fold(name: str, fold: int, a) -> dict:
     cache = Path(a.workdir) / f"omf-{name}-f{fold}-e{a.n_epochs}-b{a.batch}-i{a.inner}{tag}-s{a.seed}.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    X, Y = load(name, Path(a.workdir))
+    X, Y = staged(name, a.workdir)
     tr, te = kfold_indices(Y.shape[0], a.folds, seed=a.seed)[fold]
     Xtr, Ytr = X[tr], Y[tr]
     window = -(-len(tr) // a.batch) * a.batch  # one window = the whole training part
@@ -210,17 +198,15 @@ def speed(a) -> None:
     import dmlr
     from dmlr.models.omf import OMF
 
-    X, Y = load("mediamill_discretized", Path(a.workdir))
+    X, Y = staged("mediamill_discretized", a.workdir)
     n = X.shape[0]
     print(f"mediamill_discretized {X.shape[0]} x {X.shape[1]}, {Y.shape[1]} labels, s = 350")
     for b in (32, 256):
-        times = []
-        for rep in range(2):
-            t = time.perf_counter()
-            with dmlr.config_context(backend="local"):
-                m = OMF(n_components=350, n_epochs=1, batch_size=b, eta0=0.3, shuffle_window=4096).fit(X, Y)
-            times.append(time.perf_counter() - t)
-        print(f"  fit, 1 epoch over {n} rows, batch {b:>3}: {min(times):.2f} s ({min(times) / n * 1e6:.1f} us per row)")
+        with dmlr.config_context(backend="local"):
+            best, m = best_of(
+                lambda: OMF(n_components=350, n_epochs=1, batch_size=b, eta0=0.3, shuffle_window=4096).fit(X, Y)
+            )
+        print(f"  fit, 1 epoch over {n} rows, batch {b:>3}: {best:.2f} s ({best / n * 1e6:.1f} us per row)")
     with threadpool_limits(limits=1, user_api="blas"):
         t = time.perf_counter()
         for _ in range(3):
@@ -237,8 +223,7 @@ def speed(a) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(PAPER))
+    p = parser(__doc__, sets=PAPER, workdir=str(DEFAULT_WORK))
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--run-folds", type=int, default=None, help="run only the first k folds")
     p.add_argument("--inner", type=int, default=3, help="inner CV folds (1: one 80/20 hold-out split)")
@@ -246,20 +231,19 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=32, help="OMF's batch_size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--grid", choices=sorted(GRIDS), default="coarse")
-    p.add_argument("--workdir", default=str(DEFAULT_WORK))
     p.add_argument("--speed", action="store_true")
     p.add_argument("--cached-only", action="store_true")
     a = p.parse_args(argv)
-    Path(a.workdir).mkdir(parents=True, exist_ok=True)
+    work_folder(a.workdir)
     if a.speed:
         speed(a)
         return
     if not a.cached_only:
-        for name in a.sets.split(","):
+        for name in a.sets:
             if name not in PAPER:
                 sys.exit(f"unknown set {name!r}; known: {list(PAPER)}")
             try:
-                load(name, Path(a.workdir))
+                staged(name, a.workdir)
             except FileNotFoundError as e:
                 print(f"skip {name}: {e}")
                 continue

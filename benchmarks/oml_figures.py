@@ -35,16 +35,12 @@ none``) or ``oml_figures_scaled.txt``.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-from docs_output import tee
+from _common import arrays, parser, random_split, tee, work_folder
 
 import dmlr
-from dmlr.data.arrays import as_matrix
 from dmlr.datasets import staged_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.models import RankSVM
@@ -59,20 +55,12 @@ METRICS = [
 ]
 
 
-def _np(X):
-    return as_matrix(X.compute())
-
-
 def load(name, workdir, seed):
-    ds = dmlr.open_dataset(staged_store(name, workdir))
-    if "train" in ds.splits and "test" in ds.splits:
-        (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")
-        return _np(Xtr), np.asarray(Ytr.compute()), _np(Xte), np.asarray(Yte.compute()), "official"
-    X, Y = ds.arrays(None)
-    X, Y = _np(X), np.asarray(Y.compute())
-    perm = np.random.default_rng(seed).permutation(X.shape[0])
-    cut = int(round(0.6 * X.shape[0]))
-    tr, te = np.sort(perm[:cut]), np.sort(perm[cut:])
+    store = staged_store(name, workdir)
+    if {"train", "test"} <= set(dmlr.open_dataset(store).splits):
+        return (*arrays(store, "train"), *arrays(store, "test"), "official")
+    X, Y = arrays(store)
+    tr, te = random_split(X.shape[0], seed)
     return X[tr], Y[tr], X[te], Y[te], "random 60/40"
 
 
@@ -101,12 +89,10 @@ def olansgd(Xtr, Ytr, Xte, lams, iters, seed, scaling):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default=",".join(SETS))
+    ap = parser(__doc__, full_doc=True, sets=SETS, workdir=None)
     ap.add_argument("--iters", type=int, default=20000, help="OLANSGD's n_updates")
     ap.add_argument("--lams", default="1e-6,1e-4,1e-2,1e0", help="OLANSGD's candidate alpha values")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workdir", default=None)
     ap.add_argument("--scaling", choices=["none", "auto"], default="none", help="feature scaling of every model")
     ap.add_argument("--docs", action="store_true", help="also write the output to docs/benchmarks/")
     args = ap.parse_args(argv)
@@ -116,10 +102,10 @@ def main(argv=None):
 
 def _run(args) -> None:
     scaling = None if args.scaling == "none" else "auto"
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-oml-"))
+    workdir = work_folder(args.workdir, prefix="dmlr-oml-")
     lams = [float(x) for x in args.lams.split(",")]
     rows, losses_to_knn = [], []
-    for name in args.sets.split(","):
+    for name in args.sets:
         t0 = time.perf_counter()
         try:
             Xtr, Ytr, Xte, Yte, split = load(name, workdir, args.seed)

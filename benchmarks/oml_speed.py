@@ -16,12 +16,10 @@ Usage: python benchmarks/oml_speed.py [--rounds 2000] [--queries 2000] [--sizes 
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import arrays, best_of, parser, work_folder
 
 import dmlr
 from dmlr.datasets import staged_store, synthetic_store
@@ -36,33 +34,16 @@ def load_mediamill(workdir: Path):
     except FileNotFoundError:
         path = synthetic_store("mediamill", workdir)
         name = "mediamill synthetic"
-    ds = dmlr.open_dataset(path)
-    (Xtr, Ytr), (Xte, Yte) = ds.arrays("train"), ds.arrays("test")
-    return name, (
-        np.asarray(Xtr.compute(), dtype=np.float64),
-        np.asarray(Ytr.compute(), dtype=np.int8),
-        np.asarray(Xte.compute(), dtype=np.float64),
-        np.asarray(Yte.compute(), dtype=np.int8),
-    )
-
-
-def best_of(fn, reps=2):
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+    return name, (*arrays(path, "train"), *arrays(path, "test"))
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, full_doc=True, workdir=None)
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--sizes", default="10000,20000")
-    ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-omlspeed-"))
+    workdir = work_folder(args.workdir, prefix="dmlr-omlspeed-")
     name, (Xtr, Ytr, Xte, Yte) = load_mediamill(workdir)
     p, q = Xtr.shape[1], Ytr.shape[1]
     sizes = [int(s) for s in args.sizes.split(",")]

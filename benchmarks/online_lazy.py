@@ -47,25 +47,18 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import tempfile
-import time
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
+from _common import Table, parser, seconds_of, work_folder
 from numba import njit
+from ranksvm_tables import load
+from vr_table import load_set
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from ranksvm_tables import load  # noqa: E402
-from vr_table import load_set  # noqa: E402
-
-from dmlr.data.blocks import make_block  # noqa: E402
-from dmlr.kernels import multilabel_losses  # noqa: E402
-from dmlr.kernels.multilabel_losses import (  # noqa: E402
+from dmlr.data.blocks import make_block
+from dmlr.kernels import multilabel_losses
+from dmlr.kernels.multilabel_losses import (
     DENSE_BLOCK_ROWS,
     GEBRU_EPS,
     block_loss_grad,
@@ -73,17 +66,12 @@ from dmlr.kernels.multilabel_losses import (  # noqa: E402
     row_loss,
     vr_inner_loop,
 )
-from dmlr.solvers import sgd as solvers  # noqa: E402
-from dmlr.solvers.vr import epoch_order  # noqa: E402
+from dmlr.solvers import sgd as solvers
+from dmlr.solvers.vr import epoch_order
 
 
 def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return float(np.median(seconds_of(fn, repeats)))
 
 
 def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repeats: int, workdir: str) -> None:
@@ -91,13 +79,16 @@ def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repea
         f"## Rank-SVM online solvers: {n_updates} uniform updates, lambda={lam:g}, median of {repeats} "
         f"(before: {before_repeats}) runs\n"
     )
-    print("| set | n x d (+bias), K | nnz/row | solver | before s | after s | before/after | max |dM_hat| |")
-    print("|---|---|---|---|---|---|---|---|")
+    table = Table(
+        "set; n x d (+bias), K; nnz/row:.1f; solver; before s:.2f; after s:.3f; before/after; max |dM_hat|:.1e",
+        markdown=True,
+    )
+    table.print_header()
     for name in sets:
         try:
             X, Y = load(name, workdir)
         except FileNotFoundError as e:
-            print(f"| {name} | skipped: {e} |")
+            table.skip(name, e)
             continue
         blk = make_block(X, Y, True)
         n, d = blk.X.shape
@@ -118,11 +109,7 @@ def ranksvm_section(sets, n_updates: int, lam: float, repeats: int, before_repea
             before = median_seconds(lambda: run(False), before_repeats)
             after = median_seconds(lambda: run(True), repeats)
             diff = float(np.abs(out[True] - out[False]).max())
-            print(
-                f"| {name} | {n} x {d}, {K} | {nnz:.1f} | {solver.upper()} | {before:.2f} | {after:.3f} | "
-                f"{before / after:.1f}x | {diff:.1e} |",
-                flush=True,
-            )
+            table.row(name, f"{n} x {d}, {K}", nnz, solver.upper(), before, after, f"{before / after:.1f}x", diff)
 
 
 @njit
@@ -196,10 +183,10 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
         f"\n## One SGD epoch (hamming, lam={lam:g}, step 1) on MediaMill-26: {desc}; "
         f"{n} x {d} (+bias), {K} labels; median of {repeats} runs\n"
     )
-    print("| what | ms | x X @ W |")
-    print("|---|---|---|")
+    table = Table("what; ms:.1f; x X @ W:.1f", markdown=True)
+    table.print_header()
     for label, secs in rows:
-        print(f"| {label} | {secs * 1e3:.1f} | {secs / floor:.1f} |")
+        table.row(label, secs * 1e3, secs / floor)
     plain = out[False, True]
     print(
         f"\nmax |W - W_plain| after the epoch: row by row {np.abs(out[True, False] - plain).max():.1e}, "
@@ -208,9 +195,8 @@ def mediamill_section(seed: int, lam: float, repeats: int, workdir: str) -> None
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, sets=("corel5k", "bibtex", "mediamill_discretized"), workdir=None)
     ap.add_argument("--sections", default="ranksvm,mediamill")
-    ap.add_argument("--sets", default="corel5k,bibtex,mediamill_discretized")
     ap.add_argument("--updates", type=int, default=70_000)
     ap.add_argument(
         "--lam",
@@ -221,16 +207,15 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before-repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="MediaMill-26's label draw and row order")
-    ap.add_argument("--workdir", default=None)
     a = ap.parse_args(argv)
-    workdir = a.workdir or tempfile.mkdtemp(prefix="dmlr-online-")
+    workdir = work_folder(a.workdir, prefix="dmlr-online-")
     sections = a.sections.split(",")
     print(
         f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs; "
         f"load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())}\n"
     )
     if "ranksvm" in sections:
-        ranksvm_section(a.sets.split(","), a.updates, a.lam, a.repeats, a.before_repeats, workdir)
+        ranksvm_section(a.sets, a.updates, a.lam, a.repeats, a.before_repeats, workdir)
     if "mediamill" in sections:
         try:
             mediamill_section(a.seed, a.lam, a.repeats, workdir)

@@ -84,20 +84,21 @@ Usage: python benchmarks/paper_tables.py [--sets emotions,yahoo_arts] [--repeats
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import Table, parser, staged, timed, work_folder
 
 import dmlr
-from dmlr.data.arrays import as_matrix
-from dmlr.datasets import staged_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 from dmlr.model_selection import PAPER_GRID, grid_search_cv
 from dmlr.models import RBRL, KernelRBRL
+
+#: The work folder of the paper-table scripts (stores, caches), shared by grid_ceiling.py and sample_spread.py.
+WORKDIR = str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables")
 
 METRICS = [
     ("Hal", "hamming_loss", -1),
@@ -163,11 +164,10 @@ def load_all(name: str, workdir: Path):
     """
     import scipy.sparse as sp
 
-    X, Y = dmlr.open_dataset(staged_store(name, workdir)).arrays(None)
-    X = as_matrix(X.compute())
+    X, Y = staged(name, workdir)
     if name not in KERNEL_SETS and not sp.issparse(X):
         X = sp.csr_matrix(X)
-    return X, np.asarray(Y.compute())
+    return X, Y
 
 
 #: Sets rebuilt as Zhang & Zhou's feature-reduced versions, which the paper used (module docstring).
@@ -291,8 +291,8 @@ def verdict(ours_mean, paper, sign):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default="emotions,scene,yeast,image_subset600,enron,yahoo_arts,yahoo_recreation")
+    sets = ("emotions", "scene", "yeast", "image_subset600", "enron", "yahoo_arts", "yahoo_recreation")
+    ap = parser(__doc__, full_doc=True, sets=sets, workdir=WORKDIR)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--grid", choices=tuple(GRIDS), default="coarse")
     ap.add_argument("--table", choices=("3", "6", "both"), default="both")
@@ -305,12 +305,10 @@ def main(argv=None):
         help="mean: one point per repeat, the best mean of the six metrics on the validation "
         "folds; per-metric: each metric at its own best point",
     )
-    ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
     ap.add_argument("--cached-only", action="store_true", help="print the table from the cache, fit nothing")
     args = ap.parse_args(argv)
     grid = GRIDS[args.grid]
-    work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args.workdir)
     from contextlib import ExitStack
 
     from distributed import Client
@@ -318,7 +316,7 @@ def main(argv=None):
     from dmlr.distributed import local_cluster
 
     jobs = []
-    for name in args.sets.split(","):
+    for name in args.sets:
         if args.table in ("3", "both"):
             jobs.append((name, False))
         if args.table in ("6", "both") and name in PAPER_TABLE6_BRL:
@@ -354,9 +352,7 @@ def main(argv=None):
                 if not cache.exists():
                     if client is None:
                         client = stack.enter_context(Client(stack.enter_context(local_cluster(args.workers, 1))))
-                    t = time.perf_counter()
-                    both = one_repeat(name, X, Y, r, grid, brl, client, args.cv_max_iter)
-                    seconds = time.perf_counter() - t
+                    both, seconds = timed(one_repeat, name, X, Y, r, grid, brl, client, args.cv_max_iter)
                     for selection, suffix in SELECTION_SUFFIX.items():
                         path = work / f"{stem}{suffix}-r{r}.json"
                         if not path.exists():  # never overwrite a cached repeat
@@ -383,8 +379,8 @@ def main(argv=None):
                 ptxt = f"{p[0]:.3f} +- {p[1]:.3f}" if p else "-"
                 rows.append((name, label, short, f"{m:.3f} +- {s:.3f}", ptxt, v))
                 print(f"  {short:4s} ours {m:.3f} +- {s:.3f}   paper {ptxt}   {v}", flush=True)
-    print("\n| data set | model | metric | dmlr (mean +- std) | paper | within 1 paper std? |")
-    print("|---|---|---|---|---|---|")
+    print()
+    Table("data set; model; metric; dmlr (mean +- std); paper; within 1 paper std?", markdown=True).print_header()
     for r in rows:
         print("| " + " | ".join(r) + " |")
 

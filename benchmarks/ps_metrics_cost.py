@@ -10,46 +10,43 @@ Usage: python benchmarks/ps_metrics_cost.py [--rows 20000] [--labels 500] [--rep
 ``--docs`` also writes the table to ``docs/benchmarks/ps_metrics_cost.txt`` (the docs include it).
 """
 
-import argparse
-import time
-
 import numpy as np
-from docs_output import tee
+from _common import Table, in_turns, parser, tee
 
 from dmlr.metrics import METRIC_NAMES, PS_METRIC_NAMES, label_propensities, multilabel_metrics, predict_from_scores
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20000)
-    parser.add_argument("--labels", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--docs", action="store_true", help="also write docs/benchmarks/ps_metrics_cost.txt")
-    args = parser.parse_args()
+def main(argv=None):
+    p = parser(__doc__, docs="ps_metrics_cost")
+    p.add_argument("--rows", type=int, default=20000)
+    p.add_argument("--labels", type=int, default=500)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
     with tee("ps_metrics_cost", args.docs):
         table(args)
 
 
 def table(args):
     base = [name for name in METRIC_NAMES if name != "auc_macro"]
-    print("| density | 17 metrics (s) | + 6 PS metrics (s) | ratio |")
-    print("|---|---|---|---|")
+    out = Table("density; 17 metrics (s):.3f; + 6 PS metrics (s):.3f; ratio:.2f", markdown=True)
+    out.print_header()
     for density in (0.02, 0.2):
         rng = np.random.default_rng(0)
         Y = (rng.random((args.rows, args.labels)) < density).astype(np.int8)
         S = rng.standard_normal(Y.shape) + Y
         P = predict_from_scores(S)
         propensities = label_propensities(Y)
-        times = {"base": [], "ps": []}
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            multilabel_metrics(Y, S, P, metrics=base)
-            times["base"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            multilabel_metrics(Y, S, P, metrics=base + list(PS_METRIC_NAMES), propensities=propensities)
-            times["ps"].append(time.perf_counter() - start)
+        times = in_turns(
+            {
+                "base": lambda: multilabel_metrics(Y, S, P, metrics=base),
+                "ps": lambda: multilabel_metrics(
+                    Y, S, P, metrics=base + list(PS_METRIC_NAMES), propensities=propensities
+                ),
+            },
+            args.repeats,
+        )
         a, b = np.median(times["base"]), np.median(times["ps"])
-        print(f"| {density} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        out.row(density, a, b, b / a)
 
 
 if __name__ == "__main__":

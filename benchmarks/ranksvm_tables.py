@@ -92,6 +92,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from _common import Table, arrays, seconds_of, timed
 
 OUT = Path(__file__).resolve().parent / "out"
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-ranksvm-tables"
@@ -138,12 +139,7 @@ def prepare(name: str, workdir: Path) -> Path:
 @lru_cache(maxsize=4)
 def load(name: str, workdir: str):
     """All rows (train + test files together) as float64 numpy / CSR and int8 labels."""
-    import dmlr
-
-    X, Y = dmlr.open_dataset(prepare(name, Path(workdir))).arrays(None)
-    from dmlr.data.arrays import as_matrix
-
-    return as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
+    return arrays(prepare(name, Path(workdir)))
 
 
 def fold_indices(n: int, n_folds: int, fold: int, seed: int):
@@ -234,9 +230,7 @@ def table2_fold(name: str, fold: int, a: dict) -> dict:
             est = MMP(n_updates=a["iters"], random_state=fold)
         else:
             est = RankSVM(alpha=lam, solver=method, n_updates=a["iters"], random_state=fold)
-        ts = time.perf_counter()
-        est.fit(Xtr, Ytr)
-        out["seconds"][method] = time.perf_counter() - ts
+        _, out["seconds"][method] = timed(est.fit, Xtr, Ytr)
         m = ranking_metrics(Yte, est.decision_function(Xte))
         out["auc"][method] = m["auc_instance"]
         out["auc_macro"][method] = m["auc_macro"]
@@ -362,8 +356,7 @@ def report_fig1(curves: list, a: dict) -> None:
             f"record every {a['record_every']}; "
             f"wall ANSGD {an['wall']:.0f} s, SGD {sg['wall']:.0f} s (including the recording passes)\n"
         )
-        print("| t | ANSGD F(M_t) | SGD F(M_t) | ANSGD F(M_hat) | SGD F(M_hat) |")
-        print("|---|---|---|---|---|")
+        Table("t; ANSGD F(M_t); SGD F(M_t); ANSGD F(M_hat); SGD F(M_hat)", markdown=True).print_header()
         T = an["t"]
         want = sorted({0, 1000, 2000, 5000, 10000, 20000, 30000, 50000, a["iters"]})
         for t in want:
@@ -452,12 +445,7 @@ def speed(a: dict) -> None:
     )
 
     def best(fn, reps=a["speed_reps"]):
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
+        return min(seconds_of(fn, reps))
 
     # floor (numpy): one score evaluation and one rank-1 update per row
     c = np.full(K, 1e-9)
@@ -502,8 +490,7 @@ def speed(a: dict) -> None:
     mmp = MMP(n_updates=T, random_state=0)
     rows.append(("MMP.fit end to end", best(lambda: mmp.fit(X, Y), reps=1)))
     rows.append(("floor incl. oracle: Numba loop + ranksvm_row", floor_nb + t_oracle))
-    print("| what | seconds | us / update | x numpy floor | x Numba floor |")
-    print("|---|---|---|---|---|")
+    Table("what; seconds; us / update; x numpy floor; x Numba floor", markdown=True).print_header()
     for label, secs in rows:
         print(f"| {label} | {secs:.3f} | {secs / T * 1e6:.1f} | {secs / floor_np:.1f} | {secs / floor_nb:.1f} |")
     ans = dict(rows)["ANSGD run_online loop"]

@@ -54,16 +54,14 @@ Usage: python benchmarks/rbrl_speed.py [--iters 100] [--workdir DIR] [--sections
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from _common import parser, reference_emotions, staged, work_folder
 
 import dmlr
-from dmlr.datasets import anchors_dir, staged_store, synthetic_store
+from dmlr.datasets import staged_store, synthetic_store
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.extrapolation import ExtrapolationCache
 from dmlr.models import RBRL, KernelRBRL
@@ -75,7 +73,7 @@ REFERENCE_ITERS = {"linear": 702, "rbf": 1648}
 
 def timed_ms(fn, repeats=5):
     """(best, median) ms of ``repeats`` calls of ``fn``."""
-    times = []
+    times = []  # not _common.seconds_of: this runs on the workers, where only this module is shipped
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
@@ -189,10 +187,7 @@ def settle_workers(client, timeout=30.0):
 
 # -- sections --------------------------------------------------------------------------------
 def section_reference():
-    import scipy.io as sio
-
-    m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-    Xtr, Ytr = m["X_train"], (m["Y_train"] > 0).astype(np.int8)
+    Xtr, Ytr = reference_emotions()[:2]
     RBRL(max_iter=5).fit(Xtr, Ytr)  # compile
     print(
         "\n| emotions (reference split) | iterations (reference) | final objective | whole fit, best of 3 "
@@ -431,11 +426,10 @@ def section_in_process(work, iters):
     from dmlr.distributed.chunks import local_block_count
 
     try:
-        X, Y = dmlr.open_dataset(staged_store("mediamill_discretized", work)).arrays("train")
+        X, Y = staged("mediamill_discretized", work, "train", float64=False)
     except FileNotFoundError as e:
         print(f"(skipping the in-process section: {e})")
         return
-    X, Y = np.asarray(X.compute()), np.asarray(Y.compute())
     Xb = np.hstack([X, np.ones((X.shape[0], 1))])
     W = np.random.default_rng(0).normal(size=(Xb.shape[1], Y.shape[1])) * 0.01
     C = np.ones((X.shape[0], Y.shape[1]))
@@ -504,12 +498,11 @@ def section_in_process_sparse(work, iters):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, full_doc=True, workdir=None)
     ap.add_argument("--iters", type=int, default=100, help="iterations of the timed cluster fits")
-    ap.add_argument("--workdir", default=None)
     ap.add_argument("--sections", default="1,2,3,4,5")
     args = ap.parse_args(argv)
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
+    work = work_folder(args.workdir)
     sections = set(args.sections.split(","))
     if "1" in sections:
         section_reference()

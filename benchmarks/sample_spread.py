@@ -21,7 +21,6 @@ Usage: python benchmarks/sample_spread.py [--set yahoo_education] [--point 10,10
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from paper_tables import (
     METRICS,
     PAPER_STYLE_YAHOO,
     PAPER_TABLE3,
+    WORKDIR,
     final_test_scores,
     load_all,
     paper_style_yahoo,
@@ -52,7 +52,7 @@ def main(argv=None):
     )
     ap.add_argument("--samples", type=int, default=10, help="document samples, seeds 0..samples-1")
     ap.add_argument("--splits", type=int, default=3)
-    ap.add_argument("--workdir", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-tables"))
+    ap.add_argument("--workdir", default=WORKDIR)
     args = ap.parse_args(argv)
     point = tuple(float(v) for v in args.point.split(","))
     if len(point) != 3:

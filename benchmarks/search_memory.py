@@ -59,13 +59,10 @@ Usage: python benchmarks/search_memory.py [--workdir DIR] [--cv 3] [--max-iter 3
 
 from __future__ import annotations
 
-import argparse
 import gc
-import tempfile
 import time
-from pathlib import Path
 
-from docs_output import tee
+from _common import parser, tee, timed, work_folder
 
 import dmlr
 from dmlr import tuning
@@ -159,9 +156,7 @@ def measure(name, X, Y, client, args) -> dict:
     settle_workers(client)
     base = client.run(rss_bytes)
     client.run(reset_peak)
-    t = time.perf_counter()
-    result = run_search(X, Y, client, args.grid, args.cv, args.max_iter)
-    seconds = time.perf_counter() - t
+    result, seconds = timed(run_search, X, Y, client, args.grid, args.cv, args.max_iter)
     peaks = client.run(peak_bytes)
     ratios = {w: (peaks[w] - base[w]) / chunk[w] for w in peaks}
     w = max(ratios, key=ratios.get)
@@ -180,17 +175,15 @@ def measure(name, X, Y, client, args) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default=None, help="folder of the generated stores (reused)")
+    ap = parser(__doc__, full_doc=True, workdir=None, docs="search_memory")
     ap.add_argument("--cv", type=int, default=3)
     ap.add_argument("--max-iter", type=int, default=30)
     ap.add_argument("--grid", default="-1,-2,-3", help="base-10 exponents of alpha per training row")
     ap.add_argument("--shapes", default="mediamill,bookmarks")
     ap.add_argument("--repeats", type=int, default=1, help="searches per data set, one row each")
-    ap.add_argument("--docs", action="store_true", help="also write docs/benchmarks/search_memory.txt")
     args = ap.parse_args(argv)
     args.grid = [float(g) for g in args.grid.split(",")]
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr-bench-"))
+    work = work_folder(args.workdir)
     sets = []
     for shape in args.shapes.split(","):
         if shape in STAGED:

@@ -21,13 +21,10 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 import warnings
-from pathlib import Path
 
-from auto_vs_peers import in_memory, prepared_store
+from _common import Table, parser, peer_arrays, prepared_store, timed, work_folder
 
 from dmlr.api import auto_model
 from dmlr.tuning import SEARCH_SOLVER, SEARCH_TOL, search
@@ -36,42 +33,33 @@ SETS = ("emotions_mat", "scene", "yeast", "enron", "tmc2007_500")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--workdir", default="/tmp/dmlr-auto-vs-peers")
-    a = p.parse_args(argv)
+    a = parser(__doc__, sets=SETS, workdir="/tmp/dmlr-auto-vs-peers").parse_args(argv)
     settings = {
         "own": dict(tol=None, solver=None),
         "tol": dict(tol=SEARCH_TOL, solver=None),
         "tol+lbfgs": dict(tol=SEARCH_TOL, solver=SEARCH_SOLVER),
     }
-    print(
-        f"{'set':<14} {'model':<24} {'settings':>10} {'seconds':>8} {'ratio':>6} {'chosen':>9} {'fits':>5} "
-        f"{'iterations':>10} {'max |d score|':>13}"
+    table = Table(
+        "set:<14; model:<24; settings:>10; seconds:>8.2f; ratio:>6.2f; chosen:>9.4g; fits:>5d; iterations:>10.0f; "
+        "max |d score|:>13.2e"
     )
-    for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
-        X, Y = in_memory(prepared_store(name, Path(a.workdir)), "train")
+    table.print_header()
+    for name in a.sets:
+        X, Y = peer_arrays(prepared_store(name, work_folder(a.workdir)), "train")
         est = auto_model(X)
         model = f"{type(est).__name__}(tol={est.tol:g})"
         first = None
         for label, kw in settings.items():
-            t = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                r = search(est, X, Y, n_jobs=1, **kw)
-            seconds = time.perf_counter() - t
+                r, seconds = timed(search, est, X, Y, n_jobs=1, **kw)
             scores = {x["value"]: x["mean_score"] for x in r.results}
             iters = sum(x["mean_n_iter"] * r.n_splits for x in r.results)
             if first is None:
                 first = (seconds, scores)
             common = set(scores) & set(first[1])
             diff = max(abs(scores[v] - first[1][v]) for v in common)
-            print(
-                f"{name:<14} {model:<24} {label:>10} {seconds:>8.2f} "
-                f"{seconds / first[0]:>6.2f} {r.best_params['alpha']:>9.4g} {r.n_fits:>5d} {iters:>10.0f} "
-                f"{diff:>13.2e}",
-                flush=True,
-            )
+            table.row(name, model, label, seconds, seconds / first[0], r.best_params["alpha"], r.n_fits, iters, diff)
     return 0
 
 

@@ -68,6 +68,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import arrays
 
 #: The search grid (24 points).
 GRID = {"alpha": [0.1, 1.0, 10.0], "alpha_rank": [0.01, 1.0], "alpha_nuclear": [0.01, 0.1, 1.0, 10.0]}
@@ -80,7 +81,6 @@ DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-search-tools"
 def load(name: str, workdir: Path, max_rows: int, seed: int):
     """Train split of a staged set or of the synthetic set: float64 ndarray or CSR X, int8 Y."""
     import dmlr
-    from dmlr.data.arrays import as_matrix
     from dmlr.datasets import make_multilabel, staged_store
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -94,11 +94,7 @@ def load(name: str, workdir: Path, max_rows: int, seed: int):
     else:
         store = staged_store(name, workdir)
         label = f"{name} (train split)"
-    ds = dmlr.open_dataset(store)
-    X, Y = ds.arrays("train" if "train" in ds.splits else None)
-    X = as_matrix(X.compute())
-    X = X.astype(np.float64) if not hasattr(X, "tocsr") else X.tocsr().astype(np.float64)
-    Y = np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)
+    X, Y = arrays(store, "train" if "train" in dmlr.open_dataset(store).splits else None)
     if X.shape[0] > max_rows:
         rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], max_rows, replace=False))
         X, Y = X[rows], Y[rows]

@@ -14,40 +14,33 @@ Run::
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
 import warnings
-from pathlib import Path
+
+from _common import Table, parser, timed, work_folder
 
 import dmlr
 from dmlr.datasets import staged_store
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    ap = parser(__doc__, sets=("emotions", "yeast", "scene", "enron", "medical"), workdir=None)
     ap.add_argument("--model", default="ranksvm")
-    ap.add_argument("--sets", default="emotions,yeast,scene,enron,medical")
-    ap.add_argument("--workdir", default=None)
-    args = ap.parse_args()
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dmlr_svd_"))
-    print("| set | fit | searched values | ranking loss | average precision | micro-F1 | seconds |")
-    print("|---|---|---|---|---|---|---|")
-    for name in args.sets.split(","):
+    args = ap.parse_args(argv)
+    workdir = work_folder(args.workdir, prefix="dmlr_svd_")
+    table = Table(
+        "set; fit; searched values; ranking loss:.4f; average precision:.4f; micro-F1:.4f; seconds:.1f", markdown=True
+    )
+    table.print_header()
+    for name in args.sets:
         store = staged_store(name, workdir)
         for search in (False, True):
-            start = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                model = dmlr.fit(store, args.model, search=None if search else False)
-            seconds = time.perf_counter() - start
+                model, seconds = timed(dmlr.fit, store, args.model, search=None if search else False)
             m = dmlr.evaluate(model, store, split="test")
             chosen = ", ".join(f"{k}={v:.3g}" for k, v in getattr(model, "best_params_", {}).items()) or "-"
-            print(
-                f"| {name} | {'search' if search else 'defaults'} | {chosen} | {m['ranking_loss']:.4f} "
-                f"| {m['average_precision']:.4f} | {m['f1_micro']:.4f} | {seconds:.1f} |",
-                flush=True,
-            )
+            fit = "search" if search else "defaults"
+            table.row(name, fit, chosen, m["ranking_loss"], m["average_precision"], m["f1_micro"], seconds)
 
 
 if __name__ == "__main__":

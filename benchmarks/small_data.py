@@ -17,14 +17,13 @@ whether dmlr is within 1% of the regression on both (the goal). Run::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
-from auto_vs_peers import in_memory, prepared_store, run_dmlr, run_peer
-from docs_output import tee
+from _common import Table, names, parser, peer_arrays, prepared_store, stores, tee, work_folder
+from auto_vs_peers import run_dmlr, run_peer
 
 from dmlr.data.store import write_dataset
 
@@ -41,8 +40,8 @@ def subsample_store(store: Path, n: int, seed: int, workdir: Path) -> Path:
     dst = workdir / f"{store.stem}_n{n}_s{seed}.zarr"
     if dst.exists():
         return dst
-    X, Y = in_memory(store, "train")
-    X_te, Y_te = in_memory(store, "test")
+    X, Y = peer_arrays(store, "train")
+    X_te, Y_te = peer_arrays(store, "test")
     rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], size=n, replace=False))
     X_te, Y_te = X_te[:MAX_TEST_ROWS], Y_te[:MAX_TEST_ROWS]
     import scipy.sparse as sp
@@ -55,33 +54,25 @@ def subsample_store(store: Path, n: int, seed: int, workdir: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    p.add_argument("--workdir", default="/tmp/dmlr-small-data")
-    p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/small_data.txt")
+    p = parser(__doc__, sets=SETS, workdir="/tmp/dmlr-small-data", docs="small_data")
+    p.add_argument("--sizes", type=names, default=",".join(map(str, SIZES)))
     a = p.parse_args(argv)
     with tee("small_data", a.docs):
         return _run(a)
 
 
 def _run(a) -> int:
-    workdir = Path(a.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_folder(a.workdir)
     print(f"# means over seeds {SEEDS}")
-    print(
-        f"{'set':<22} {'n':>4} {'dmlr RL':>8} {'LR RL':>8} {'dmlr AP':>8} {'LR AP':>8} "
-        f"{'RL diff':>8} {'AP diff':>8}  within 1%  dmlr's models"
+    table = Table(
+        "set:<22; n:>4; dmlr RL:>8.4f; LR RL:>8.4f; dmlr AP:>8.4f; LR AP:>8.4f; RL diff:>8; AP diff:>8; "
+        "within 1%: <9; dmlr's models: "
     )
+    table.print_header()
     verdicts = []
-    for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
-        try:
-            store = prepared_store(name, workdir)
-        except FileNotFoundError as e:
-            print(f"{name:<22} skipped: {e}")
-            continue
-        n_train = in_memory(store, "train")[0].shape[0]
-        for n in [int(s) for s in a.sizes.split(",")]:
+    for name, store in stores(a.sets, workdir, prepared_store):
+        n_train = peer_arrays(store, "train")[0].shape[0]
+        for n in map(int, a.sizes):
             if n >= n_train:
                 print(f"{name:<22} {n:>4} skipped: the training split has {n_train} rows")
                 continue
@@ -101,11 +92,9 @@ def _run(a) -> int:
             ap = (np.mean(d_ap) - np.mean(p_ap)) / np.mean(p_ap)
             ok = rl <= 0.01 and ap >= -0.01
             verdicts.append(ok)
-            print(
-                f"{name:<22} {n:>4} {np.mean(d_rl):>8.4f} {np.mean(p_rl):>8.4f} {np.mean(d_ap):>8.4f} "
-                f"{np.mean(p_ap):>8.4f} {100 * rl:>+7.1f}% {100 * ap:>+7.1f}%  {'yes' if ok else 'NO ':<9}  "
-                f"{'; '.join(models)}"
-            )
+            means = (np.mean(d_rl), np.mean(p_rl), np.mean(d_ap), np.mean(p_ap))
+            diffs = (f"{100 * rl:+.1f}%", f"{100 * ap:+.1f}%")
+            table.row(name, n, *means, *diffs, "yes" if ok else "NO ", "; ".join(models))
     print("")
     print(f"dmlr within 1% of the tuned logistic regression on both: {sum(verdicts)} of {len(verdicts)}")
     return 0

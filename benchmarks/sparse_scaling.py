@@ -45,7 +45,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -55,6 +54,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import arrays, parser, timed
 
 DEFAULT_WORK = Path(os.environ.get("TMPDIR", "/tmp")) / "dmlr-sparse-scaling"
 DEFAULT_SETS = "enron,medical,bibtex,corel5k"
@@ -85,20 +85,16 @@ def load(name: str, workdir: Path, max_train_rows: int | None, seed: int):
     is dense or has no train/test split, FileNotFoundError when it is not staged.
     """
     import dmlr
-    from dmlr.data.arrays import as_matrix
     from dmlr.datasets import staged_store
 
     workdir.mkdir(parents=True, exist_ok=True)
-    ds = dmlr.open_dataset(staged_store(name, workdir))
+    store = staged_store(name, workdir)
+    ds = dmlr.open_dataset(store)
     if not ds.is_sparse:
         raise ValueError(f"{name} is stored dense")
     if not {"train", "test"} <= set(ds.splits):
         raise ValueError(f"{name} has no official train/test split (splits: {sorted(ds.splits)})")
-    out = []
-    for split in ("train", "test"):
-        X, Y = ds.arrays(split)
-        out += [as_matrix(X.compute()), np.ascontiguousarray(np.asarray(Y.compute()), dtype=np.int8)]
-    Xtr, Ytr, Xte, Yte = out
+    (Xtr, Ytr), (Xte, Yte) = arrays(store, "train"), arrays(store, "test")
     n_full = Xtr.shape[0]
     if max_train_rows is not None and n_full > max_train_rows:
         rows = np.sort(np.random.default_rng(seed).choice(n_full, size=max_train_rows, replace=False))
@@ -239,9 +235,7 @@ def run_set(name: str, a) -> dict | None:
                 rows[(s, m)] = json.loads(f.read_text())
                 continue
             if Xtr_s is None:
-                t0 = time.perf_counter()
-                Xtr_s, Xte_s = scale(s, Xtr, Xte)
-                scale_seconds = time.perf_counter() - t0
+                (Xtr_s, Xte_s), scale_seconds = timed(scale, s, Xtr, Xte)
                 # A scaling that leaves the features exactly as an earlier one did (max-abs on 0/1
                 # features is the identity) gets that scaling's fits, marked, instead of refits.
                 same = next((t for t, (A, B) in scaled.items() if _equal(A, Xtr_s) and _equal(B, Xte_s)), None)
@@ -376,15 +370,13 @@ def floats(text: str) -> list[float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=DEFAULT_SETS, help=f"comma-separated staged sets (default {DEFAULT_SETS})")
+    p = parser(__doc__, sets=DEFAULT_SETS.split(","), workdir=str(DEFAULT_WORK))
     p.add_argument(
         "--max-train-rows",
         type=int,
         default=None,
         help="cap every training split at this many rows (seeded subsample); default: no cap",
     )
-    p.add_argument("--workdir", default=str(DEFAULT_WORK), help="Zarr stores and the result cache")
     p.add_argument("--scalings", default=",".join(SCALINGS), help="comma-separated subset of " + ",".join(SCALINGS))
     p.add_argument("--alpha", type=floats, default=[0.01, 0.1, 1.0, 10.0])
     p.add_argument("--alpha-rank", type=floats, default=[0.1])
@@ -400,7 +392,7 @@ def main(argv=None) -> int:
         make_scaler(s)  # unknown names fail here, before any work
     t0 = time.perf_counter()
     results = {}
-    for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
+    for name in a.sets:
         res = run_set(name, a)
         if res is not None:
             results[name] = res

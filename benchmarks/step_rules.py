@@ -50,18 +50,17 @@ Usage: python benchmarks/step_rules.py [--sets a,b] [--rules adaptive,spectral]
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from docs_output import DOCS_DIR, tee
+from _common import DOCS_DIR, Table, parser, reference_emotions, tee
 from paper_tables import PAPER_STYLE_YAHOO, load_all, make_rbrl, paper_style_yahoo
 
 import dmlr
-from dmlr.datasets import anchors_dir, staged_store, synthetic_store
+from dmlr.datasets import staged_store, synthetic_store
 from dmlr.models import RBRL
 from dmlr.models.rbrl import DEFAULT_SOLVER
 
@@ -99,10 +98,7 @@ def training_part(name: str, workdir: Path, seed: int = 0):
 
 def _training_rows(name: str, workdir: Path, seed: int):
     if name.startswith("emotions_ref"):
-        import scipy.io as sio
-
-        m = sio.loadmat(anchors_dir() / "rbrl_reference" / "emotions.mat")
-        return m["X_train"], (m["Y_train"] > 0).astype(np.int8)
+        return reference_emotions()[:2]
     if name in PAPER_STYLE_YAHOO:
         X, Y = paper_style_yahoo(*load_all(name, workdir))
     else:
@@ -156,8 +152,7 @@ def fit_or_load(path: Path, X, Y, kernel=None, **params):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default=",".join(SETS))
+    ap = parser(__doc__, full_doc=True, sets=SETS)
     ap.add_argument("--rules", default=DEFAULT_SOLVER, help="rules to compare with the paper step")
     ap.add_argument("--png", default=str(Path(__file__).parent / "out" / "convergence.png"))
     ap.add_argument("--max-iter", type=int, default=5000)
@@ -195,15 +190,15 @@ def table(args):
         "s to stop / paper s",
         "L (paper L)",
     )
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    rows = Table("; ".join(head), markdown=True)
+    rows.print_header()
     curves = {}
-    for name in args.sets.split(","):
+    for name in args.sets:
         kernel = SETS[name]
         try:
             X, Y = training_part(name, work)
         except FileNotFoundError as e:
-            print(f"| {name} | skipped: {e} |")
+            rows.skip(name, e)
             continue
         common = dict(kernel=kernel, alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=args.max_iter)
 
@@ -236,7 +231,7 @@ def table(args):
                 f"{float(m.fit_seconds_) / float(paper.fit_seconds_):.3f}",
                 f"{float(m.lipschitz_):.4g} ({float(paper.lipschitz_):.4g})",
             )
-            print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
+            rows.row(*map(str, cells))
             if name.startswith("emotions_ref"):
                 curves[(name, step)] = (np.asarray(m.objective_history_), np.asarray(m.objective_seconds_))
     print(

@@ -13,13 +13,12 @@ learned ``threshold_``, from the same scores. Run::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
-from pathlib import Path
+
+from _common import Table, arrays, parser, stores, work_folder
 
 import dmlr
-from dmlr.datasets import staged_store
 from dmlr.metrics import multilabel_metrics, predict_from_scores
 
 SETS = ("emotions", "yeast", "scene", "enron", "medical")
@@ -27,23 +26,13 @@ MODELS = ("ranksvm", "mmp")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--workdir", default="/tmp/dmlr-thresholds")
-    a = p.parse_args(argv)
-    workdir = Path(a.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    print(
-        f"{'set':<10} {'model':<8} {'threshold_':>10} {'micro-F1 at 0':>14} {'learned':>8} "
-        f"{'macro-F1 at 0':>14} {'learned':>8}"
+    a = parser(__doc__, sets=SETS, workdir="/tmp/dmlr-thresholds").parse_args(argv)
+    table = Table(
+        "set:<10; model:<8; threshold_:>10.4g; micro-F1 at 0:>14.4f; learned:>8.4f; macro-F1 at 0:>14.4f; learned:>8.4f"
     )
-    for name in [s.strip() for s in a.sets.split(",") if s.strip()]:
-        try:
-            store = staged_store(name, workdir)
-        except FileNotFoundError as e:
-            print(f"{name:<10} skipped: {e}")
-            continue
-        X_te, Y_te = (x.compute() for x in dmlr.open_dataset(store).arrays("test"))
+    table.print_header()
+    for name, store in stores(a.sets, work_folder(a.workdir), width=10):
+        X_te, Y_te = arrays(store, "test", float64=False)
         for model_name in MODELS:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -52,11 +41,9 @@ def main(argv=None) -> int:
             at = {}
             for rule, t in (("zero", 0.0), ("learned", model.threshold_)):
                 at[rule] = multilabel_metrics(Y_te, S, predict_from_scores(S, t), metrics=["f1_micro", "f1_macro"])
-            print(
-                f"{name:<10} {model_name:<8} {model.threshold_.max():>10.4g} {at['zero']['f1_micro']:>14.4f} "
-                f"{at['learned']['f1_micro']:>8.4f} {at['zero']['f1_macro']:>14.4f} {at['learned']['f1_macro']:>8.4f}",
-                flush=True,
-            )
+            zero, learned = at["zero"], at["learned"]
+            cells = (zero["f1_micro"], learned["f1_micro"], zero["f1_macro"], learned["f1_macro"])
+            table.row(name, model_name, model.threshold_.max(), *cells)
     return 0
 
 

@@ -31,7 +31,6 @@ instead of in this process. Run::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -42,14 +41,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from docs_output import tee
+from _common import parser, peer_arrays, peer_scaler, stores, tee, timed, work_folder
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 import dmlr
 from dmlr.datasets import staged_store, synthetic_store
 from dmlr.metrics import multilabel_metrics
-from dmlr.model_selection import _materialize
 
 SETS = ("emotions", "enron", "bibtex", "tmc2007_500", "mediamill_discretized", "delicious", "bookmarks")
 METRICS = ("precision_at_1", "precision_at_3", "precision_at_5", "ranking_loss", "average_precision")
@@ -61,21 +59,11 @@ def store_of(name: str, workdir: Path) -> Path:
     return staged_store(name, workdir)
 
 
-def arrays(store: Path, split: str):
-    X, Y = _materialize(*dmlr.open_dataset(store).arrays(split))
-    return X, np.asarray(Y, dtype=np.int64)  # int64: scikit-learn's OneVsRest and int8 (see the brief)
-
-
 def run_dmlr(store: Path) -> dict:
-    t = time.perf_counter()
-    model = dmlr.fit(store, verbose=0)
-    total = time.perf_counter() - t
+    model, total = timed(dmlr.fit, store, verbose=0)
     search = getattr(model, "search_seconds_", 0.0)
     X, Y = dmlr.open_dataset(store).arrays("train")
-    alone = clone(model)
-    t = time.perf_counter()
-    alone.fit(X, Y)
-    final_alone = time.perf_counter() - t
+    _, final_alone = timed(clone(model).fit, X, Y)
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
     chosen = ", ".join(f"{k}={v:.3g}" for k, v in getattr(model, "best_params_", {}).items())
     rows = getattr(getattr(model, "search_", None), "n_rows", None)
@@ -90,16 +78,15 @@ def run_dmlr(store: Path) -> dict:
 
 
 def run_sklearn(store: Path, scaling: str) -> dict:
-    from sklearn.feature_extraction.text import TfidfTransformer
     from sklearn.linear_model import LogisticRegression
     from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import MaxAbsScaler, StandardScaler
 
-    X, Y = arrays(store, "train")
-    X_te, Y_te = arrays(store, "test")
-    scaler = {"standard": StandardScaler, "maxabs": MaxAbsScaler, "tfidf": TfidfTransformer}[scaling]()
-    model = make_pipeline(scaler, OneVsRestClassifier(LogisticRegression(max_iter=1000), n_jobs=os.cpu_count()))
+    X, Y = peer_arrays(store, "train")
+    X_te, Y_te = peer_arrays(store, "test")
+    model = make_pipeline(
+        peer_scaler(scaling), OneVsRestClassifier(LogisticRegression(max_iter=1000), n_jobs=os.cpu_count())
+    )
     t = time.perf_counter()
     with warnings.catch_warnings(), threadpool_limits(1, user_api="blas"):
         warnings.simplefilter("ignore")
@@ -114,8 +101,8 @@ def run_omikuji(store: Path, metrics=METRICS) -> dict | None:
         import omikuji
     except ImportError:
         return None
-    X, Y = arrays(store, "train")
-    X_te, Y_te = arrays(store, "test")
+    X, Y = peer_arrays(store, "train")
+    X_te, Y_te = peer_arrays(store, "test")
     X, X_te = sp.csr_matrix(X), sp.csr_matrix(X_te)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.txt"
@@ -126,10 +113,10 @@ def run_omikuji(store: Path, metrics=METRICS) -> dict | None:
                 row = X[i]
                 feats = " ".join(f"{j}:{v:.6g}" for j, v in zip(row.indices, row.data))
                 f.write(f"{labels} {feats}".rstrip() + "\n")  # omikuji refuses a trailing space
-        t = time.perf_counter()
         with _quiet_stdout():  # omikuji's Rust logger writes its progress to file descriptors 1 and 2
-            model = omikuji.Model.train_on_data(str(path), omikuji.Model.default_hyper_param(), os.cpu_count())
-        seconds = time.perf_counter() - t
+            model, seconds = timed(
+                omikuji.Model.train_on_data, str(path), omikuji.Model.default_hyper_param(), os.cpu_count()
+            )
     S = np.full(Y_te.shape, -np.inf)
     for i in range(X_te.shape[0]):
         row = X_te[i]
@@ -172,9 +159,7 @@ def line(name: str, who: str, r: dict | None) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--workdir", default=None)
+    p = parser(__doc__, sets=SETS, workdir=None)
     p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
@@ -184,15 +169,10 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_model-"))
+    workdir = work_folder(args.workdir, prefix="time_to_model-")
     head = f"{'set':22} {'who':12} {'seconds':>8} " + " ".join(f"{m[:7]:>7}" for m in METRICS)
     print(head, flush=True)
-    for name in args.sets.split(","):
-        try:
-            store = store_of(name, workdir)
-        except FileNotFoundError as e:
-            print(f"{name:22} skipped: {e}", flush=True)
-            continue
+    for name, store in stores(args.sets, workdir, store_of):
         if args.workers:
             from distributed import Client
 

@@ -29,16 +29,12 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
-import time
 
 import numpy as np
+from _common import parser, seconds_of, staged, work_folder
 
 import dmlr
-from dmlr.data.store import open_dataset
-from dmlr.datasets import staged_store
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.models import LinearMultiLabel
 from dmlr.solvers.vr import SOLVERS
@@ -68,14 +64,12 @@ PAPER = {
 def load_set(name: str, workdir, seed: int):
     """(X float64 (n, d), Y int8 (n, K), description) for one of the paper's three sets."""
     if name == "emotions":
-        X, Y = open_dataset(staged_store("emotions", workdir)).arrays(None)
-        X, Y = np.asarray(X.compute(), dtype=np.float64), np.asarray(Y.compute())
+        X, Y = staged("emotions", workdir)
         span = X.max(axis=0) - X.min(axis=0)
         X = (X - X.min(axis=0)) / np.where(span > 0, span, 1.0)
         return X, Y, "emotions, 593 rows (MULAN train+test), min-max scaled"
     n_labels = {"mediamill7": 7, "mediamill26": 26}[name]
-    X, Y = open_dataset(staged_store("mediamill_discretized", workdir)).arrays(None)
-    X, Y = np.asarray(X.compute(), dtype=np.float64), np.asarray(Y.compute())
+    X, Y = staged("mediamill_discretized", workdir)
     labels = np.sort(np.random.default_rng(seed).choice(Y.shape[1], n_labels, replace=False))
     Y = Y[:, labels]
     keep = Y.any(axis=1)
@@ -98,7 +92,7 @@ def sgd_epoch_floor(X, Y, eta0, alpha, repeats=5):
     W = np.zeros((X.shape[1] + 1, Y.shape[1]))
     Xb = np.hstack([X, np.ones((X.shape[0], 1))])
     with threadpool_limits(limits=1):
-        floor = min(_timed(lambda: Xb @ W) for _ in range(repeats))
+        floor = min(seconds_of(lambda: Xb @ W, repeats))
     model = LinearMultiLabel(
         loss="hamming", solver="sgd", n_epochs=1, learning_rate="1/k", eta0=eta0, alpha=alpha, record=False, tol=None
     )
@@ -107,15 +101,8 @@ def sgd_epoch_floor(X, Y, eta0, alpha, repeats=5):
     return epoch, floor
 
 
-def _timed(fn):
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default="emotions,mediamill7,mediamill26")
+    ap = parser(__doc__, sets=("emotions", "mediamill7", "mediamill26"), workdir=None)
     ap.add_argument("--losses", default=",".join(PAPER_LOSSES))
     ap.add_argument("--solvers", default=",".join(SOLVERS))
     ap.add_argument("--n-epochs", "--epochs", type=int, default=5, help="LinearMultiLabel's n_epochs")
@@ -137,11 +124,10 @@ def main(argv=None):
         help="execution setting dmlr.config_context(backend=...)",
     )
     ap.add_argument("--png", default=None, help="save the objective-vs-epoch curves here")
-    ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
     eta0 = args.eta0 or None
-    workdir = args.workdir or tempfile.mkdtemp(prefix="dmlr-vr-")
-    sets, losses, solvers = args.sets.split(","), args.losses.split(","), args.solvers.split(",")
+    workdir = work_folder(args.workdir, prefix="dmlr-vr-")
+    sets, losses, solvers = args.sets, args.losses.split(","), args.solvers.split(",")
     client = None
     if args.backend == "dask":
         from distributed import Client

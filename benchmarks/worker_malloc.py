@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import parser, tee, timed, work_folder
 from distributed import Client
-from docs_output import tee
 from sklearn.base import clone
 
 import dmlr
@@ -68,14 +67,10 @@ def unit_args(store: Path):
 def time_unit(client, data, tail) -> float:
     est, *rest = tail
     if client is None:
-        t = time.perf_counter()
-        tuning._fit_step(*data, clone(est), *rest)
-        return time.perf_counter() - t
+        return timed(tuning._fit_step, *data, clone(est), *rest)[1]
     shared = client.scatter(list(data), broadcast=True)
     client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result()  # loads the kernels
-    t = time.perf_counter()
-    client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result()
-    return time.perf_counter() - t
+    return timed(lambda: client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result())[1]
 
 
 def time_fit(client, store: Path, alpha: float):
@@ -107,12 +102,10 @@ def one_row(threshold: int, workdir: Path) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workdir", default=None)
-    p.add_argument("--docs", action="store_true", help="also write docs/benchmarks/worker_malloc.txt")
+    p = parser(__doc__, workdir=None, docs="worker_malloc")
     p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="worker_malloc-"))
+    workdir = work_folder(args.workdir, prefix="worker_malloc-")
     if args.one is not None:
         print(one_row(args.one, workdir), flush=True)
         return 0
