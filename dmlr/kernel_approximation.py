@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from dmlr.kernels.approx import APPROXIMATIONS, KernelFeatureMap, fourier_features, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec
-from dmlr.models.base import SCALING, SEED
+from dmlr.models.base import SCALING, SEED, store_params
 from dmlr.preprocessing import fit_scaling_of, scaled_by
 from dmlr.validation import check_X
 
@@ -89,14 +89,7 @@ class KernelFeatures(TransformerMixin, BaseEstimator):
         random_state=0,
         scaling="auto",
     ):
-        self.kernel = kernel
-        self.n_components = n_components
-        self.method = method
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.random_state = random_state
-        self.scaling = scaling
+        store_params(self, locals())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -86,6 +86,18 @@ __all__ = [
 ]
 
 
+def store_params(estimator, params: dict) -> None:
+    """Keep each of ``__init__``'s arguments as the attribute of its name, unchanged.
+
+    scikit-learn's estimator contract: ``__init__`` stores its parameters as given (no
+    validation, no derived values) and ``get_params`` reads them back by the signature's
+    names. Every dmlr estimator's ``__init__`` is ``store_params(self, locals())``, so its
+    signature is the one list of its parameters.
+    """
+    for name in type(estimator)._get_param_names():
+        setattr(estimator, name, params[name])
+
+
 def register_model(cls=None, *, name: str | None = None):
     """Class decorator: the one place a model is registered.
 

@@ -31,7 +31,16 @@ from dmlr.config import chunk_options
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.kernels.multilabel_losses import LOSSES
 from dmlr.metrics import predict_from_scores
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, Axis, LinearModel, half_decades, register_model
+from dmlr.models.base import (
+    NOT_A_ZERO_THRESHOLD,
+    SCALING,
+    SEED,
+    Axis,
+    LinearModel,
+    half_decades,
+    register_model,
+    store_params,
+)
 from dmlr.objectives.multilabel import LinearMultiLabelProblem
 from dmlr.solvers import vr
 
@@ -186,22 +195,7 @@ class LinearMultiLabel(LinearModel):
         tol=1e-4,
         scaling="auto",
     ):
-        self.loss = loss
-        self.solver = solver
-        self.alpha = alpha
-        self.n_epochs = n_epochs
-        self.max_iter = max_iter
-        self.learning_rate = learning_rate
-        self.eta0 = eta0
-        self.decay = decay
-        self.batch_size = batch_size
-        self.s2gd_nu = s2gd_nu
-        self.group_rows = group_rows
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.record = record
-        self.tol = tol
-        self.scaling = scaling
+        store_params(self, locals())
 
     def fit(self, X, y):
         """Train from W = 0; returns self."""

@@ -54,6 +54,7 @@ from dmlr.models.base import (
     half_decades,
     linear_scores,
     register_model,
+    store_params,
 )
 from dmlr.objectives import omf as objective
 from dmlr.solvers.omf import omf_train_stream
@@ -214,22 +215,7 @@ class OMF(BaseModel):
         random_state=0,
         scaling="auto",
     ):
-        self.n_components = n_components
-        self.label_weight = label_weight
-        self.alpha = alpha
-        self.alpha_code = alpha_code
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.eta0 = eta0
-        self.decay = decay
-        self.shuffle_window = shuffle_window
-        self.init_scale = init_scale
-        self.label_rule = label_rule
-        self.top_k = top_k
-        self.threshold = threshold
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.scaling = scaling
+        store_params(self, locals())
 
     def _validate_params(self) -> None:
         super()._validate_params()

@@ -45,7 +45,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from dmlr.config import chunk_options, get_config, stream_where
 from dmlr.data.arrays import as_matrix, is_dask
 from dmlr.errors import DmlrInputError
-from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model
+from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model, store_params
 from dmlr.solvers.oml import (  # noqa: F401 (the update's functions, public names of this module too)
     LAMBDA_MAX,
     LAMBDA_MIN,
@@ -324,11 +324,7 @@ class KNN(_NeighbourModel):
     _fitted_arrays = ("memory_X_", "memory_Y_")
 
     def __init__(self, k=10, *, aggregation="vote", threshold=0.5, mlknn_smoothing=1.0, scaling="auto"):
-        self.k = k
-        self.aggregation = aggregation
-        self.threshold = threshold
-        self.mlknn_smoothing = mlknn_smoothing
-        self.scaling = scaling
+        store_params(self, locals())
 
     def fit(self, X, y):
         """Store (X, Y) as the memory (and the ML-kNN tables for ``aggregation="mlknn"``). Returns self."""
@@ -467,20 +463,7 @@ class OML(_NeighbourModel):
         record_every=100,
         scaling="auto",
     ):
-        self.k = k
-        self.n_components = n_components
-        self.init_fraction = init_fraction
-        self.lambda_min = lambda_min
-        self.lambda_max = lambda_max
-        self.lambda_rule = lambda_rule
-        self.aggregation = aggregation
-        self.threshold = threshold
-        self.alpha = alpha
-        self.projection_rows = projection_rows
-        self.mlknn_smoothing = mlknn_smoothing
-        self.random_state = random_state
-        self.record_every = record_every
-        self.scaling = scaling
+        store_params(self, locals())
 
     def _validate_params(self) -> None:
         super()._validate_params()

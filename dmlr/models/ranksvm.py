@@ -45,6 +45,7 @@ from dmlr.models.base import (
     LinearModel,
     half_decades,
     register_model,
+    store_params,
 )
 from dmlr.objectives import ranksvm as objective
 from dmlr.solvers import sgd as solvers
@@ -380,21 +381,7 @@ class RankSVM(_OnlineRanker):
         threshold="auto",
         scaling="auto",
     ):
-        self.alpha = alpha
-        self.solver = solver
-        self.n_updates = n_updates
-        self.max_iter = max_iter
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.average = average
-        self.sampling = sampling
-        self.omega = omega
-        self.lipschitz = lipschitz
-        self.smoothing = smoothing
-        self.tol = tol
-        self.record_every = record_every
-        self.threshold = threshold
-        self.scaling = scaling
+        store_params(self, locals())
 
     def _solver(self) -> str:
         return self.solver
@@ -489,14 +476,7 @@ class MMP(_OnlineRanker):
         threshold="auto",
         scaling="auto",
     ):
-        self.n_updates = n_updates
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.average = average
-        self.sampling = sampling
-        self.record_every = record_every
-        self.threshold = threshold
-        self.scaling = scaling
+        store_params(self, locals())
 
     def _record_objective(self, block):
         def rank_loss(M):

@@ -45,6 +45,7 @@ from dmlr.models.base import (
     half_decades,
     linear_scores,
     register_model,
+    store_params,
 )
 from dmlr.objectives import kernel_rbrl as kernel_objective
 from dmlr.objectives import rbrl as objective
@@ -444,20 +445,7 @@ class RBRL(_RBRLBase):
         scaling="auto",
         threshold="auto",
     ):
-        self.alpha = alpha
-        self.alpha_rank = alpha_rank
-        self.alpha_nuclear = alpha_nuclear
-        self.max_iter = max_iter
-        self.tol = tol
-        self.gradient_tol = gradient_tol
-        self.solver = solver
-        self.restart = restart
-        self.fit_intercept = fit_intercept
-        self.penalize_intercept = penalize_intercept
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.scaling = scaling
-        self.threshold = threshold
+        store_params(self, locals())
 
     def _fit_arrays(self, X, Y, ckpt):
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
@@ -598,24 +586,7 @@ class KernelRBRL(_RBRLBase):
         scaling="auto",
         threshold="auto",
     ):
-        self.kernel = kernel
-        self.n_components = n_components
-        self.random_state = random_state
-        self.alpha = alpha
-        self.alpha_rank = alpha_rank
-        self.alpha_nuclear = alpha_nuclear
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.max_iter = max_iter
-        self.tol = tol
-        self.gradient_tol = gradient_tol
-        self.solver = solver
-        self.restart = restart
-        self.warm_start = warm_start
-        self.verbose = verbose
-        self.scaling = scaling
-        self.threshold = threshold
+        store_params(self, locals())
 
     def _fitted_array_names(self) -> tuple:
         return self._fitted_arrays if self.n_components is None else self._approximate_arrays
