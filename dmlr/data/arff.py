@@ -399,10 +399,12 @@ def read_header(path) -> ArffHeader:
     Parameters
     ----------
     path : str or Path
+        An ARFF file, plain or gzip-compressed (``.arff.gz``).
 
     Returns
     -------
     ArffHeader
+        The relation, the attributes in order, and whether the first data row is sparse.
 
     Raises
     ------
@@ -496,10 +498,12 @@ def read_xml_labels(xml) -> list:
     Parameters
     ----------
     xml : str or Path
+        The ``<labels>`` file that names an ARFF file's label attributes.
 
     Returns
     -------
     list of str
+        The labels' names in document order: the ARFF attributes they name are the labels.
     """
     try:
         root = ET.parse(xml).getroot()

@@ -142,6 +142,8 @@ def detect_format(path) -> str:
     Parameters
     ----------
     path : str or Path
+        An input file (gzip-compressed or not); its first lines are read where the
+        extension does not decide.
 
     Returns
     -------

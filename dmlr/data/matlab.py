@@ -193,6 +193,7 @@ def read_mat(path) -> list:
     Parameters
     ----------
     path : str or Path
+        A ``.mat`` file holding feature and label matrices, one pair per split.
 
     Returns
     -------
