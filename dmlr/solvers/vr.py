@@ -247,7 +247,7 @@ def minimize_lbfgs(
     blocks per evaluation, the blocks in parallel. It adapts to the actual
     curvature where a stochastic step 1/L must assume the worst row, so it
     reaches the certified optimum where the stochastic solvers may not; hence
-    the model's default (``benchmarks/linear_convergence.py``).
+    it is :class:`~dmlr.models.LinearMultiLabel`'s default.
 
     Parameters
     ----------
