@@ -11,137 +11,15 @@ reduced to the additive sums of :func:`chunk_statistics`, all chunks in one
 sums are added with :func:`combine` in chunk order and turned into metrics
 by :func:`finalize`.
 
-Macro AUC is not a sum over rows. It is computed exactly in two passes that
-never gather ``S``: the first pass (in the same ``dask.compute`` call as the
-statistics) collects only the scores of positive entries, nnz(Y) values,
-and sorts them per label; the second pass maps over the chunks and counts,
-per label, the (positive, negative) pairs in which the positive scores
-higher, plus one half per tie, with two binary searches of every positive
-among the chunk's sorted negatives of its label. Within a chunk, both the
-statistics and the pair counts are computed over blocks of about
-``2**21`` entries, which bounds the temporary memory.
+Macro AUC is not a sum over rows; it is computed exactly in two passes
+over the chunks, the first within that ``dask.compute`` call, which never
+gather ``S`` either (``_macro_auc_pair_counts``).
+Within a chunk, the statistics and the pair counts are computed over blocks
+of ``BLOCK_ENTRIES`` entries, which bounds the temporary memory.
 
-Conventions
------------
-Notation: for row ``i``, ``Y+`` / ``Y-`` are its relevant / irrelevant
-labels, ``rank(j) = #{k : S_k >= S_j}`` (ties rank pessimistically), and a
-*ranked row* has ``|Y+| >= 1`` and ``|Y-| >= 1``. For label ``j``,
-``TP_j, FP_j, FN_j`` count the rows where ``(Y, P)`` is ``(1, 1)``,
-``(0, 1)``, ``(1, 0)``. The top-k of a row are its k highest scores, ties
-broken by the lower label index (a stable sort of ``-S``), and
-``k' = min(k, l)``. Every metric is ``nan`` when the set of rows (or labels)
-it averages over is empty. The metrics::
-
-    ==================  =============================================  =====================  ==========================
-    metric              definition                                     averaged over          0/0 rule
-    ==================  =============================================  =====================  ==========================
-    hamming_loss        #{(i, j) : P_ij != Y_ij} / (n l)               all entries            --
-    subset_accuracy     #{i : P_i == Y_i} / n                          all rows               --
-    accuracy            mean |P ∩ Y| / |P ∪ Y| (Jaccard)               all rows               row with P ∪ Y empty: 0
-    f1_example          mean 2|P ∩ Y| / (|P| + |Y|)                    all rows               row with P, Y empty: 0
-    f1_micro            2 TP / (2 TP + FP + FN), summed over labels    all entries            0 when 2TP + FP + FN = 0
-    f1_macro            (1/l) sum_j 2 TP_j / (2 TP_j + FP_j + FN_j)    all l labels           such a label counts 0
-    ranking_loss        mean #{(p, q) in Y+ x Y- : S_p <= S_q}         ranked rows            other rows excluded
-                        / (|Y+| |Y-|)
-    one_error           fraction of rows whose top-scored labels       ranked rows            other rows excluded
-                        (all those tied at the maximum) are all
-                        irrelevant
-    coverage            mean (max_{p in Y+} rank(p) - 1) / l           rows with |Y+| >= 1    other rows excluded
-    average_precision   mean (1/|Y+|) sum_{p in Y+}                    ranked rows            other rows excluded
-                        #{k in Y+ : S_k >= S_p} / rank(p)
-    auc_macro           mean_j of the ROC AUC of label j:              labels with >= 1       other labels excluded
-                        (#{(a, b) : Y_aj = 1, Y_bj = 0, S_aj > S_bj}   positive and >= 1
-                        + #ties / 2) / (n+_j n-_j)                     negative row
-    auc_instance        mean (#{(p, q) in Y+ x Y- : S_p > S_q}         ranked rows            other rows excluded
-                        + #ties / 2) / (|Y+| |Y-|)
-    precision_at_k      mean |top-k ∩ Y+| / k'                         all rows               --
-    ndcg_at_k           mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}     rows with |Y+| >= 1    other rows excluded
-                        rel_r / log2(r + 1), IDCG@k = sum_{r <=
-                        min(k', |Y+|)} 1 / log2(r + 1)
-    ==================  =============================================  =====================  ==========================
-
-``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
-1 when the label at position r of the top-k is relevant. ``precision_at_k``
-averages over all rows: a row with no relevant label counts as precision 0
-(the Extreme Classification Repository's convention). Figures "over the
-rows with a relevant label" (as some papers and peers report) are
-``precision_at_k`` divided by the fraction of such rows.
-
-Propensity-scored metrics
--------------------------
-``psprecision_at_k`` and ``psndcg_at_k`` (k = 1, 3, 5, names in
-:data:`PS_METRIC_NAMES`) are the propensity-scored precision and nDCG of
-Jain, Prabhu & Varma (2016), "Extreme multi-label loss functions for
-recommendation, tagging, ranking & other missing label applications", KDD,
-as the Extreme Classification Repository computes them (pyxclib,
-``xclib/evaluation/xc_metrics.py``: ``compute_inv_propesity``,
-``psprecision``, ``psndcg``). A relevant label l at rank r gains its
-inverse propensity ``w_l = 1 / p_l`` instead of 1, with (Jain et al.,
-Sec. 5)::
-
-    p_l = 1 / (1 + C (N_l + B)^(-A)),   C = (ln N - 1) (B + 1)^A,
-
-``N_l`` the number of *training* rows with label l, ``N`` the number of
-training rows (natural logarithm, as pyxclib), A = 0.55 and B = 1.5 by
-default (:func:`propensities_from_counts`, :func:`label_propensities`).
-Following pyxclib, each metric is normalized by its best achievable value
-on the same rows: the ratio of the sum over rows of the model's score to
-the sum over rows of the score of the ideal ranking, which puts the row's
-relevant labels in decreasing order of ``w_l``::
-
-    psprecision_at_k = sum_i sum_{r <= k'} w_(r) rel_r
-                       / sum_i sum_{r <= min(k', |Y+_i|)} w*_(i, r)
-    psndcg_at_k      = sum_i PSDCG_i@k / IDCG_i@k
-                       / sum_i PSDCG*_i@k / IDCG_i@k,
-
-where ``w_(r)`` is the weight of the label at position r of the top-k,
-``w*_(i, 1) >= w*_(i, 2) >= ...`` are the weights of row i's relevant
-labels, ``PSDCG_i@k = sum_{r <= k'} w_(r) rel_r / log2(r + 1)``,
-``PSDCG*_i@k`` the same for the ideal ranking and ``IDCG_i@k`` the
-unit-gain ideal DCG of ``ndcg_at_k``. The normalization is over the whole
-data set (a ratio of sums), not per row, and it is what makes the value
-lie in [0, 1] (the unnormalized ``(1/k) sum w_(r) rel_r`` of Jain et al.'s
-eq. 6 has no fixed upper bound). Rows without a relevant label add 0 to
-both sums; a metric is ``nan`` when no row has a relevant label. The
-top-k is the same as for ``precision_at_k`` (ties broken by the lower
-label index; pyxclib leaves the order of ties to ``argpartition``).
-
-The propensities must come from the training labels, so they are never
-estimated from the evaluated ``Y``: that would weight a label by its
-frequency in the very rows being scored and give different weights to the
-same label on different evaluation sets. :func:`multilabel_metrics`
-computes the propensity-scored metrics only when it is given
-``propensities`` and raises if one is requested without them.
-
-Relation to scikit-learn and to the RBRL reference (MATLAB ``measures/*.m``):
-
-- ``hamming_loss``, ``subset_accuracy`` (``accuracy_score``), ``accuracy``
-  (``jaccard_score(average='samples')``), ``f1_example``, ``f1_micro`` and
-  ``f1_macro`` (``f1_score`` with ``average`` = ``'samples'``, ``'micro'``,
-  ``'macro'``) equal scikit-learn's with ``zero_division=0``. The reference
-  skips labels with a zero F1 denominator but still divides by l, which
-  gives the same ``f1_macro``.
-- ``ranking_loss`` (ties count as mis-ordered), ``average_precision`` and
-  ``(coverage_error - 1) / l`` equal scikit-learn's ``label_ranking_loss``,
-  ``label_ranking_average_precision_score`` and ``coverage_error`` when
-  every row is a ranked row (for coverage: has a relevant label).
-  scikit-learn scores the other rows as perfect (0 loss, precision 1,
-  coverage 0) instead of excluding them. The reference excludes them for
-  ranking loss, average precision and one-error; its coverage
-  (``coverage_new``, eq. 38 of the RBRL paper) gives -1/l to a row without
-  relevant labels, which is excluded here.
-- ``one_error`` counts a tie at the maximum as correct if any tied label is
-  relevant, as the reference does.
-- ``auc_macro`` equals ``roc_auc_score(average='macro')`` restricted to the
-  labels with both classes. The reference counts a tied (positive,
-  negative) pair as correct and divides by all l labels; the two agree on
-  scores without ties when every label has both classes.
-- ``auc_instance`` is Park & Choi's instance AUC; ``1 - ranking_loss``
-  differs from it only by counting ties as 0 instead of 1/2.
-- ``ndcg_at_k`` equals ``ndcg_score(Y, S, k=k)`` on scores without ties when
-  every row has a relevant label. scikit-learn averages the gain over tied
-  scores instead of breaking ties by label index, and scores a row without
-  relevant labels 0 instead of excluding it.
+The definitions of the metrics, their conventions for rows with no or all
+relevant labels, and how they relate to scikit-learn's and to the RBRL
+reference's are the Notes of :func:`multilabel_metrics`.
 """
 
 from __future__ import annotations
@@ -173,7 +51,8 @@ __all__ = [
 
 #: Cut-offs of ``precision_at_k`` and ``ndcg_at_k``.
 TOP_K = (1, 3, 5)
-#: Entries (rows x labels) processed at once within a chunk.
+#: Entries (rows x labels) processed at once within a chunk, by the statistics and by the
+#: macro-AUC pair counts: it bounds their temporary memory.
 BLOCK_ENTRIES = 2**21
 
 METRIC_NAMES = (
@@ -248,8 +127,8 @@ def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str,
     Returns
     -------
     dict of str to float
-        The requested metrics, in the requested order. See the module
-        docstring for the definitions.
+        The requested metrics, in the requested order, as defined in the
+        Notes.
 
     Raises
     ------
@@ -259,6 +138,120 @@ def multilabel_metrics(Y, S, P, *, metrics=None, propensities=None) -> dict[str,
         (0, 1], inputs that are not 2-D or differ in shape, Dask inputs with different row chunks, more than one column
         chunk or unknown chunk sizes, Y or P not 0/1, or S not finite (for
         Dask inputs the last two are raised while computing).
+
+    Notes
+    -----
+    Notation: for row ``i``, ``Y+`` / ``Y-`` are its relevant / irrelevant
+    labels, ``rank(j) = #{k : S_k >= S_j}`` (ties rank pessimistically), and a
+    *ranked row* has ``|Y+| >= 1`` and ``|Y-| >= 1``. For label ``j``,
+    ``TP_j, FP_j, FN_j`` count the rows where ``(Y, P)`` is ``(1, 1)``,
+    ``(0, 1)``, ``(1, 0)``. The top-k of a row are its k highest scores, ties
+    broken by the lower label index (a stable sort of ``-S``), and
+    ``k' = min(k, l)``. Every metric is ``nan`` when the set of rows (or labels)
+    it averages over is empty. The metrics::
+
+        ================== ============================================= ===================  ==========================
+        metric             definition                                    averaged over        0/0 rule
+        ================== ============================================= ===================  ==========================
+        hamming_loss       #{(i, j) : P_ij != Y_ij} / (n l)              all entries          --
+        subset_accuracy    #{i : P_i == Y_i} / n                         all rows             --
+        accuracy           mean |P ∩ Y| / |P ∪ Y| (Jaccard)              all rows             row with P ∪ Y empty: 0
+        f1_example         mean 2|P ∩ Y| / (|P| + |Y|)                   all rows             row with P, Y empty: 0
+        f1_micro           2 TP / (2 TP + FP + FN), summed over labels   all entries          0 when 2TP + FP + FN = 0
+        f1_macro           (1/l) sum_j 2 TP_j / (2 TP_j + FP_j + FN_j)   all l labels         such a label counts 0
+        ranking_loss       mean #{(p, q) in Y+ x Y- : S_p <= S_q}        ranked rows          other rows excluded
+                           / (|Y+| |Y-|)
+        one_error          fraction of rows whose top-scored labels      ranked rows          other rows excluded
+                           (all those tied at the maximum) are all
+                           irrelevant
+        coverage           mean (max_{p in Y+} rank(p) - 1) / l          rows with |Y+| >= 1  other rows excluded
+        average_precision  mean (1/|Y+|) sum_{p in Y+}                   ranked rows          other rows excluded
+                           #{k in Y+ : S_k >= S_p} / rank(p)
+        auc_macro          mean_j of the ROC AUC of label j:             labels with >= 1     other labels excluded
+                           (#{(a, b) : Y_aj = 1, Y_bj = 0, S_aj > S_bj}  positive and >= 1
+                           + #ties / 2) / (n+_j n-_j)                    negative row
+        auc_instance       mean (#{(p, q) in Y+ x Y- : S_p > S_q}        ranked rows          other rows excluded
+                           + #ties / 2) / (|Y+| |Y-|)
+        precision_at_k     mean |top-k ∩ Y+| / k'                        all rows             --
+        ndcg_at_k          mean DCG@k / IDCG@k, DCG@k = sum_{r <= k'}    rows with |Y+| >= 1  other rows excluded
+                           rel_r / log2(r + 1), IDCG@k = sum_{r <=
+                           min(k', |Y+|)} 1 / log2(r + 1)
+        ================== ============================================= ===================  ==========================
+
+    ``precision_at_k`` and ``ndcg_at_k`` exist for k = 1, 3, 5; ``rel_r`` is
+    1 when the label at position r of the top-k is relevant. ``precision_at_k``
+    averages over all rows: a row with no relevant label counts as precision 0
+    (the Extreme Classification Repository's convention). Figures "over the
+    rows with a relevant label" (as some papers and peers report) are
+    ``precision_at_k`` divided by the fraction of such rows.
+
+    Propensity-scored metrics. ``psprecision_at_k`` and ``psndcg_at_k`` (k = 1,
+    3, 5, names in :data:`PS_METRIC_NAMES`) are the propensity-scored precision and nDCG of
+    Jain, Prabhu & Varma (2016), "Extreme multi-label loss functions for
+    recommendation, tagging, ranking & other missing label applications", KDD,
+    as the Extreme Classification Repository computes them (pyxclib,
+    ``xclib/evaluation/xc_metrics.py``: ``compute_inv_propesity``,
+    ``psprecision``, ``psndcg``). A relevant label l at rank r gains its
+    inverse propensity ``w_l = 1 / p_l`` instead of 1, ``p_l`` of
+    :func:`propensities_from_counts` (Jain et al., Sec. 5). Following pyxclib,
+    each metric is normalized by its best achievable value on the same rows:
+    the ratio of the sum over rows of the model's score to the sum over rows
+    of the score of the ideal ranking, which puts the row's relevant labels in
+    decreasing order of ``w_l``::
+
+        psprecision_at_k = sum_i sum_{r <= k'} w_(r) rel_r
+                           / sum_i sum_{r <= min(k', |Y+_i|)} w*_(i, r)
+        psndcg_at_k      = sum_i PSDCG_i@k / IDCG_i@k
+                           / sum_i PSDCG*_i@k / IDCG_i@k,
+
+    where ``w_(r)`` is the weight of the label at position r of the top-k,
+    ``w*_(i, 1) >= w*_(i, 2) >= ...`` are the weights of row i's relevant
+    labels, ``PSDCG_i@k = sum_{r <= k'} w_(r) rel_r / log2(r + 1)``,
+    ``PSDCG*_i@k`` the same for the ideal ranking and ``IDCG_i@k`` the
+    unit-gain ideal DCG of ``ndcg_at_k``. The normalization is over the whole
+    data set (a ratio of sums), not per row, and it is what makes the value
+    lie in [0, 1] (the unnormalized ``(1/k) sum w_(r) rel_r`` of Jain et al.'s
+    eq. 6 has no fixed upper bound). Rows without a relevant label add 0 to
+    both sums; a metric is ``nan`` when no row has a relevant label. The
+    top-k is the same as for ``precision_at_k`` (ties broken by the lower
+    label index; pyxclib leaves the order of ties to ``argpartition``).
+
+    The propensities must come from the training labels, so they are never
+    estimated from the evaluated ``Y``: that would weight a label by its
+    frequency in the very rows being scored and give different weights to the
+    same label on different evaluation sets. This function computes the
+    propensity-scored metrics only when it is given ``propensities`` and
+    raises if one is requested without them.
+
+    Relation to scikit-learn and to the RBRL reference (MATLAB ``measures/*.m``):
+
+    - ``hamming_loss``, ``subset_accuracy`` (``accuracy_score``), ``accuracy``
+      (``jaccard_score(average='samples')``), ``f1_example``, ``f1_micro`` and
+      ``f1_macro`` (``f1_score`` with ``average`` = ``'samples'``, ``'micro'``,
+      ``'macro'``) equal scikit-learn's with ``zero_division=0``. The reference
+      skips labels with a zero F1 denominator but still divides by l, which
+      gives the same ``f1_macro``.
+    - ``ranking_loss`` (ties count as mis-ordered), ``average_precision`` and
+      ``(coverage_error - 1) / l`` equal scikit-learn's ``label_ranking_loss``,
+      ``label_ranking_average_precision_score`` and ``coverage_error`` when
+      every row is a ranked row (for coverage: has a relevant label).
+      scikit-learn scores the other rows as perfect (0 loss, precision 1,
+      coverage 0) instead of excluding them. The reference excludes them for
+      ranking loss, average precision and one-error; its coverage
+      (``coverage_new``, eq. 38 of the RBRL paper) gives -1/l to a row without
+      relevant labels, which is excluded here.
+    - ``one_error`` counts a tie at the maximum as correct if any tied label is
+      relevant, as the reference does.
+    - ``auc_macro`` equals ``roc_auc_score(average='macro')`` restricted to the
+      labels with both classes. The reference counts a tied (positive,
+      negative) pair as correct and divides by all l labels; the two agree on
+      scores without ties when every label has both classes.
+    - ``auc_instance`` is Park & Choi's instance AUC; ``1 - ranking_loss``
+      differs from it only by counting ties as 0 instead of 1/2.
+    - ``ndcg_at_k`` equals ``ndcg_score(Y, S, k=k)`` on scores without ties when
+      every row has a relevant label. scikit-learn averages the gain over tied
+      scores instead of breaking ties by label index, and scores a row without
+      relevant labels 0 instead of excluding it.
     """
     names = _metric_names(metrics, with_propensities=propensities is not None)
     blocks, lazy = _row_blocks(Y, S, P)
@@ -321,9 +314,8 @@ def _check_thresholds(threshold: np.ndarray, n_labels: int) -> None:
 #: A label keeps a threshold of its own (:func:`label_thresholds`) only where its F1 on the
 #: rows given reaches this: where the model barely separates a label on its own training
 #: rows, the label's F1-best cut lies deep among its irrelevant rows and floods the
-#: predictions. The floor is the lowest of 0.1, 0.15, 0.2 and 0.3 that ended that flood on
-#: OMF's defaults while keeping most of the macro-F1 the labels' own thresholds bring
-#: elsewhere (``benchmarks/auto_vs_peers.py``, ``benchmarks/omf_table.py``).
+#: predictions; a higher floor gives up the macro-F1 the labels' own thresholds bring.
+#: Chosen by ``benchmarks/omf_table.py`` and ``benchmarks/auto_vs_peers.py``.
 LABEL_F1_MIN = 0.2
 
 #: Histogram bins of :func:`micro_f1_threshold` on dask scores.
@@ -967,6 +959,14 @@ def _macro_auc_pair_counts(blocks, positives, lazy: bool) -> dict:
     """Pass 2 over all chunks: per-label doubled counts of correctly ordered pairs.
 
     ``positives`` is the ``(indptr, scores)`` output of :func:`_sort_positives`.
+
+    Macro AUC is not a sum over rows. It is computed exactly in two passes that
+    never gather ``S``: the first pass (:func:`_positive_scores`, in the same ``dask.compute`` call as the
+    statistics) collects only the scores of positive entries, nnz(Y) values,
+    and sorts them per label; the second pass maps over the chunks and counts,
+    per label, the (positive, negative) pairs in which the positive scores
+    higher, plus one half per tie, with two binary searches of every positive
+    among the chunk's sorted negatives of its label.
     """
     if lazy:
         positives = [dask.delayed(array) for array in positives]

@@ -29,16 +29,13 @@ When the model was searched by :func:`dmlr.fit` (an in-memory model: model files
 chosen values, ``best_params_``, not the search), a fifth panel below shows the search's
 validation curve (:func:`plot_search`).
 
-The numbers come from :func:`report_statistics`, which reuses the
-map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact two-pass AUC):
-two ``dask.compute`` calls, and the score matrix is never gathered. The
-plotting functions (:func:`plot_convergence`, :func:`plot_label_metrics`,
+The numbers come from :func:`report_statistics`, without gathering the
+score matrix. The plotting functions (:func:`plot_convergence`, :func:`plot_label_metrics`,
 :func:`plot_score_distributions`) draw on given Matplotlib axes, for
 notebooks.
 
 Matplotlib is an optional dependency (``pip install 'dmlr[plot]'``),
-imported only when drawing; :func:`write_report` renders with the Agg
-backend on its own figure, without touching pyplot's state.
+imported only when drawing.
 """
 
 from __future__ import annotations
@@ -120,6 +117,10 @@ def _score_histograms(Y, S, edges) -> dict:
 
 def report_statistics(Y, S, P=None, *, bins: int = 50) -> dict:
     """Per-label F1 and ROC AUC and the score histograms, chunk by chunk.
+
+    It reuses the map-reduce of :mod:`dmlr.metrics` (per-chunk counts, exact
+    two-pass AUC): two ``dask.compute`` calls, and the score matrix is never
+    gathered.
 
     Parameters
     ----------
@@ -460,6 +461,9 @@ def headline(metrics: dict) -> str:
 
 def write_report(model, data, path, split: str | None = "test", *, dpi: int = 100, bins: int = 50) -> Path:
     """Write the four-panel report of a fitted model on a data set to a PNG file.
+
+    It renders with Matplotlib's Agg backend on its own figure, without
+    touching pyplot's state.
 
     Parameters
     ----------

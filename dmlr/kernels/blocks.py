@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 #: Row tile of the objectives' passes over a block: a tile's scores (tile x k*l floats) stay
 #: near this size, so a worker's extra memory is a few MiB whatever its chunk (S for a whole
-#: Bookmarks-shaped chunk would be 146 MB, ten times the sparse chunk itself).
+#: chunk with many labels can be many times the size of the sparse chunk itself).
 TILE_BYTES = 4 * 2**20
 
 
@@ -24,11 +24,10 @@ def tile_rows(n_cols: int) -> int:
 #: matrices. OpenBLAS's small-matrix DGEMM path (no copy of the operands) covers M*N*K <= 10^6 on
 #: AVX-512 x86-64 (OpenMathLib/OpenBLAS pull request 3335); past it the pass's time steps up.
 #: Other BLAS builds may have no such path; there the small tiles keep only the cache reuse.
-#: ``benchmarks/rbrl_speed.py`` (sections 2 and 5) times the tiled passes.
+#: ``benchmarks/rbrl_speed.py --sections 2,5`` times the tiled passes.
 SMALL_PRODUCT_MNK = 10**6
 #: Where the rule would give fewer rows than this, the byte rule instead: very short tiles pay
-#: a BLAS call every few rows, which costs more than the cache reuse saves (8-row tiles of a
-#: wide block are slower than one whole-block product; 16-row tiles still gain).
+#: a BLAS call every few rows, which costs more than the cache reuse saves.
 MIN_SMALL_TILE_ROWS = 32
 
 
@@ -49,8 +48,7 @@ def product_tile_rows(X, n_outputs: int, n_score_cols: int) -> int:
     :class:`dmlr.distributed.chunks.LocalChunks`) the pass gives up the
     whole-block products' multithreading; the default of one block per core
     keeps every core busy instead. Dask workers run single-threaded BLAS in
-    any case. ``benchmarks/rbrl_speed.py --sections 5`` compares one block
-    with the default blocks.
+    any case.
 
     Parameters
     ----------

@@ -5,8 +5,8 @@ Pure functions on in-memory chunks (numpy / scipy CSR), used by
 online loop of :class:`dmlr.models.OML` (nearest neighbour in the memory D).
 
 Why not scipy / scikit-learn: ``scipy.spatial.cKDTree`` prunes by
-axis-aligned splits, which stop pruning in 100+ dimensions (corel5k 499,
-medical 1449 features): a query then visits most leaves and is slower than a
+axis-aligned splits, which stop pruning in the hundreds of dimensions of
+typical multi-label features: a query then visits most leaves and is slower than a
 brute-force scan, and it does not take CSR input. ``np.argpartition`` alone
 has no deterministic tie rule, and BLAS distances ``||a||^2 - 2 a.b + ||b||^2``
 carry rounding that depends on the GEMM blocking, i.e. on how the rows are

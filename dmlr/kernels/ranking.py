@@ -24,8 +24,7 @@ the product with x_i) is, per row::
   branch-free pass over all l labels, h = max(0, margin - s_p + s_j) masked to
   the irrelevant j. The pass vectorizes (SIMD), which the sorted path's
   data-dependent loop does not, so for the few relevant labels per row of
-  typical sets it is the faster of the two (``benchmarks/rbrl_speed.py``
-  times the fused pass).
+  typical sets it is the faster of the two.
 * sorted, ``O((|P| + |N|) log |P|)``, for rows with many relevant labels: sort the
   relevant scores once, find for each irrelevant label q the prefix of
   relevant labels it is active against (s_p < s_q + margin), read that
@@ -64,8 +63,7 @@ def pairwise_direct(s, y, pos_order, n_pos, margin, masked, coef_out, want_coef)
     one multiply-add and two adds, which vectorizes; multiplying by a 0/1
     mask and the weight inside the pass, or zeroing ``coef_out`` and
     branching on ``want_coef`` here rather than in the caller, makes the
-    stacked losses (:func:`rbrl_score_losses`) slower
-    (``benchmarks/rbrl_speed.py`` times the fused pass).
+    stacked losses (:func:`rbrl_score_losses`) slower.
 
     Parameters
     ----------
@@ -329,8 +327,8 @@ def rank_lipschitz_row_stats(Y, row_sq_norms, A, B):
 
 
 #: Rows per tile of :func:`sparse_extrapolated_pass` and :func:`dense_extrapolated_losses`: the
-#: tile's scores at two points and its score-gradient (64 x 3l floats, 320 kB for Bookmarks' 208
-#: labels) stay in the core's cache.
+#: tile's scores at two points and its score-gradient (64 x 3l floats) stay in the core's cache
+#: for the label counts of typical sets.
 SCORE_TILE_ROWS = 64
 
 
@@ -378,8 +376,6 @@ def sparse_extrapolated_pass(indptr, indices, data, Y, WG, lambda2, margin, grad
     (``X @ W`` + ``X.T @ C``); one contiguous row per stored value keeps
     the pass's memory traffic close to the floor's. Sweeping X twice per
     tile, once per matrix, halves the working set but is slower.
-    ``benchmarks/rbrl_speed.py --sections 2`` prints the fit's iteration
-    time next to that floor.
 
     Parameters
     ----------

@@ -7,10 +7,7 @@ Notation. For one instance with scores ``s = M^T x`` (one entry per label),
 relevant labels P (y = 1), irrelevant labels Nb (y = 0) and ``N_i = |P| |Nb|``,
 the pair argument of the hinge is
 
-    a_kl = 1 - s_k + s_l,   k in P, l in Nb,
-
-computed everywhere (fast path and double loop alike) as ``s_l - (s_k - margin)``
-so that both paths classify exact ties identically.
+    a_kl = 1 - s_k + s_l,   k in P, l in Nb.
 
 * Pairwise hinge (eq. 5):   R_i = 1/N_i sum_{k,l} [a_kl]_+.
 * Smoothed hinge (eqs. 9, 12-15): with g of eq. 14, A_i of eq. 13 and
@@ -36,20 +33,9 @@ so that both paths classify exact ties identically.
 ``alpha = 0`` gives the plain hinge and a subgradient: beta_hat_kl = 1 where
 a_kl > 0 and 0 where a_kl <= 0 (the choice at the kink a = 0 is 0).
 
-Rows with no pair (no relevant or no irrelevant label) have N_i = 0: they
-contribute loss 0 and coefficient 0 (the sum in eq. 5 is empty; the 0/0 of
-1/N_i is taken as 0). They still count as instances in the mean of eq. 5
-(the objective divides by n, all rows), so a stochastic step on such a row is
-the regularizer's step only.
-
-Cost. :func:`ranksvm_row` sorts the list {s_k - margin}_{k in P} (the
-paper's "sorting of two lists", Section 4, after Zhang et al. 2011, with
-only the relevant list sorted) and, with its prefix sums of values and of
-squares, finds by binary search for each irrelevant label the run of the
-sorted list in the linear region (beta = 1) and in the quadratic region
-(0 < beta < 1); the relevant labels' coefficients follow from the same runs:
-``O(|P| log |P| + |Nb| log |P|) <= O(K log K)`` per row. :func:`ranksvm_row_naive` is the ``O(|P| |Nb|)`` double loop
-(the reference the tests compare against).
+A row with no pair (no relevant or no irrelevant label) has loss and
+coefficients 0 (:func:`ranksvm_row_naive`); :func:`ranksvm_row` is the fast
+path, whose cost its Notes give.
 """
 
 from __future__ import annotations
@@ -94,6 +80,17 @@ def ranksvm_row_naive(s, y, alpha, margin, coef_out):
     -------
     float
         R_i (eq. 5) or its smoothing (eq. 9); 0 for a row without pairs.
+
+    Notes
+    -----
+    Rows with no pair (no relevant or no irrelevant label) have N_i = 0: they
+    contribute loss 0 and coefficient 0 (the sum in eq. 5 is empty; the 0/0 of
+    1/N_i is taken as 0). They still count as instances in the mean of eq. 5
+    (the objective divides by n, all rows), so a stochastic step on such a row is
+    the regularizer's step only.
+
+    This loop and the fast path (:func:`ranksvm_row`) both compute a_kl as
+    ``s_l - (s_k - margin)``, so that they classify exact ties identically.
     """
     K = s.shape[0]
     n_pos = _clear_and_count(y, coef_out)
@@ -167,8 +164,19 @@ def ranksvm_row(s, y, alpha, margin, coef_out, u, v, pu1, pu2, pv1, pv2):
     (n1_k, n2_k: the irrelevant labels that have k in their linear and
     quadratic run, V_k: the sum of the latter's v_l), accumulated in
     difference arrays over the sorted u. Only the relevant list is sorted:
-    it is the short one in multi-label data (corel5k: 3.5 of 374 labels), and
-    sorting the long one cost more than the whole update.
+    a multi-label row has few relevant labels among many, so the relevant list
+    is the short one, and sorting the long one would cost more than the rest
+    of the update.
+
+    Cost. This function sorts the list {s_k - margin}_{k in P} (the
+    paper's "sorting of two lists", Section 4, after Zhang et al. 2011, with
+    only the relevant list sorted) and, with its prefix sums of values and of
+    squares, finds by binary search for each irrelevant label the run of the
+    sorted list in the linear region (beta = 1) and in the quadratic region
+    (0 < beta < 1); the relevant labels' coefficients follow from the same runs:
+    ``O(|P| log |P| + |Nb| log |P|) <= O(K log K)`` per row.
+    :func:`ranksvm_row_naive` is the ``O(|P| |Nb|)`` double loop (the reference
+    the tests compare against).
     """
     K = s.shape[0]
     n_pos = 0

@@ -52,14 +52,13 @@ GROUP_ROWS = 256
 class LinearMultiLabel(LinearModel):
     """Linear multi-label model: ``loss`` minimized by ``solver`` until the optimum is certified.
 
-    Defaults. ``solver="lbfgs"`` with ``tol=1e-4`` reaches the optimum of the
-    objective to a relative gap of at most 1e-4 (certified by the bound of
-    :mod:`dmlr.solvers.vr`, for the convex losses) with every smooth loss on
-    the staged sets measured, at ridge weights 1e-4 to 1e-2; the paper's
-    stochastic solvers, with a step 1/L that must assume the worst row, do
-    not within 100 epochs on most of them (``benchmarks/linear_convergence.py``). ``alpha=1e-2`` is the value
-    cross-validation picks most often on the staged small sets
-    (``benchmarks/default_params.py``; the table is in the model's docs page).
+    Defaults. ``solver="lbfgs"`` with ``tol=1e-4`` stops at a relative gap of
+    at most 1e-4 to the optimum of the objective (certified by the bound of
+    :mod:`dmlr.solvers.vr`, for the convex losses): it adapts to the curvature,
+    where the paper's stochastic solvers, with a step 1/L that must assume the
+    worst row, converge slowly (``benchmarks/linear_convergence.py``).
+    ``alpha=1e-2`` is cross-validation's most frequent choice
+    (``benchmarks/default_params.py``).
 
     Parameters
     ----------
@@ -172,7 +171,7 @@ class LinearMultiLabel(LinearModel):
     )
 
     #: ``alpha`` is searched by default: the full-gradient solver ends at the optimum, and the
-    #: value cross-validation picks spans four decades (``benchmarks/default_params.py``).
+    #: value cross-validation picks spans several decades (``benchmarks/default_params.py``).
     _search_space = (Axis("alpha", half_decades(-1.0, -6.0)),)
 
     def __init__(

@@ -104,8 +104,8 @@ class OMF(BaseModel):
         "auto": learned per label by ``fit`` (and each ``partial_fit``) on
         the training rows' scores (:func:`dmlr.metrics.label_thresholds`),
         kept as ``threshold_``. A number: that threshold for every label.
-        The scores' scale depends on the data and on every other parameter:
-        the best fixed threshold on the staged sets ranges from 0.02 to 0.35.
+        The scores' scale depends on the data and on every other parameter,
+        so no one fixed threshold suits every data set.
     fit_intercept : bool
         Append a constant-1 feature (not in the paper; off by default).
     random_state : int >= 0 or None

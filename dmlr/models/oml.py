@@ -13,7 +13,7 @@ of Zhang & Zhou 2007, the paper's ref. [33]).
   map-reduced over row chunks, over every training row by default
   (``projection_rows="all"``). The paper's Table I reads X as the
   *initialised* memory D; ``"memory"`` is that literal reading, not the
-  default because P from 20% of the rows predicts worse on most sets
+  default because a least-squares fit on a fifth of the rows is noisier
   (``benchmarks/oml_figures.py`` compares the two). When X^T X is singular
   (more features than rows, constant columns) a ridge
   ``ridge * mean(diag(X^T X))`` is added (``ridge_used_``).
@@ -103,10 +103,9 @@ def default_code_dim(n_labels: int) -> int:
 
     The paper requires d < q and gives no value. The neighbours are found in the
     d-dimensional code V^T P^T x, so a small d discards what the projection
-    keeps: with half the labels (the former default), the code of a 6-label
-    set has 3 dimensions, and test micro-F1 was lower than with d = q on six of
-    the seven staged sets the comparison ran on, by 0.14 on scene (table in
-    docs/models/oml.md). ``n_components`` below q gives the paper's form.
+    keeps: with d = q/2 the code of a 6-label set has 3 dimensions.
+    ``n_components`` below q gives the paper's form. Chosen by
+    ``benchmarks/oml_figures.py`` (OML-def against OML-q/2).
     """
     return int(n_labels)
 
@@ -345,15 +344,16 @@ class KNN(_NeighbourModel):
 class OML(_NeighbourModel):
     """Online Metric Learning for multi-label kNN (Gong et al. 2020, Algorithm 1).
 
-    See the module docstring for the model, the derivation of the update and
-    the choices the paper leaves open.
+    See the module docstring for the model and the choices the paper leaves
+    open, and :func:`dmlr.solvers.oml.oml_update` for the derivation of the
+    update.
 
     Parameters
     ----------
     k : int
         Neighbours used for prediction (5). With ``aggregation="mlknn"``,
-        the pair cross-validation picks most often on the staged small sets
-        (docs/models/oml.md); the paper's setting is ``k=10,
+        the pair cross-validation picks most often
+        (``benchmarks/default_params.py --models oml``); the paper's setting is ``k=10,
         aggregation="vote"``.
     n_components : int, optional
         d, the code dimension (the paper requires d < q and gives no value);

@@ -282,8 +282,8 @@ class RankSVM(_OnlineRanker):
     ----------
     alpha : float
         lambda of eq. 5, the Frobenius weight (> 0 for the online solvers: their steps divide by it).
-        Default 10^-3.5: cross-validation's choices on the staged small sets
-        (``benchmarks/default_params.py``; the table is in the model's docs page).
+        Default 10^-3.5, cross-validation's typical choice
+        (``benchmarks/default_params.py``).
     solver : {"ansgd", "sgd", "lbfgs"}
         Algorithm 1 (ANSGD), eq. 7 (subgradient SGD, eta_t = 1/(lambda (t + omega))),
         or the batch baseline (L-BFGS-B on the objective smoothed with ``smoothing``).

@@ -77,12 +77,10 @@ def sparse_fused_pass(X, Y: np.ndarray, points: np.ndarray, grad_point: int, lam
     additions of the tile's products and losses in their order. What the
     call holds beyond the block is the points, the gradient and one tile's
     share of it ((d, l) each), where the whole-tile pass also holds the
-    tile's scores and coefficients (tile x k*l and tile x l floats: 4 MiB
-    each, about a fifth of a Bookmarks-shaped worker's block of X and Y),
+    tile's scores and coefficients (tile x k*l and tile x l floats, about
+    :data:`~dmlr.kernels.blocks.TILE_BYTES` each),
     the product ``X_t.T @ C_t`` before it is added, a copy of the tile's
     rows and, for several points, a copy of them side by side.
-    ``benchmarks/search_memory.py`` measures the peak of a search, whose
-    L-BFGS fits call this pass.
 
     Parameters
     ----------

@@ -21,90 +21,13 @@ W_t, the point of the last objective value (the reference's stopping rule).
 
 Latency: f(W_t) is needed only for the stopping test, and G_{t+1} does not
 depend on it, so f(W_t) and grad f(G_{t+1}) are requested together in one
-oracle call: one round trip per iteration, plus one at the end.
+oracle call (the speculative call, :meth:`Oracle.extrapolated`): one round
+trip per iteration, plus one at the end.
 
-The speculative call is made through :meth:`Oracle.extrapolated`
-``(W_t, W_{t-1}, m, G_{t+1}) -> (values, grad)``: f at [W_t, G_{t+1}] and
-grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1}) formed by that very
-expression. By default it is the stacked call above; an oracle whose data
-live elsewhere may override it to keep W_{t-1} (and its products) where the
-data are (:class:`dmlr.distributed.extrapolation.ExtrapolationCache`). A
-plain function is an oracle with the default.
-
-Beyond the paper (all optional; with none of them the iterates are exactly
-Algorithm 1's):
-
-* ``backtracking=True``: the sufficient-decrease test of FISTA with
-  backtracking (Beck & Teboulle 2009, Sec. 4),
-  f(W_t) <= f(G_t) + <grad f(G_t), W_t - G_t> + L/2 ||W_t - G_t||^2,
-  with L multiplied by ``eta`` until it holds. Everything it needs comes
-  with the speculative oracle call (f(G_t) is the value at the stacked
-  gradient point), so an accepted step costs nothing extra and a rejected
-  one costs one round trip.
-* ``restart=True``: the gradient-mapping adaptive restart of O'Donoghue &
-  Candes (2015): when <G_t - W_t, W_t - W_{t-1}> > 0 the momentum is reset
-  (b = 1). The test uses points known before the oracle call, so it is free.
-* ``adaptive=True`` (with ``backtracking``): L also falls. The bound behind
-  a fixed L is a worst case over all directions and all points; the
-  curvature f actually has along a step (:func:`local_curvature`, from
-  values the speculative call returned, so free) is often several times
-  smaller, and FISTA's iterations to a given accuracy scale with sqrt(L).
-  After each accepted step the next L is the larger of one level below L
-  and ``ADAPTIVE_MARGIN`` x that curvature (but not above L); a failed
-  test raises L by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the
-  curvature the failed step met (the adaptive backtracking of Scheinberg,
-  Goldfarb & Bai 2014, with the momentum sequence kept as Algorithm 1's
-  because G_{t+1} is formed before the next L is known). The margin and
-  the bounded fall keep rejected steps (one extra round trip each) rare.
-  L only takes the levels 2^(j / ``ADAPTIVE_LEVELS``) (the start rounded
-  up to one): the curvature is computed from sums over row blocks, which
-  differ in their last bits with the blocks' layout (one block, several,
-  Dask workers), and a continuous L would carry those differences into
-  every step; a level changes only where the curvature sits at a level's
-  edge, as a backtracking test's outcome only where f sits at its bound.
-* ``tol_lipschitz``: a relative-change test calibrated to another step.
-  Near the optimum FISTA's objective falls per iteration by about
-  (F - F*) sqrt(mu / L) (linear phase) or 2 (F - F*)^{3/2} / (sqrt(L) R)
-  (sublinear phase): at the same accuracy a run with step 1/L changes
-  more per iteration than a run with the longer step 1/L', by up to
-  sqrt(L' / L). With ``tol_lipschitz=L'`` the test is therefore
-  ``change <= tol * (L' / L)^(1/4)``, ``change`` the relative change over
-  the last ``STOP_WINDOW`` iterations divided by their number (so no run
-  stops before iteration ``STOP_WINDOW + 1``), so that a run stops near
-  the accuracy at which the run with step 1/L' (the paper's) stops with
-  ``tol``. The fourth root rather than the square root, and the window
-  rather than one step: an adaptive L varies from one iteration to the
-  next, so the run's progress per iteration is that of a larger L than
-  the current one; a single step's change can be small where the
-  non-monotone objective turns; and a warm start's first steps change
-  the objective little before the momentum builds up. All three err
-  towards stopping later, never at a worse solution.
-* ``gradient_tol``: the relative-change test alone can stop a run far from the
-  optimum when the objective moves slowly at first: started from the solution
-  of a neighbouring regularization value (a warm start along a path), the
-  objective changes little in the first iterations, and most warm fits of a
-  grid stop after 2 iterations, short of the optimum
-  (``benchmarks/model_selection_yahoo.py`` counts those stops). With
-  ``gradient_tol`` the run also needs the composite
-  gradient mapping g_t = L (G_t - W_t) (zero exactly at a minimizer of f + g)
-  to have shrunk to ``gradient_tol`` times its norm at the origin (the cold
-  start), which a start near but not at the new optimum cannot satisfy by
-  standing still. The reference is the origin, not the run's own first step:
-  a warm start's own first mapping is already small, so measured against it
-  a warm fit would need more iterations than a cold one. A warm start costs
-  one extra oracle call, at the origin.
-
-Checkpoints and resuming (the solver knows no storage; see
-:mod:`dmlr.solvers.checkpoint` for the Zarr side): after iteration t the run is
-fully described by an :class:`APGState` -- W_t, the next extrapolation point
-G_{t+1} with f(G_{t+1}) and grad f(G_{t+1}) (already computed by the
-speculative oracle call), b_{t+1}, L, the history, the counters and the
-``gradient_tol`` reference. ``checkpoint=(every, fn)`` hands that state to
-``fn`` after every ``every``-th iteration that the run goes on from, and
-``apg(..., state=s)`` continues from it: the resumed run computes exactly
-the numbers the uninterrupted run computes (no oracle call is repeated, so
-nothing depends on how the oracle sums), hence the same iterates bit for bit
-when the oracle is deterministic.
+Beyond the paper, :func:`apg` offers backtracking, momentum restart, an
+adaptive L and two more stopping tests, all optional (its Notes). A run
+can be checkpointed and resumed bit for bit (:class:`APGState`;
+:mod:`dmlr.solvers.checkpoint` stores it).
 """
 
 from __future__ import annotations
@@ -123,6 +46,14 @@ class Oracle:
 
     Subclasses define ``__call__``; :meth:`extrapolated` may be overridden
     by an oracle that computes the same numbers another way.
+
+    :func:`apg`'s speculative call is made through :meth:`extrapolated`
+    ``(W_t, W_{t-1}, m, G_{t+1}) -> (values, grad)``: f at [W_t, G_{t+1}] and
+    grad f(G_{t+1}), G_{t+1} = W_t + m (W_t - W_{t-1}) formed by that very
+    expression. By default it is one ``__call__`` on the stacked points; an oracle whose data
+    live elsewhere may override it to keep W_{t-1} (and its products) where the
+    data are (:class:`dmlr.distributed.extrapolation.ExtrapolationCache`). A
+    plain function is an oracle with the default.
     """
 
     def __call__(self, points: np.ndarray, grad_point: int):
@@ -158,6 +89,18 @@ class APGState:
     The next iteration computes W_{t+1} = prox(G - grad / L) and the momentum
     from W (= W_t) and W_{t+1}; W_{t-1} is not needed, because G = G_{t+1}
     (which was built from it) is kept as computed.
+
+    Checkpoints and resuming (the solver knows no storage; see
+    :mod:`dmlr.solvers.checkpoint` for the Zarr side): after iteration t the run is
+    fully described by this state -- W_t, the next extrapolation point
+    G_{t+1} with f(G_{t+1}) and grad f(G_{t+1}) (already computed by the
+    speculative oracle call), b_{t+1}, L, the history, the counters and the
+    ``gradient_tol`` reference. ``checkpoint=(every, fn)`` hands that state to
+    ``fn`` after every ``every``-th iteration that the run goes on from, and
+    ``apg(..., state=s)`` continues from it: the resumed run computes exactly
+    the numbers the uninterrupted run computes (no oracle call is repeated, so
+    nothing depends on how the oracle sums), hence the same iterates bit for bit
+    when the oracle is deterministic.
 
     Attributes
     ----------
@@ -320,16 +263,80 @@ def apg(
         must be those of the interrupted run for the same iterates, except
         ``max_iter``, which must exceed ``state.n_iter``.
     adaptive : bool
-        Let L fall to the local curvature (needs ``backtracking``; see above).
+        Let L fall to the local curvature (needs ``backtracking``; see Notes).
     tol_lipschitz : float, optional
         Stop on a mean relative change over the last ``STOP_WINDOW``
         iterations of ``tol * (tol_lipschitz / L) ** 0.25`` instead of one
         step's change of ``tol``: the stop near the accuracy of a run with
-        step ``1 / tol_lipschitz`` (see above).
+        step ``1 / tol_lipschitz`` (see Notes).
 
     Returns
     -------
     dmlr.solvers.result.SolverResult
+
+    Notes
+    -----
+    Beyond the paper (all optional; with none of them the iterates are exactly
+    Algorithm 1's):
+
+    * ``backtracking=True``: the sufficient-decrease test of FISTA with
+      backtracking (Beck & Teboulle 2009, Sec. 4),
+      f(W_t) <= f(G_t) + <grad f(G_t), W_t - G_t> + L/2 ||W_t - G_t||^2,
+      with L multiplied by ``eta`` until it holds. Everything it needs comes
+      with the speculative oracle call (f(G_t) is the value at the stacked
+      gradient point), so an accepted step costs nothing extra and a rejected
+      one costs one round trip.
+    * ``restart=True``: the gradient-mapping adaptive restart of O'Donoghue &
+      Candes (2015): when <G_t - W_t, W_t - W_{t-1}> > 0 the momentum is reset
+      (b = 1). The test uses points known before the oracle call, so it is free.
+    * ``adaptive=True`` (with ``backtracking``): L also falls. The bound behind
+      a fixed L is a worst case over all directions and all points; the
+      curvature f actually has along a step (:func:`local_curvature`, from
+      values the speculative call returned, so free) is often several times
+      smaller, and FISTA's iterations to a given accuracy scale with sqrt(L).
+      After each accepted step the next L is the larger of one level below L
+      and ``ADAPTIVE_MARGIN`` x that curvature (but not above L); a failed
+      test raises L by ``eta``, or at once to ``ADAPTIVE_MARGIN`` x the
+      curvature the failed step met (the adaptive backtracking of Scheinberg,
+      Goldfarb & Bai 2014, with the momentum sequence kept as Algorithm 1's
+      because G_{t+1} is formed before the next L is known). The margin and
+      the bounded fall keep rejected steps (one extra round trip each) rare.
+      L only takes the levels 2^(j / ``ADAPTIVE_LEVELS``) (the start rounded
+      up to one): the curvature is computed from sums over row blocks, which
+      differ in their last bits with the blocks' layout (one block, several,
+      Dask workers), and a continuous L would carry those differences into
+      every step; a level changes only where the curvature sits at a level's
+      edge, as a backtracking test's outcome only where f sits at its bound.
+    * ``tol_lipschitz``: a relative-change test calibrated to another step.
+      Near the optimum FISTA's objective falls per iteration by about
+      (F - F*) sqrt(mu / L) (linear phase) or 2 (F - F*)^{3/2} / (sqrt(L) R)
+      (sublinear phase): at the same accuracy a run with step 1/L changes
+      more per iteration than a run with the longer step 1/L', by up to
+      sqrt(L' / L). With ``tol_lipschitz=L'`` the test is therefore
+      ``change <= tol * (L' / L)^(1/4)``, ``change`` the relative change over
+      the last ``STOP_WINDOW`` iterations divided by their number (so no run
+      stops before iteration ``STOP_WINDOW + 1``), so that a run stops near
+      the accuracy at which the run with step 1/L' (the paper's) stops with
+      ``tol``. The fourth root rather than the square root, and the window
+      rather than one step: an adaptive L varies from one iteration to the
+      next, so the run's progress per iteration is that of a larger L than
+      the current one; a single step's change can be small where the
+      non-monotone objective turns; and a warm start's first steps change
+      the objective little before the momentum builds up. All three err
+      towards stopping later, never at a worse solution.
+    * ``gradient_tol``: the relative-change test alone can stop a run far from the
+      optimum when the objective moves slowly at first: started from the solution
+      of a neighbouring regularization value (a warm start along a path), the
+      objective changes little in the first iterations, and a warm fit of a
+      grid can stop within them, short of the optimum. With
+      ``gradient_tol`` the run also needs the composite
+      gradient mapping g_t = L (G_t - W_t) (zero exactly at a minimizer of f + g)
+      to have shrunk to ``gradient_tol`` times its norm at the origin (the cold
+      start), which a start near but not at the new optimum cannot satisfy by
+      standing still. The reference is the origin, not the run's own first step:
+      a warm start's own first mapping is already small, so measured against it
+      a warm fit would need more iterations than a cold one. A warm start costs
+      one extra oracle call, at the origin.
     """
     if not (lipschitz > 0 and math.isfinite(lipschitz)):
         raise ValueError(f"lipschitz constant must be positive and finite, got {lipschitz}")

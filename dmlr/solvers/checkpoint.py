@@ -9,73 +9,10 @@ full state (:class:`dmlr.solvers.apg.APGState`, or
 continues from the last complete checkpoint and ends at the model the
 uninterrupted fit gives (the same iterates: nothing is recomputed).
 
-Layout (format version 1)
--------------------------
-::
-
-    PATH/                    Zarr v3 group, attrs["dmlr"] = {kind: "checkpoint", format_version: 1,
-                             fingerprint: {...}, dmlr_version, created}
-    PATH/it-000000040/       one complete state, attrs["dmlr"] = {kind: "checkpoint-state",
-                             iteration, complete, converged, max_iter, b, lipschitz, f_G,
-                             reference_mapping, n_backtracks, n_restarts, n_oracle_calls, written}
-        W                    float64 (d, l)  W_t, the last proximal point (x of the model)
-        G                    float64 (d, l)  G_{t+1}, the next extrapolation point   } not in the
-        grad                 float64 (d, l)  grad f(G_{t+1})                         } final state
-        objective_history    float64 (t,)
-        seconds              float64 (t,)
-
-An L-BFGS state (``solver="lbfgs"``; t counts oracle calls) has attrs
-``solver: "lbfgs"``, f, step, reference, best_objective, best_smallest and
-n_oracle_calls, and the arrays x, grad (the current iterate and its
-gradient), S, Y (m, d * l) and SY, YY (m, m) (the correction pairs in their
-buffer slots, the newest in slot ``newest``, an attribute, and their inner products),
-best_x, objective_history and seconds. Where L-BFGS handed over to APG (a
-rank-deficient optimum), the APG states carry ``handover: {n_iter,
-n_oracle_calls}`` (the L-BFGS part), and their histories are the whole fit's
-(:class:`~dmlr.solvers.lbfgs.Handover`).
-
-Floats in the attributes are JSON numbers, which round-trip float64 exactly;
-arrays are float64 with Zarr's lossless default codecs. Nothing is pickled.
-
-Atomicity: a state group is written under a hidden temporary name inside
-``PATH`` (``.partial-...``), flushed to disk, and renamed to ``it-<t>`` in
-one ``os.replace``; only then are older states removed. The current state is
-the ``it-*`` group with the highest iteration, so a process killed at any
-moment -- in particular during a write -- leaves the previous state usable
-(leftover partial groups are ignored and removed by the next write). The
-root group is created the same way (written beside ``PATH``, then renamed).
-
-States are written by one background thread (:class:`BackgroundWriter`),
-one at a time, while the solver goes on: the arrays of a state are never
-modified after the solver hands them over. A write still in progress at the
-next checkpoint is waited for, and a failed write stops the fit there with
-its error. The path is on a file system of the client (local or mounted):
-the commit is a directory rename, which object stores do not offer.
-
-When the fit ends, its final result is written as a state with
-``complete: true`` (``W`` is then the fitted coefficients, no ``G``/``grad``)
-and the intermediate states are removed: the checkpoint is *marked complete*,
-not deleted. ``resume=True`` on a complete checkpoint returns that result
-without iterating (after the same fingerprint check), so a process killed
-between the end of the fit and the saving of the model loses nothing. A new
-fit without ``resume`` replaces a complete checkpoint, but refuses to
-overwrite an unfinished one (:class:`FileExistsError`): pass ``resume=True``
-or remove the directory.
-
-Fingerprint: what is being fitted -- the estimator's parameters that change
-the problem or its stopping rule (lambdas, kernel, gamma, degree, coef0,
-kernel approximation, n_components, random_state, tol, gradient_tol,
-fit_intercept, step, restart), the shape of the solver's variable (which
-gives the feature and label counts), and the training data: the row count
-and an exact 64-bit content hash of the rows the solver sees
-(:func:`block_fingerprint`: one pass over the row blocks, independent of how
-they are split into blocks; for approximate-kernel features, the hash of the
-features, rebuilt from ``random_state``). Resuming with a checkpoint of
-another problem raises :class:`CheckpointMismatchError` (a ``ValueError``)
-naming what differs. ``max_iter``, ``backend``, ``n_blocks``, ``verbose``
-and ``kernel_memory`` may differ (the block count changes only the rounding
-of the sums, so a resume on other blocks ends within rounding of the
-uninterrupted model, not bit for bit).
+The directory's layout and its atomic writes are described by
+:class:`Checkpoint`, the background writes by :class:`BackgroundWriter`, what
+``resume`` does with a complete or a foreign checkpoint by :func:`open_for_fit`,
+and what identifies the problem by :func:`make_fingerprint`.
 """
 
 from __future__ import annotations
@@ -197,7 +134,23 @@ def _jsonable(value):
 
 
 def make_fingerprint(model: str, params: dict, x_shape, data: dict) -> dict:
-    """The checkpoint fingerprint (JSON) of a fit."""
+    """The checkpoint fingerprint (JSON) of a fit.
+
+    It says what is being fitted -- the estimator's parameters that change
+    the problem or its stopping rule (lambdas, kernel, gamma, degree, coef0,
+    kernel approximation, n_components, random_state, tol, gradient_tol,
+    fit_intercept, step, restart), the shape of the solver's variable (which
+    gives the feature and label counts), and the training data: the row count
+    and an exact 64-bit content hash of the rows the solver sees
+    (:func:`block_fingerprint`: one pass over the row blocks, independent of how
+    they are split into blocks; for approximate-kernel features, the hash of the
+    features, rebuilt from ``random_state``). Resuming with a checkpoint of
+    another problem raises :class:`CheckpointMismatchError` (a ``ValueError``)
+    naming what differs. ``max_iter``, ``backend``, ``n_blocks``, ``verbose``
+    and ``kernel_memory`` may differ (the block count changes only the rounding
+    of the sums, so a resume on other blocks ends within rounding of the
+    uninterrupted model, not bit for bit).
+    """
     return json.loads(json.dumps(_jsonable({"model": model, "params": params, "x_shape": list(x_shape), "data": data})))
 
 
@@ -273,11 +226,49 @@ def _read_array(group, name: str, path) -> np.ndarray:
 
 
 class Checkpoint:
-    """A checkpoint directory (see the module docstring for the layout).
+    """A checkpoint directory.
 
     Parameters
     ----------
     path : str or Path
+
+    Notes
+    -----
+    Layout (format version 1)::
+
+        PATH/                    Zarr v3 group, attrs["dmlr"] = {kind: "checkpoint", format_version: 1,
+                                 fingerprint: {...}, dmlr_version, created}
+        PATH/it-000000040/       one complete state, attrs["dmlr"] = {kind: "checkpoint-state",
+                                 iteration, complete, converged, max_iter, b, lipschitz, f_G,
+                                 reference_mapping, n_backtracks, n_restarts, n_oracle_calls, written}
+            W                    float64 (d, l)  W_t, the last proximal point (x of the model)
+            G                    float64 (d, l)  G_{t+1}, the next extrapolation point   } not in the
+            grad                 float64 (d, l)  grad f(G_{t+1})                         } final state
+            objective_history    float64 (t,)
+            seconds              float64 (t,)
+
+    An L-BFGS state (``solver="lbfgs"``; t counts oracle calls) has attrs
+    ``solver: "lbfgs"``, f, step, reference, best_objective, best_smallest and
+    n_oracle_calls, and the arrays x, grad (the current iterate and its
+    gradient), S, Y (m, d * l) and SY, YY (m, m) (the correction pairs in their
+    buffer slots, the newest in slot ``newest``, an attribute, and their inner products),
+    best_x, objective_history and seconds. Where L-BFGS handed over to APG (a
+    rank-deficient optimum), the APG states carry ``handover: {n_iter,
+    n_oracle_calls}`` (the L-BFGS part), and their histories are the whole fit's
+    (:class:`~dmlr.solvers.lbfgs.Handover`).
+
+    Floats in the attributes are JSON numbers, which round-trip float64 exactly;
+    arrays are float64 with Zarr's lossless default codecs. Nothing is pickled.
+
+    Atomicity: a state group is written under a hidden temporary name inside
+    ``PATH`` (``.partial-...``), flushed to disk, and renamed to ``it-<t>`` in
+    one ``os.replace``; only then are older states removed. The current state is
+    the ``it-*`` group with the highest iteration, so a process killed at any
+    moment -- in particular during a write -- leaves the previous state usable
+    (leftover partial groups are ignored and removed by the next write). The
+    root group is created the same way (written beside ``PATH``, then renamed).
+    The path is on a file system of the client (local or mounted): the commit is
+    a directory rename, which object stores do not offer.
     """
 
     def __init__(self, path):
@@ -551,6 +542,11 @@ class BackgroundWriter:
     its error, if any) and starts the next one; :meth:`wait` waits for the
     last. The solver thus overlaps a checkpoint write with its next
     iterations.
+
+    A fit's states are written by one such writer, one at a time, while the
+    solver goes on: the arrays of a state are never modified after the solver
+    hands them over. A write still in progress at the next checkpoint is waited
+    for, and a failed write stops the fit there with its error.
     """
 
     def __init__(self, fn):
@@ -581,6 +577,16 @@ class BackgroundWriter:
 
 def open_for_fit(path, fingerprint: dict, *, resume: bool, max_iter: int):
     """Prepare the checkpoint of a fit.
+
+    When the fit ends, its final result is written as a state with
+    ``complete: true`` (``W`` is then the fitted coefficients, no ``G``/``grad``)
+    and the intermediate states are removed: the checkpoint is *marked complete*,
+    not deleted. ``resume=True`` on a complete checkpoint returns that result
+    without iterating (after the same fingerprint check), so a process killed
+    between the end of the fit and the saving of the model loses nothing. A new
+    fit without ``resume`` replaces a complete checkpoint, but refuses to
+    overwrite an unfinished one (:class:`FileExistsError`): pass ``resume=True``
+    or remove the directory.
 
     Returns
     -------

@@ -53,8 +53,8 @@ SMOOTH_MIN_RELATIVE = 1e-6
 CONVERGED_MIN_RELATIVE = 1e-3
 
 #: Correction pairs kept, at most (scipy's ``maxcor``). The RBF kernel models' Hessians are
-#: ill-conditioned and a long memory pays: 100 pairs took about half the iterations of 30
-#: (``benchmarks/step_rules.py --rules lbfgs``).
+#: ill-conditioned, and a long memory of curvature pairs saves iterations there.
+#: Chosen by ``benchmarks/step_rules.py --rules lbfgs``.
 MEMORY = 100
 #: ... and at most this many bytes of pairs (2 vectors of W's size each): the two-loop
 #: recursion costs 4 m n flops a call, which for a large W outgrows the oracle call, and the

@@ -6,61 +6,9 @@ streamed rows (:func:`oml_train_stream`): nearest neighbour of each row in
 the memory D (Euclidean, in the input space), the loss l_t of eq. (4), the
 update when l_t > 0, then the row appended to D.
 
-Derivation of the update (the paper's eqs. 5-7 have typos; this is what the code does)
----------------------------------------------------------------------------------------
-Round t, neighbour (x, y) of x_t in D. Let ``a = P^T x_t - y``,
-``b = P^T x_t - y_t``, ``Delta = ||y_t - y||_1``, ``A = a a^T - b b^T``
-(q x q, symmetric, rank <= 2), ``Q_t = V_t V_t^T``.
-
-(D1) ``||V^T a||^2 - ||V^T b||^2 = tr(V^T A V)``, so eq. (3)'s constraint
-     ``l(V) = 0`` is ``tr(V^T A V) >= Delta`` and eq. (4) is
-     ``l_t = max(0, Delta - tr(Q_t A))``. If Delta = 0 then a = b and l_t = 0.
-(D2) Lagrangian of eq. (2) (eq. 5 with its typo fixed: its first distance is
-     to y, not y_t): ``L(V, lam) = 1/2 ||V - V_t||_F^2 + lam (Delta - tr(V^T A V))``.
-(D3) ``dL/dV = V - V_t - 2 lam A V = 0``  =>  ``V(lam) = (I - 2 lam A)^{-1} V_t``,
-     i.e. Algorithm 1 line 9, ``V^T = V_t^T (I - 2 lam A)^{-1}`` (A symmetric).
-(D4) A = mu_1 e_1 e_1^T + mu_2 e_2 e_2^T with mu_1 >= 0 >= mu_2 (from the QR of
-     [a b] and a 2 x 2 eigen-decomposition). With ``z_i = V_t^T e_i`` and
-     ``w_i = ||z_i||^2``:  ``V(lam) = V_t + sum_i e_i z_i^T 2 lam mu_i / (1 - 2 lam mu_i)``,
-     an O(qd) update (no q x q inverse).
-(D5) For 0 <= lam < 1/(2 mu_1), I - 2 lam A is positive definite, L is strongly
-     convex in V and (D3) minimises it: the dual function is
-     ``D(lam) = L(V(lam), lam)`` and (envelope theorem)
-     ``D'(lam) = Delta - g(lam)``, ``g(lam) = tr(V(lam)^T A V(lam)) = sum_i mu_i w_i / (1 - 2 lam mu_i)^2``.
-(D6) ``g'(lam) = sum_i 4 mu_i^2 w_i / (1 - 2 lam mu_i)^3 >= 0`` on that interval,
-     ``g(0) = tr(Q_t A) = Delta - l_t < Delta`` and g -> +inf at the pole when
-     w_1 > 0. So D is concave, increasing at 0, with a unique maximiser
-     lam* in (0, 1/(2 mu_1)) where ``g(lam*) = Delta``: V(lam*) satisfies the
-     constraint of eq. (2) with equality. This lam* is eq. (7)'s beta, "the
-     maximum point of f", for the exact dual f = D. (Eq. (2) is a QCQP with one
-     constraint, so by the S-lemma -- Boyd & Vandenberghe App. B, the paper's
-     [26] -- there is no duality gap and V(lam*) is its global solution.)
-(D7) Root: with ``u = 1 - 2 lam mu_1 in (0, 1]``,
-     ``h(u) = mu_1 w_1 / u^2 + mu_2 w_2 / (1 - (1 - u) mu_2/mu_1)^2 - Delta``
-     is decreasing, with the root in ``[sqrt(mu_1 w_1 / (Delta + |mu_2| w_2)), min(1, sqrt(mu_1 w_1 / Delta))]``
-     (the second term lies in [mu_2 w_2, 0]); Brent's method to machine
-     precision; ``lam* = (1 - u*) / (2 mu_1)`` and the e_1 factor of (D4) is
-     ``(1 - u*)/u*``, computed from u* to keep full precision.
-(D8) Eq. (7): ``lam_t = min(max(lam*, m), M)``; with no root (mu_1 w_1 = 0:
-     D increasing for every lam) lam_t = M. One deviation: if m >= 1/(2 mu_1),
-     raising lam* to m would make I - 2 lam A singular, so lam* is kept
-     (counted in ``n_clipped_`` like the other clips).
-(D9) The paper's cubic (``lambda_rule="cubic"``): putting eq. (6)'s first-order
-     ``V = (I + 2 lam A) V_t`` into (D2) gives, with ``tau_k = tr(Q_t A^k) = sum_i mu_i^k w_i``,
-     ``f(lam) = 2 lam^2 tau_2 + lam Delta - lam (tau_1 + 4 lam tau_2 + 4 lam^2 tau_3)
-     = a lam^3 + b lam^2 + c lam`` with
-     ``a = -4 tau_3 = 4 (b^T A Q A b - a^T A Q A a)`` (the paper's a),
-     ``b = -2 tau_2 = -2 ||V_t^T A||_F^2`` (the paper's b has the Frobenius
-     term with the wrong sign and a repeated term) and ``c = Delta - tau_1 = l_t``.
-     Since f'(0) = l_t > 0, the maximum point beta is the first positive root
-     of ``f'(lam) = 3 a lam^2 + 2 b lam + c`` at which f' goes from + to -:
-     the positive root if a < 0; the smaller root if a > 0 and the
-     discriminant is >= 0 (otherwise f increases on lam > 0: lam_t = M);
-     ``-c / (2 b)`` if a = 0 and b < 0. ``f'(lam) = l_t - 4 tau_2 lam - 12 tau_3 lam^2``
-     is the second-order Taylor truncation of ``Delta - g(lam)``
-     (g = tau_1 + 4 tau_2 lam + 12 tau_3 lam^2 + 32 tau_4 lam^3 + ...), so beta
-     approximates lam* only for small lam, and with "cubic" the constraint of
-     eq. (2) holds only approximately. The update is (D3)/(D4) in both cases.
+The derivation of the update, (D1)-(D9), is in the Notes of
+:func:`oml_update`; the other functions cite its steps. The paper's eqs.
+(5)-(7) have typos, and the code follows the derivation.
 """
 
 from __future__ import annotations
@@ -79,7 +27,7 @@ LAMBDA_RULES = ("exact", "cubic")
 
 
 # ---------------------------------------------------------------------------------------------
-# The update of V (module docstring, D1-D9)
+# The update of V (oml_update's Notes, D1-D9)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -182,6 +130,65 @@ def oml_update(V, a, b, delta, *, lambda_min=LAMBDA_MIN, lambda_max=LAMBDA_MAX, 
         lambda_t.
     clipped : bool
         Whether lambda_t is not the (exact or cubic) maximum point.
+
+    Notes
+    -----
+    Derivation of the update (the paper's eqs. 5-7 have typos; this is what
+    the code does).
+
+    Round t, neighbour (x, y) of x_t in D. Let ``a = P^T x_t - y``,
+    ``b = P^T x_t - y_t``, ``Delta = ||y_t - y||_1``, ``A = a a^T - b b^T``
+    (q x q, symmetric, rank <= 2), ``Q_t = V_t V_t^T``.
+
+    (D1) ``||V^T a||^2 - ||V^T b||^2 = tr(V^T A V)``, so eq. (3)'s constraint
+         ``l(V) = 0`` is ``tr(V^T A V) >= Delta`` and eq. (4) is
+         ``l_t = max(0, Delta - tr(Q_t A))``. If Delta = 0 then a = b and l_t = 0.
+    (D2) Lagrangian of eq. (2) (eq. 5 with its typo fixed: its first distance is
+         to y, not y_t): ``L(V, lam) = 1/2 ||V - V_t||_F^2 + lam (Delta - tr(V^T A V))``.
+    (D3) ``dL/dV = V - V_t - 2 lam A V = 0``  =>  ``V(lam) = (I - 2 lam A)^{-1} V_t``,
+         i.e. Algorithm 1 line 9, ``V^T = V_t^T (I - 2 lam A)^{-1}`` (A symmetric).
+    (D4) A = mu_1 e_1 e_1^T + mu_2 e_2 e_2^T with mu_1 >= 0 >= mu_2 (from the QR of
+         [a b] and a 2 x 2 eigen-decomposition). With ``z_i = V_t^T e_i`` and
+         ``w_i = ||z_i||^2``:  ``V(lam) = V_t + sum_i e_i z_i^T 2 lam mu_i / (1 - 2 lam mu_i)``,
+         an O(qd) update (no q x q inverse).
+    (D5) For 0 <= lam < 1/(2 mu_1), I - 2 lam A is positive definite, L is strongly
+         convex in V and (D3) minimises it: the dual function is
+         ``D(lam) = L(V(lam), lam)`` and (envelope theorem)
+         ``D'(lam) = Delta - g(lam)``, ``g(lam) = tr(V(lam)^T A V(lam)) = sum_i mu_i w_i / (1 - 2 lam mu_i)^2``.
+    (D6) ``g'(lam) = sum_i 4 mu_i^2 w_i / (1 - 2 lam mu_i)^3 >= 0`` on that interval,
+         ``g(0) = tr(Q_t A) = Delta - l_t < Delta`` and g -> +inf at the pole when
+         w_1 > 0. So D is concave, increasing at 0, with a unique maximiser
+         lam* in (0, 1/(2 mu_1)) where ``g(lam*) = Delta``: V(lam*) satisfies the
+         constraint of eq. (2) with equality. This lam* is eq. (7)'s beta, "the
+         maximum point of f", for the exact dual f = D. (Eq. (2) is a QCQP with one
+         constraint, so by the S-lemma -- Boyd & Vandenberghe App. B, the paper's
+         [26] -- there is no duality gap and V(lam*) is its global solution.)
+    (D7) Root: with ``u = 1 - 2 lam mu_1 in (0, 1]``,
+         ``h(u) = mu_1 w_1 / u^2 + mu_2 w_2 / (1 - (1 - u) mu_2/mu_1)^2 - Delta``
+         is decreasing, with the root in ``[sqrt(mu_1 w_1 / (Delta + |mu_2| w_2)), min(1, sqrt(mu_1 w_1 / Delta))]``
+         (the second term lies in [mu_2 w_2, 0]); Brent's method to machine
+         precision; ``lam* = (1 - u*) / (2 mu_1)`` and the e_1 factor of (D4) is
+         ``(1 - u*)/u*``, computed from u* to keep full precision.
+    (D8) Eq. (7): ``lam_t = min(max(lam*, m), M)``; with no root (mu_1 w_1 = 0:
+         D increasing for every lam) lam_t = M. One deviation: if m >= 1/(2 mu_1),
+         raising lam* to m would make I - 2 lam A singular, so lam* is kept
+         (counted in ``n_clipped_`` like the other clips).
+    (D9) The paper's cubic (``lambda_rule="cubic"``): putting eq. (6)'s first-order
+         ``V = (I + 2 lam A) V_t`` into (D2) gives, with ``tau_k = tr(Q_t A^k) = sum_i mu_i^k w_i``,
+         ``f(lam) = 2 lam^2 tau_2 + lam Delta - lam (tau_1 + 4 lam tau_2 + 4 lam^2 tau_3)
+         = a lam^3 + b lam^2 + c lam`` with
+         ``a = -4 tau_3 = 4 (b^T A Q A b - a^T A Q A a)`` (the paper's a),
+         ``b = -2 tau_2 = -2 ||V_t^T A||_F^2`` (the paper's b has the Frobenius
+         term with the wrong sign and a repeated term) and ``c = Delta - tau_1 = l_t``.
+         Since f'(0) = l_t > 0, the maximum point beta is the first positive root
+         of ``f'(lam) = 3 a lam^2 + 2 b lam + c`` at which f' goes from + to -:
+         the positive root if a < 0; the smaller root if a > 0 and the
+         discriminant is >= 0 (otherwise f increases on lam > 0: lam_t = M);
+         ``-c / (2 b)`` if a = 0 and b < 0. ``f'(lam) = l_t - 4 tau_2 lam - 12 tau_3 lam^2``
+         is the second-order Taylor truncation of ``Delta - g(lam)``
+         (g = tau_1 + 4 tau_2 lam + 12 tau_3 lam^2 + 32 tau_4 lam^3 + ...), so beta
+         approximates lam* only for small lam, and with "cubic" the constraint of
+         eq. (2) holds only approximately. The update is (D3)/(D4) in both cases.
     """
     mu, E, Z = rank2_eigen(a, b, V)
     w = np.einsum("ij,ij->j", Z, Z)

@@ -62,8 +62,8 @@ def prox_nuclear_norm(W: np.ndarray, reg: float, scaling: float = 1.0, *, factor
     f = max(1 - tau / sigma, 0). The right singular vectors and the sigma are
     taken from the eigendecomposition of the small Gram matrix W^T W (l x l;
     W W^T when W is wide), which costs two matrix products and an l x l
-    eigensolve instead of a d x l SVD, several times cheaper for a tall W
-    such as a Bookmarks-shaped 2,151 x 208 one. This runs on the client
+    eigensolve instead of a d x l SVD, much cheaper for a tall W (d several
+    times l). This runs on the client
     once per APG iteration while the workers wait. When both
     the threshold and the smallest singular value are below
     :data:`GRAM_MIN_RELATIVE` of sigma_max the Gram route is not accurate

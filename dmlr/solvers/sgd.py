@@ -17,46 +17,13 @@ A row ``x`` is either a dense float64 vector (d,) or a pair
 t of updates so far and the running average M_hat = 1/t sum_{j=1..t} M_j --
 so a run can be continued from it exactly (``partial_fit``).
 
-Steps, with t = 1, 2, ... the index of the update (1-based: Algorithm 1 writes
-t = 0, 1, ... with alpha_t = 2/(t+1), which would give alpha_0 = 2 and a
-negative weight 1 - alpha_0 in Upsilon; starting at t = 1 gives alpha_1 = 1,
-the usual first step of accelerated methods, Upsilon_1 = Psi_0):
-
-* :func:`ansgd_step`, Algorithm 1 (ANSGD, Ouyang & Gray 2012)::
-
-      alpha_t = 2/(t+1)
-      theta_t = lambda (alpha_t + 1/(2 alpha_t) - 1) + L     (paper: L = 1)
-      eta_t   = alpha_t / (lambda + theta_t)
-      Ups_t   = ((1-alpha_t)(lambda+theta_t) M_t + alpha_t theta_t Psi_t) / (lambda (1-alpha_t) + theta_t)
-      M_t+1   = Ups_t - eta_t (grad R_t^{alpha_t}(Ups_t) + lambda Ups_t)
-      Psi_t+1 = (theta_t Psi_t - grad R_t^{alpha_t}(Ups_t)) / (lambda + theta_t)
-
-  with the smoothed gradient of eqs. 12-17 at smoothing parameter alpha_t
-  (the same decreasing alpha_t; the paper does not give a separate one).
-  Reading of the paper's ``1/2\\alpha_t``: 1/(2 alpha_t), which makes theta_t
-  grow like lambda t / 4 (the strongly convex schedule of accelerated
-  stochastic approximation); the constant ``+ 1`` is the paper's and stands
-  for the smoothed loss's Lipschitz scale ||A_t||^2 = K ||x||^2 / N_t^2
-  (eq. 13), which is <= 1 for rows of norm <= 1 when N_t >= sqrt(K), hence
-  the ``L`` argument (default 1). Psi_0 = M_0. Note that M_{t+1} =
-  (1 - alpha_t) M_t + alpha_t Psi_{t+1} (algebraically the same update).
-* :func:`sgd_step`, eq. 7: M_t+1 = M_t - eta_t (lambda M_t + dR_t(M_t)),
-  eta_t = 1 / (lambda (t + Omega)), Omega = 1e3 (Section 5).
-* :func:`mmp_step`, MMP (Crammer & Singer 2003) with the isErr loss and the
-  uniform update: M_t+1 = M_t - x coef^T with coef of
-  :func:`dmlr.kernels.ranksvm.mmp_row` (no regularizer, unit step).
-
-All three keep the average M_hat (Section 5); the output is M_hat when
-``average`` else M_t. :func:`run_online` runs the three in one compiled loop
-(:func:`dmlr.kernels.ranksvm.online_updates`) that keeps the shrink, ANSGD's
-combination of M and Psi, and the average as scalars next to arrays that
-change only in the rows of x's nonzeros: O(nnz(x) K + K log K) per update
-instead of O(d K), the same iterates up to rounding. The step functions
-above are the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01)
-(standard deviation 0.1) from the seed. Instance order: a seeded stream
-(:func:`instance_order`), uniform draws with replacement (the paper: "a
-randomly picked data point ... at each iteration") or epochs of random
-permutations.
+The steps are :func:`ansgd_step` (Algorithm 1, ANSGD), :func:`sgd_step`
+(eq. 7) and :func:`mmp_step` (MMP); all three keep the average M_hat
+(Section 5), and the output is M_hat when ``average`` else M_t.
+:func:`run_online` runs them in one compiled loop, the step functions being
+the plain reference. Initialization (Section 5): M_0 entries N(0, 0.01)
+(standard deviation 0.1) from the seed; the instance order is the seeded
+stream of :func:`instance_order`.
 
 The batch baseline minimizes the smoothed full objective F_alpha with
 scipy's L-BFGS-B (the paper: Nesterov smoothing + L-BFGS;
@@ -155,7 +122,8 @@ def init_state(shape, random_state, solver: str) -> OnlineState:
 def instance_order(n_rows: int, n_updates: int, random_state, sampling: str = "uniform") -> np.ndarray:
     """The seeded stream of row indices (second child of SeedSequence(random_state)).
 
-    ``"uniform"``: i.i.d. uniform draws (with replacement); ``"permutation"``:
+    ``"uniform"``: i.i.d. uniform draws (with replacement; the paper: "a
+    randomly picked data point ... at each iteration"); ``"permutation"``:
     consecutive random permutations of the rows (each row once per epoch).
     """
     if sampling not in ("uniform", "permutation"):
@@ -195,7 +163,31 @@ def _average(state: OnlineState) -> None:
 
 
 def ansgd_step(state: OnlineState, x, y, lam: float, oracle, L: float = 1.0) -> float:
-    """One update of Algorithm 1 (ANSGD) on instance (x, y); returns R_t^{alpha_t}(Upsilon_t)."""
+    """One update of Algorithm 1 (ANSGD) on instance (x, y); returns R_t^{alpha_t}(Upsilon_t).
+
+    Algorithm 1 (ANSGD, Ouyang & Gray 2012), with t = 1, 2, ... the index of
+    the update (1-based: Algorithm 1 writes t = 0, 1, ... with alpha_t =
+    2/(t+1), which would give alpha_0 = 2 and a negative weight 1 - alpha_0 in
+    Upsilon; starting at t = 1 gives alpha_1 = 1, the usual first step of
+    accelerated methods, Upsilon_1 = Psi_0)::
+
+        alpha_t = 2/(t+1)
+        theta_t = lambda (alpha_t + 1/(2 alpha_t) - 1) + L     (paper: L = 1)
+        eta_t   = alpha_t / (lambda + theta_t)
+        Ups_t   = ((1-alpha_t)(lambda+theta_t) M_t + alpha_t theta_t Psi_t) / (lambda (1-alpha_t) + theta_t)
+        M_t+1   = Ups_t - eta_t (grad R_t^{alpha_t}(Ups_t) + lambda Ups_t)
+        Psi_t+1 = (theta_t Psi_t - grad R_t^{alpha_t}(Ups_t)) / (lambda + theta_t)
+
+    with the smoothed gradient of eqs. 12-17 at smoothing parameter alpha_t
+    (the same decreasing alpha_t; the paper does not give a separate one).
+    Reading of the paper's ``1/2\\alpha_t``: 1/(2 alpha_t), which makes theta_t
+    grow like lambda t / 4 (the strongly convex schedule of accelerated
+    stochastic approximation); the constant ``+ 1`` is the paper's and stands
+    for the smoothed loss's Lipschitz scale ||A_t||^2 = K ||x||^2 / N_t^2
+    (eq. 13), which is <= 1 for rows of norm <= 1 when N_t >= sqrt(K), hence
+    the ``L`` argument (default 1). Psi_0 = M_0. Note that M_{t+1} =
+    (1 - alpha_t) M_t + alpha_t Psi_{t+1} (algebraically the same update).
+    """
     t = state.t + 1
     a = 2.0 / (t + 1.0)
     theta = lam * (a + 1.0 / (2.0 * a) - 1.0) + L
@@ -212,7 +204,11 @@ def ansgd_step(state: OnlineState, x, y, lam: float, oracle, L: float = 1.0) -> 
 
 
 def sgd_step(state: OnlineState, x, y, lam: float, oracle, omega: float = SGD_OMEGA) -> float:
-    """One subgradient step of eq. 7 on instance (x, y); returns R_t(M_t)."""
+    """One subgradient step of eq. 7 on instance (x, y); returns R_t(M_t).
+
+    M_t+1 = M_t - eta_t (lambda M_t + dR_t(M_t)),
+    eta_t = 1 / (lambda (t + Omega)), Omega = 1e3 (Section 5).
+    """
     t = state.t + 1
     eta = 1.0 / (lam * (t + omega))
     M = state.M
@@ -230,6 +226,10 @@ def mmp_step(state: OnlineState, x, y, lam: float = 0.0, oracle=None) -> float:
 
     ``lam`` is ignored (MMP has no regularizer); ``oracle`` defaults to
     :class:`MMPOracle`.
+
+    MMP (Crammer & Singer 2003) with the isErr loss and the
+    uniform update: M_t+1 = M_t - x coef^T with coef of
+    :func:`dmlr.kernels.ranksvm.mmp_row` (no regularizer, unit step).
     """
     if oracle is None:
         oracle = MMPOracle(state.M.shape[1])
@@ -302,7 +302,9 @@ def run_online(
     lazy : bool
         With the default oracle, the updates run in the compiled loop of
         :func:`dmlr.kernels.ranksvm.online_updates` in O(nnz(x) K + K log K)
-        each (the regularizer's scale and the average kept lazily). False:
+        each: the regularizer's shrink, ANSGD's combination of M and Psi and
+        the average are kept as scalars next to arrays that change only in
+        the rows of x's nonzeros. False:
         the plain O(d K) updates (ANSGD, SGD: the compiled loop; MMP:
         :func:`mmp_step`), the same iterates up to rounding; kept for
         comparison.

@@ -32,45 +32,9 @@ rules over one gradient oracle:
 ``mixed_svrg``    Algorithm 8: as 7, but rows outside B take a plain SGD step.
 ================= ====================================================================
 
-``lbfgs`` (not the paper's) minimizes the same F by scipy's L-BFGS-B over the
-map-reduced full gradient (:func:`dmlr.solvers.lbfgs.scipy_lbfgs`): one pass over the
-blocks per evaluation, the blocks in parallel. It adapts to the actual
-curvature where a stochastic step 1/L must assume the worst row: it reached
-the certified optimum with every smooth loss where the stochastic solvers
-did not (``benchmarks/linear_convergence.py``), and is the model's default.
-
-One epoch is n stochastic steps (for the SVRG family: one snapshot and m = n
-inner steps, the paper's "5 epochs" being 5 outer iterations).
-
-Row order. The paper samples rows uniformly (with replacement). Here the rows
-of each epoch are a seeded permutation of fixed row groups of ``group_rows``
-consecutive rows, each group's rows again permuted (sampling without
-replacement, as VR-Lite's Algorithm 6 and the usual SVRG implementations).
-Groups are global row ranges, so the sequence of rows -- and the model --
-does not depend on how the rows are split into chunks or over workers; and
-a group lives on one block, so an epoch costs one call per run of groups on
-the same block, not one per row. Full-gradient snapshots are sums over
-blocks and differ between splits only by the order of floating-point sums.
-
-Step rules (``step``): ``"1/k"`` (the paper's alpha = 1/k with k the epoch --
-the outer iteration of Algorithms 1-8 -- scaled by ``step_size``),
-``"constant"`` (``step_size``), ``"decay"`` (alpha_t = step_size / (1 +
-step_decay t), t the global step; set ``step_decay`` to tune).
-
-Stopping rule (``tol``). F is ``lam``-strongly convex for the convex losses
-(every loss but Gebru's), so for any (sub)gradient G of F at W,
-
-    F(W) - F* <= ||G||_F^2 / (2 lam)          (*)
-
-(minimize the strong-convexity lower bound F(W) + <G, V - W> + lam/2 ||V -
-W||^2 over V). With ``tol`` set, F(W) and G are computed after every epoch
-(one full pass, which the SVRG family's next snapshot reuses, so it costs
-them nothing), and the run stops once the bound certifies a relative gap
-(F(W) - F*) / F* <= tol, i.e. once ||G||^2 / (2 lam) <= tol (F(W) -
-||G||^2 / (2 lam)) (F* >= 0: every loss is non-negative). The history then
-records these values. Gebru's loss is not convex in the scores, so there (*)
-is a heuristic, not a certificate; with ``lam = 0`` there is no bound and
-the run takes all ``epochs``.
+``lbfgs`` (not the paper's, :func:`minimize_lbfgs`) minimizes the same F over
+the map-reduced full gradient. The row order, the step rules and the
+certified stopping rule of the stochastic solvers are :func:`minimize`'s.
 """
 
 from __future__ import annotations
@@ -86,7 +50,7 @@ STEP_RULES = ("1/k", "constant", "decay")
 
 
 def gap_bound(value: float, grad: np.ndarray, lam: float) -> float:
-    """Bound (*) on F(W) - F* from F(W) = ``value`` and its gradient ``grad`` (inf when lam = 0)."""
+    """Bound (*) of :func:`minimize` on F(W) - F* from F(W) = ``value`` and its gradient ``grad`` (inf when lam = 0)."""
     return float(np.vdot(grad, grad)) / (2.0 * lam) if lam > 0 else float("inf")
 
 
@@ -137,7 +101,13 @@ def minimize(
     solver : str
         One of ``SOLVERS`` or ``BATCH_SOLVERS``.
     epochs : int
+        One epoch is n stochastic steps (for the SVRG family: one snapshot and m = n
+        inner steps, the paper's "5 epochs" being 5 outer iterations).
     step : {"1/k", "constant", "decay"}
+        ``"1/k"`` (the paper's alpha = 1/k with k the epoch --
+        the outer iteration of Algorithms 1-8 -- scaled by ``step_size``),
+        ``"constant"`` (``step_size``), ``"decay"`` (alpha_t = step_size / (1 +
+        step_decay t), t the global step; set ``step_decay`` to tune).
     step_size : float, optional
         Default: ``problem.default_step_size()`` (1/L).
     step_decay : float
@@ -154,8 +124,7 @@ def minimize(
         values its test computes are recorded).
     tol : float, optional
         Stop after the first epoch whose iterate has a certified relative
-        gap (F(W) - F*) / F* <= tol (see the module's stopping rule); None:
-        run all ``epochs``.
+        gap (F(W) - F*) / F* <= tol (see Notes); None: run all ``epochs``.
     callback : callable, optional
         ``callback(epoch, W)`` after every epoch.
 
@@ -163,6 +132,33 @@ def minimize(
     -------
     dmlr.solvers.result.SolverResult
         ``n_iter``: the epochs run; ``history_iterations``: the epoch of each recorded value.
+
+    Notes
+    -----
+    Stopping rule (``tol``). F is ``lam``-strongly convex for the convex losses
+    (every loss but Gebru's), so for any (sub)gradient G of F at W,
+
+        F(W) - F* <= ||G||_F^2 / (2 lam)          (*)
+
+    (minimize the strong-convexity lower bound F(W) + <G, V - W> + lam/2 ||V -
+    W||^2 over V). With ``tol`` set, F(W) and G are computed after every epoch
+    (one full pass, which the SVRG family's next snapshot reuses, so it costs
+    them nothing), and the run stops once the bound certifies a relative gap
+    (F(W) - F*) / F* <= tol, i.e. once ||G||^2 / (2 lam) <= tol (F(W) -
+    ||G||^2 / (2 lam)) (F* >= 0: every loss is non-negative). The history then
+    records these values. Gebru's loss is not convex in the scores, so there (*)
+    is a heuristic, not a certificate; with ``lam = 0`` there is no bound and
+    the run takes all ``epochs``.
+
+    Row order (:func:`epoch_order`). The paper samples rows uniformly (with replacement). Here the rows
+    of each epoch are a seeded permutation of fixed row groups of ``group_rows``
+    consecutive rows, each group's rows again permuted (sampling without
+    replacement, as VR-Lite's Algorithm 6 and the usual SVRG implementations).
+    Groups are global row ranges, so the sequence of rows -- and the model --
+    does not depend on how the rows are split into chunks or over workers; and
+    a group lives on one block, so an epoch costs one call per run of groups on
+    the same block, not one per row. Full-gradient snapshots are sums over
+    blocks and differ between splits only by the order of floating-point sums.
     """
     if solver not in SOLVERS + BATCH_SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS + BATCH_SOLVERS}, got {solver!r}")
@@ -247,6 +243,12 @@ def minimize_lbfgs(
 ) -> SolverResult:
     """Minimize F by L-BFGS-B over the map-reduced full gradient, stopping by the certified gap.
 
+    Not the paper's: scipy's L-BFGS-B (:func:`dmlr.solvers.lbfgs.scipy_lbfgs`), one pass over the
+    blocks per evaluation, the blocks in parallel. It adapts to the actual
+    curvature where a stochastic step 1/L must assume the worst row, so it
+    reaches the certified optimum where the stochastic solvers may not; hence
+    it is :class:`~dmlr.models.LinearMultiLabel`'s default.
+
     Parameters
     ----------
     problem : LinearMultiLabelProblem
@@ -255,7 +257,7 @@ def minimize_lbfgs(
         L-BFGS iterations at most (each one full pass, more when the line
         search refuses the unit step).
     tol : float, optional
-        The stopping rule of the module (certified relative gap); None: stop
+        :func:`minimize`'s stopping rule (certified relative gap); None: stop
         by scipy's own tests (projected gradient below 1e-10) or ``max_iter``.
     record : bool
         F(W0) and F after every iteration in the history (computed by the
