@@ -492,7 +492,9 @@ def test_staged_search_same_choice_on_threads_workers_and_chunks(small_stages, c
     for other in (threads, two, one):
         assert other.best_params == here.best_params
         assert [r["fold_scores"] for r in other.results] == [r["fold_scores"] for r in here.results]
-    assert chunked.best_params == here.best_params
+    # over the chunks each fit sums its blocks in another order: the same scores up to rounding,
+    # hence the same grid value, and a parabola vertex equal up to rounding
+    assert chunked.best_params == pytest.approx(here.best_params, rel=1e-9)
     np.testing.assert_allclose(
         [s for r in chunked.results for s in r["fold_scores"]],
         [s for r in here.results for s in r["fold_scores"]],
