@@ -20,25 +20,17 @@ its parameters and their starting grids, ``_search_space``: :func:`search_space`
   beyond that edge and the new values are fitted (up to ``max_widen``
   times).
 * **Stages over rows.** Training sets of :data:`HALVING_MIN_ROWS` rows or more
-  are searched by successive halving over rows: the whole path on a seeded
-  subsample of :data:`HALVING_FIRST_ROWS` rows, then on :data:`HALVING_FACTOR`
-  times more rows (nested subsamples) up to :data:`HALVING_LAST_FRACTION` of them, on
-  :data:`HALVING_FOLDS` folds; each later stage starts from the previous
-  stage's chosen value, as it is (not per row: the weight a summed loss needs
-  falls per row as the rows grow, and the staged sets' choices kept their
-  total better than their per-row value), and walks the grid from there only
-  while the score improves. The few fits of the last stage settle where the
-  optimum moved as the rows grew, at a fraction of a full path on every fold.
-* **Where it runs** (:mod:`dmlr.distributed.placement`). A stage whose rows
-  fit comfortably in one worker (or, with no cluster, in this process) runs
-  each unit whole inside one process: the rows are loaded there once (on a
-  cluster, computed by a worker from the store's chunks, or scattered once),
-  the iterations run in-process with no round trip, and the units spread
-  over the workers, or over this process's threads. Only rows too large for
-  that take the chunked path: each fit the model's own distributed fit over
-  a group of workers able to hold its rows, and disjoint groups fit different
-  units at the same time when the cluster makes several (the fits' blocks
-  are those of a fit over the whole cluster, so the scores do not change).
+  are searched by successive halving over rows on :data:`HALVING_FOLDS` folds
+  (:func:`stage_rows`): the whole path on a seeded subsample, then, on nested
+  subsamples :data:`HALVING_FACTOR` times larger, a walk from the previous
+  stage's choice, carried as it is, while the score improves. The few fits of
+  the last stage settle where the optimum moved as the rows grew.
+* **Where it runs** (:mod:`dmlr.distributed.placement`). Units whose rows fit
+  comfortably in one process run whole there, spread over the workers (or
+  this process's threads), with no round trip per iteration; larger rows take
+  the chunked path, each fit over a group of workers, disjoint groups running
+  different units at once, with the blocks (hence the scores) of a fit over
+  the whole cluster.
 * **Resume.** With ``checkpoint=DIR`` every finished unit is written there
   (JSON, atomically); ``resume=True`` reuses them, so a search interrupted
   by a killed client ends at the choice of an uninterrupted one.
@@ -175,9 +167,9 @@ def search(
         the folds) has failed to beat its best for ``patience`` consecutive
         values, or as soon as a value scores worse than the best value on
         every fold (None: every path runs to its end). The default, 1, stops
-        at the first value past the best: along the warm-started paths of
-        ``benchmarks/auto_vs_peers.py``'s sets, no second value past the best
-        scored better than the best.
+        at the first value past the best: validation curves along a path turn
+        once (``benchmarks/auto_vs_peers.py``'s sets have no second value past
+        the best that scored better).
     tol : float or None
         Stopping tolerance of the cross-validation fits of an estimator that
         has a ``tol`` parameter tighter than this (None: the estimator's own);
@@ -344,8 +336,7 @@ def _vertex(curve: dict, best: float, step: float, scoring: str) -> float:
 
     A staged search's choice is carried to the final fit as a number, not a grid index, so
     the last stage's grid need not bound its resolution: where the validation curve is
-    sharp, a quarter decade off its optimum cost percents of ranking loss on the Bookmarks
-    shape.
+    sharp, a quarter decade off its optimum costs percents of ranking loss.
     """
     sign = -1.0 if scoring in LOSS_METRICS else 1.0  # maximize sign * score
     near = {round(math.log10(v / best) / step): sign * s for v, s in curve.items()}

@@ -243,8 +243,8 @@ def _direct_actor_handle():
     client was made with ``direct_to_workers=True``, and dmlr should not change
     the user's client. Through the scheduler, a call's arguments and result
     (two d x l float64 matrices each way for RBRL) take an extra hop each
-    way, which for a Bookmarks-shaped model costs more than the call's
-    transfer itself. Overrides distributed's private ``Actor._worker_rpc``
+    way, which for a model of a few thousand features and hundreds of labels
+    costs more than the call's transfer itself. Overrides distributed's private ``Actor._worker_rpc``
     (distributed pinned in deploy/requirements.lock), here only; the test
     ``test_direct_actor_handles_call_the_workers_without_the_scheduler``
     fails when a distributed release stops honouring it. Where the client
@@ -590,12 +590,10 @@ def local_block_count(X) -> int:
     (scipy's products, the fused Numba pass) run on one thread whatever its
     size, so sparse data is split once it has more than
     :data:`SMALL_SPARSE_VALUES` stored values, or, for a sparse dask array
-    (nnz unknown without reading it), by its rows alone. Threads pay for
-    sparse sets far smaller than the Bookmarks-shaped one, down to a few
-    tens of thousands of stored values, with the same objective to rounding;
-    the :data:`SMALL_SPARSE_VALUES` floor keeps only tiny sets in one block
-    (``benchmarks/rbrl_speed.py --sections 5`` times the Bookmarks shape in
-    the default blocks).
+    (nnz unknown without reading it), by its rows alone. Threads pay down to
+    a few tens of thousands of stored values, with the same objective to
+    rounding; the :data:`SMALL_SPARSE_VALUES` floor keeps only tiny sets in
+    one block (``benchmarks/rbrl_speed.py --sections 5``).
     """
     import os
 
