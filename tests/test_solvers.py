@@ -183,13 +183,13 @@ def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
     )
     runs = [omf_train_stream(_RowBlocks(X, Y, rows), None, {**cfg, "epochs": 3}) for rows in (9, 100, 300)]
     for r in runs[1:]:  # windows of the global row order: the same minibatches whatever the blocks
-        np.testing.assert_array_equal(r.state["P"], runs[0].state["P"])
-        np.testing.assert_array_equal(r.state["Q"], runs[0].state["Q"])
+        np.testing.assert_array_equal(r.state.P, runs[0].state.P)
+        np.testing.assert_array_equal(r.state.Q, runs[0].state.Q)
     assert runs[0].n_iter == 3 * (4 * 4 + 3)  # per epoch: 4 windows of 64 rows (4 minibatches each), 44 rows (3)
     # two epochs, then one more from the state, is three epochs
     two = omf_train_stream(_RowBlocks(X, Y, 50), None, {**cfg, "epochs": 2})
     three = omf_train_stream(_RowBlocks(X, Y, 50), two, {**cfg, "epochs": 1})
-    np.testing.assert_array_equal(three.state["P"], runs[0].state["P"])
+    np.testing.assert_array_equal(three.state.P, runs[0].state.P)
     # the estimator runs this loop
     model = OMF(
         3,
@@ -202,8 +202,8 @@ def test_omf_loop_runs_on_plain_blocks_and_gives_the_models_factors():
         random_state=5,
         scaling=None,
     ).fit(X, Y)
-    np.testing.assert_allclose(model.P_, runs[0].state["P"], rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(model.Q_, runs[0].state["Q"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(model.P_, runs[0].state.P, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(model.Q_, runs[0].state.Q, rtol=1e-12, atol=1e-14)
 
 
 def _loose_problem(seed=3):

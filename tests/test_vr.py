@@ -437,4 +437,4 @@ def test_every_solver_returns_the_one_result_type():
         assert isinstance(res.x, np.ndarray) and res.n_iter > 0 and isinstance(res.converged, bool), name
         assert all(np.isfinite(v) for v in res.objective_history), name
     assert results["online"].state is state and results["online"].x is state.M
-    assert results["omf"].state["epoch"] == 2
+    assert results["omf"].state.epoch == 2

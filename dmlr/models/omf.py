@@ -57,7 +57,7 @@ from dmlr.models.base import (
     store_params,
 )
 from dmlr.objectives import omf as objective
-from dmlr.solvers.omf import omf_train_stream
+from dmlr.solvers.omf import OMFState, omf_train_stream
 
 #: Label rules of :meth:`~dmlr.models.OMF.labels_from_scores` (Algorithm 2: SELECT-TOP or THRESHOLD).
 RULES = ("top_k", "threshold")
@@ -275,7 +275,7 @@ class OMF(BaseModel):
                 raise DmlrInputError(
                     f"partial_fit with n_components={self.n_components}; the model has {self.P_.shape[1]}"
                 )
-            state = {"P": self.P_, "Q": self.Q_, "t": self.n_updates_, "epoch": self.n_epochs_}
+            state = OMFState(self.P_, self.Q_, self.n_updates_, self.n_epochs_)
         X, Y = self._partial_fit_data(X, y, classes=classes)
         return self._run(X, Y, state, 1)
 
@@ -285,11 +285,11 @@ class OMF(BaseModel):
         out = run_streaming(
             omf_train_stream, stream, state, self._config(epochs), client=get_config()["client"], where=stream_where()
         )
-        self.P_, self.Q_ = out.state["P"], out.state["Q"]
+        self.P_, self.Q_ = out.state.P, out.state.Q
         prev = list(getattr(self, "objective_history_", [])) if state is not None else []
         self.objective_history_ = prev + [float(v) for v in out.objective_history]
-        self.n_updates_ = int(out.state["t"])
-        self.n_epochs_ = int(out.state["epoch"])
+        self.n_updates_ = int(out.state.t)
+        self.n_epochs_ = int(out.state.epoch)
         self.n_labels_ = int(np.shape(Y)[1])
         self.fit_seconds_ = time.perf_counter() - start
         return self._learn_threshold(X, Y)  # X is scaled already

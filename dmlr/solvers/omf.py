@@ -11,6 +11,8 @@ only (see :mod:`dmlr.models.omf`).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -18,6 +20,27 @@ from dmlr.data.blocks import regroup_rows
 from dmlr.errors import DmlrInputError
 from dmlr.objectives import omf as objective
 from dmlr.solvers.result import SolverResult
+
+
+class OMFState(NamedTuple):
+    """Everything Algorithm 1 needs to continue: the factors and the counts.
+
+    Attributes
+    ----------
+    P : float64 (k, s)
+        Feature factor (k features, s = ``n_components``).
+    Q : float64 (l, s)
+        Label factor.
+    t : int
+        Minibatch updates so far (the learning rate's clock).
+    epoch : int
+        Epochs so far (each epoch's shuffle is seeded by it).
+    """
+
+    P: np.ndarray
+    Q: np.ndarray
+    t: int
+    epoch: int
 
 
 def init_factors(k: int, l: int, s: int, seed, scale: float):
@@ -53,9 +76,8 @@ def omf_train_stream(stream, state, cfg: dict) -> SolverResult:
         the rows' order, iterated once per epoch; the stream has
         ``n_features``, ``n_labels`` and ``n_rows``
         (:class:`dmlr.distributed.stream.ChunkStream`).
-    state : dict, SolverResult or None
-        ``P`` (k, s), ``Q`` (l, s) float64, ``t`` (minibatch updates so far),
-        ``epoch`` (epochs so far), or a result of this function (its ``state``);
+    state : OMFState, SolverResult or None
+        Where to continue from, or a result of this function (its ``state``);
         None: a fresh start from the seed.
     cfg : dict
         alpha, lam, dim, eta0, decay, batch_size, shuffle_window, seed,
@@ -65,7 +87,7 @@ def omf_train_stream(stream, state, cfg: dict) -> SolverResult:
     -------
     dmlr.solvers.result.SolverResult
         ``x``: P; ``objective_history``: eq. 1 of each epoch run here; ``n_iter``: the
-        minibatch updates so far; ``state``: the new state (a dict as above).
+        minibatch updates so far; ``state``: the new :class:`OMFState`.
     """
     from threadpoolctl import threadpool_limits
 
@@ -76,8 +98,8 @@ def omf_train_stream(stream, state, cfg: dict) -> SolverResult:
         P, Q = init_factors(k, l, int(cfg["dim"]), cfg["seed"], float(cfg["init_scale"]))
         t, epoch = 0, 0
     else:
-        P, Q = np.array(state["P"], dtype=np.float64), np.array(state["Q"], dtype=np.float64)
-        t, epoch = int(state["t"]), int(state["epoch"])
+        P, Q = np.array(state.P, dtype=np.float64), np.array(state.Q, dtype=np.float64)
+        t, epoch = int(state.t), int(state.epoch)
     alpha, lam, b = float(cfg["alpha"]), float(cfg["lam"]), int(cfg["batch_size"])
     window = int(cfg["shuffle_window"]) or b
     seed = 0 if cfg["seed"] is None else int(cfg["seed"])
@@ -109,4 +131,4 @@ def omf_train_stream(stream, state, cfg: dict) -> SolverResult:
             # seen with (progressive), plus the ridge on the epoch's final P, Q.
             history.append(total + lam * (float(np.vdot(P, P)) + float(np.vdot(Q, Q))))
             epoch += 1
-    return SolverResult(x=P, objective_history=history, n_iter=t, state={"P": P, "Q": Q, "t": t, "epoch": epoch})
+    return SolverResult(x=P, objective_history=history, n_iter=t, state=OMFState(P, Q, t, epoch))
