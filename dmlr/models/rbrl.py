@@ -55,6 +55,7 @@ from dmlr.solvers import checkpoint as ckpt_store
 from dmlr.solvers.apg import apg
 from dmlr.solvers.lbfgs import lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
+from dmlr.solvers.result import SolverResult
 
 #: ``solver=`` values; see :class:`RBRL`.
 SOLVERS = ("paper", "backtracking", "spectral", "adaptive", "lbfgs")
@@ -640,7 +641,7 @@ class KernelRBRL(_RBRLBase):
         return res
 
     def _fit_approximate(self, X, Y, spec, ckpt):
-        """The linear RBRL on the Nystroem features of X (its APG result)."""
+        """The linear RBRL, fitted by its own ``fit``, on the Nystroem features of X (its solver result)."""
         previous = self._feature_map() if self.warm_start and hasattr(self, "landmarks_") else None
         D = min(int(self.n_components), int(X.shape[0]))
         fmap = nystroem_features(X, spec, D, self.random_state, reuse=previous)
@@ -655,11 +656,24 @@ class KernelRBRL(_RBRLBase):
             "restart",
             "verbose",
         )
-        linear = RBRL(**{k: getattr(self, k) for k in names}, warm_start=self.warm_start, scaling="standard")
+        # its labels are not used (this model learns its own threshold_): one number, no pass
+        linear = RBRL(
+            **{k: getattr(self, k) for k in names}, warm_start=self.warm_start, scaling="standard", threshold=0.0
+        )
         if self.warm_start and getattr(self, "coef_", None) is not None:
             linear.coef_ = self.coef_
-        F, Y = linear._fit_data(fmap.transform(X), Y)
-        res = linear._fit_arrays(F, Y, ckpt)
+        path, every, resume = ckpt if ckpt is not None else (None, 10, False)
+        linear.fit(fmap.transform(X), Y, checkpoint=path, checkpoint_every=every, resume=resume)
+        res = SolverResult(
+            x=linear.coef_,
+            objective_history=linear.objective_history_,
+            seconds=linear.objective_seconds_,
+            n_iter=linear.n_iter_,
+            converged=linear.converged_,
+            lipschitz=linear.lipschitz_,
+            n_backtracks=linear.n_backtracks_,
+            n_restarts=linear.n_restarts_,
+        )
         self.landmarks_, self.projection_ = fmap.landmarks, fmap.projection
         self.component_offset_, self.component_scale_ = linear.feature_offset_, linear.feature_scale_
         self.coef_ = linear.coef_
