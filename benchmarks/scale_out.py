@@ -1,0 +1,266 @@
+"""Scaling out linear RBRL: the client's bytes and time per L-BFGS oracle call on 1 to 8 workers.
+
+Each oracle call of a fit on the Dask backend ships W (d x l float64) to every
+row block's actor and receives a d x l gradient from each, which the client
+sums: the client's traffic per iteration grows with the workers (issue 49's
+goal: at most 1.5x from 1 to 8 workers, and Dask + client at most 15% of an
+iteration on 2 workers, Bookmarks shape). This measures it on today's code.
+
+Shapes (``--shapes``), the train split of each:
+
+* ``bookmarks``: :func:`dmlr.datasets.synthetic_store` ``("bookmarks", seed=0)``,
+  87,856 x 2,150 sparse (1% dense), 208 labels (61,405 training rows);
+* ``bookmarks4x``: :func:`dmlr.data.synthetic.make_multilabel` with the Bookmarks
+  preset's parameters but 4 x 87,856 rows (seed 0; the preset fixes the rows,
+  so they are passed one by one);
+* ``quick`` (``--quick``): 6,000 x 500 sparse, 40 labels.
+
+For each shape and each count of ``--workers``, a local cluster of that many
+single-thread worker processes (:func:`dmlr.distributed.local_cluster`) and a
+client in a process of its own (a child of this one, so that its sockets carry
+the client's traffic only: the cluster's scheduler runs in this process), which
+fits ``RBRL(solver="lbfgs", max_iter=--iters, tol=0, scaling=None,
+alpha_nuclear=0.1)`` inside ``dmlr.config_context(backend="dask", client=...)``
+on the store's dask arrays (one block per worker), as
+``benchmarks/dask_overhead.py`` does. Per oracle call, medians over the calls
+of the fit (the first two, the blocks' loading and first exchange, left out):
+
+* client MB in / out: the bytes the client process received and sent on its
+  sockets during the call (Tornado's ``IOStream.read_from_fd`` /
+  ``write_to_fd``, under distributed's TCP comms, counted in the client
+  process; ``/proc/self/io`` ``rchar``/``wchar`` do not count socket
+  ``recv``/``send``); ``out / (w W)`` checks them against the workers times
+  W's bytes (d = features + 1, the intercept);
+* ms: from one oracle call's start to the next one's;
+* pass: the call's block calls timed on the workers, the slowest worker
+  (``benchmarks/rbrl_speed.py``'s ``fit_with_pass_times``);
+* Dask + client: ms - pass (the round trip, the client's sum, the solver's
+  own work, waiting), also as a share of ms.
+
+A second table gives the whole fit's client traffic over its calls (setup
+included) and what of it went to the scheduler. The footer gives, per shape,
+the client bytes (in + out) per call at the largest worker count over 1
+worker's, and Dask + client's share on 2 workers.
+
+The machine has 2 cores: 4 and 8 workers add traffic and round trips, not
+compute (the pass time is shared), which is what the byte columns show.
+
+Usage: python benchmarks/scale_out.py [--workers 1 2 4 8] [--shapes bookmarks,bookmarks4x]
+       [--iters 30] [--quick] [--workdir DIR] [--docs]
+
+``--docs`` also writes the tables to ``docs/benchmarks/scale_out.txt``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from _common import Table, names, parser, tee, work_folder
+
+#: make_multilabel's parameters of each shape but the Bookmarks preset itself.
+_BOOKMARKS = dict(n_features=2150, n_labels=208, cardinality=2.028, sparse=True, density=0.01)
+SHAPES = {
+    "bookmarks4x": dict(n_samples=4 * 87856, **_BOOKMARKS),
+    "quick": dict(n_samples=6000, n_features=500, n_labels=40, cardinality=2.0, sparse=True, density=0.02),
+}
+SKIP = 2  # oracle calls left out of the medians: the blocks' loading and first exchange
+MB = 1e6
+
+
+def shape_store(name: str, work: Path) -> Path:
+    """The store of shape ``name`` in ``work``, generated once (seed 0)."""
+    from dmlr.data.synthetic import make_multilabel
+    from dmlr.datasets import synthetic_store
+
+    if name == "bookmarks":
+        return synthetic_store("bookmarks", work, seed=0)
+    if name not in SHAPES:
+        raise SystemExit(f"unknown shape {name!r}; known: bookmarks, {', '.join(SHAPES)}")
+    dst = work / f"{name}_synthetic_seed0.zarr"
+    if not dst.exists():
+        make_multilabel(dst, **SHAPES[name], seed=0)
+    return dst
+
+
+# -- in the client's process ------------------------------------------------------------------
+
+
+class SocketBytes:
+    """Bytes through this process's Tornado streams (distributed's TCP comms), by peer.
+
+    Wraps ``tornado.iostream.IOStream.read_from_fd`` and ``write_to_fd``, the
+    socket ``recv_into`` and ``send`` calls, and adds what each moved to the
+    counts of its peer: the scheduler (``scheduler``, host and port) or any
+    other (the workers).
+    """
+
+    def __init__(self, scheduler: tuple):
+        self.scheduler = scheduler
+        self.counts = {"workers": [0, 0], "scheduler": [0, 0]}  # [in, out]
+
+    def _count(self, stream, k, n):
+        if n:
+            peer = getattr(stream, "_scale_out_peer", None)
+            if peer is None:
+                try:
+                    host, port = stream.socket.getpeername()[:2]
+                except OSError:
+                    return
+                peer = stream._scale_out_peer = "scheduler" if (host, port) == self.scheduler else "workers"
+            self.counts[peer][k] += n
+
+    def install(self):
+        from tornado.iostream import IOStream
+
+        read, write = IOStream.read_from_fd, IOStream.write_to_fd
+
+        def read_from_fd(stream, buf):
+            n = read(stream, buf)
+            self._count(stream, 0, n)
+            return n
+
+        def write_to_fd(stream, data):
+            n = write(stream, data)
+            self._count(stream, 1, n)
+            return n
+
+        IOStream.read_from_fd, IOStream.write_to_fd = read_from_fd, write_to_fd
+
+    def totals(self) -> np.ndarray:
+        """[workers in, workers out, scheduler in, scheduler out], bytes so far."""
+        return np.array(self.counts["workers"] + self.counts["scheduler"], dtype=np.int64)
+
+
+def client_fit(address: str, store: str, iters: int) -> dict:
+    """Fit in this (child) process on the cluster at ``address``; per-call bytes and times."""
+    import cloudpickle
+    import rbrl_speed
+    from distributed import Client
+
+    import dmlr
+    from dmlr.distributed.oracle import ChunkOracle
+
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    counter = SocketBytes((host, int(port)))
+    counter.install()
+    cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block call runs on the workers
+    events = []  # (start, end, bytes before, bytes after) per oracle call
+    call = ChunkOracle.__call__
+
+    def counted(*args):
+        before, t = counter.totals(), time.perf_counter()
+        out = call(*args)
+        events.append((t, time.perf_counter(), before, counter.totals()))
+        return out
+
+    with Client(address) as client:
+        X, Y = dmlr.open_dataset(store).arrays("train")
+        ChunkOracle.__call__ = counted
+        try:
+            before, t = counter.totals(), time.perf_counter()
+            model, passes = rbrl_speed.fit_with_pass_times(
+                X, Y, client, iters, per_call=True, timed="block_value_and_grad", solver="lbfgs", alpha_nuclear=0.1
+            )
+            wall, after = time.perf_counter() - t, counter.totals()
+        finally:
+            ChunkOracle.__call__ = call
+        wrapper = len(cloudpickle.dumps(rbrl_speed._timed_block_call("block_value_and_grad")))
+    if len(passes) != len(events):
+        raise RuntimeError(f"{len(passes)} timed passes for {len(events)} oracle calls")
+    rows = []
+    for k in range(SKIP, len(events) - 1):
+        step = 1000 * (events[k + 1][0] - events[k][0])
+        moved = events[k][3] - events[k][2]
+        rows.append((step, passes[k], step - passes[k], *(moved / MB)))
+    return {
+        "shape": X.shape,
+        "labels": Y.shape[1],
+        "calls": len(events),
+        "n_iter": int(model.n_iter_),
+        "median": np.median(np.array(rows), axis=0).tolist(),  # ms, pass, Dask + client, MB w in/out, s in/out
+        "fit": ((after - before) / MB).tolist(),
+        "wall": wall,
+        "wrapper_bytes": wrapper,
+    }
+
+
+# -- in this process ---------------------------------------------------------------------------
+
+
+def measure(workers: int, store: Path, iters: int) -> dict:
+    """:func:`client_fit` in a new process, on a new local cluster of ``workers`` single-thread workers."""
+    from dmlr.distributed import local_cluster
+
+    with local_cluster(workers, 1) as cluster:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(client_fit, cluster.scheduler_address, str(store), iters).result()
+
+
+def run(args, work: Path) -> None:
+    stores = {name: shape_store(name, work) for name in args.shapes}
+    print(
+        f"linear RBRL, L-BFGS, {args.iters} oracle calls per fit (tol=0, scaling=None, alpha_nuclear=0.1); "
+        f"per oracle call, medians over calls {SKIP + 1}..{args.iters - 1} of one fit"
+    )
+    table = Table(
+        "shape:<12; train rows:>10; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; out/(w W):>9.3f; "
+        "ms:>7.1f; pass ms:>7.1f; Dask+client ms:>14.1f; %:>5.1f"
+    )
+    table.print_header()
+    results = {}
+    for name, store in stores.items():
+        for w in args.workers:
+            r = results[(name, w)] = measure(w, store, args.iters)
+            (n, d), l = r["shape"], r["labels"]
+            r["W bytes"] = 8 * (d + 1) * l
+            ms, pss, over, w_in, w_out, s_in, s_out = r["median"]
+            check = w_out * MB / (w * r["W bytes"])
+            table.row(name, n, w, r["calls"], w_in + s_in, w_out + s_out, check, ms, pss, over, 100 * over / ms)
+    print("\nwhole fits: client MB per oracle call, setup included (total over calls), and the share to the scheduler")
+    whole = Table(
+        "shape:<12; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; scheduler in:>12.3f; out:>7.3f; fit s:>6.1f"
+    )
+    whole.print_header()
+    for (name, w), r in results.items():
+        w_in, w_out, s_in, s_out = (v / r["calls"] for v in r["fit"])
+        whole.row(name, w, r["calls"], w_in + s_in, w_out + s_out, s_in, s_out, r["wall"])
+    first = next(iter(results.values()))
+    print(
+        f"\nW: d x l float64 = {first['W bytes'] / MB:.2f} MB ({first['shape'][1]} features + intercept, "
+        f"{first['labels']} labels) for {next(iter(stores))}; the timed block call ships "
+        f"{first['wrapper_bytes']} bytes of pickled wrapper per worker and call"
+    )
+    lo, hi = min(args.workers), max(args.workers)
+    for name in stores:
+        if lo != hi:
+            a, b = (sum(results[(name, w)]["median"][3:]) for w in (lo, hi))
+            print(f"{name}: client bytes per oracle call, {hi} workers / {lo}: {b / a:.2f}x (goal <= 1.5x at 8 vs 1)")
+        if 2 in args.workers:
+            ms, _, over = results[(name, 2)]["median"][:3]
+            print(f"{name}: Dask + client on 2 workers: {100 * over / ms:.1f}% of the oracle call (goal <= 15%)")
+
+
+def main(argv=None):
+    ap = parser(__doc__, full_doc=True, workdir=None, docs="scale_out")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="local clusters of N workers")
+    ap.add_argument("--shapes", type=names, default="bookmarks,bookmarks4x", help="bookmarks, bookmarks4x, quick")
+    ap.add_argument("--iters", type=int, default=30, help="oracle calls per fit (max_iter)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: shape quick, 1 and 2 workers, 6 calls")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.shapes, args.workers, args.iters = ["quick"], [1, 2], 6
+    if args.iters < SKIP + 2:
+        ap.error(f"--iters must be at least {SKIP + 2}")
+    work = work_folder(args.workdir)
+    t = time.perf_counter()
+    with tee("scale_out", args.docs):
+        run(args, work)
+        print(f"run: {time.perf_counter() - t:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
