@@ -127,7 +127,7 @@ class _RBRLBase(BaseModel):
             ``resumed_from_iteration_`` > 0). With no checkpoint there (or
             one without any state yet) the fit starts from scratch. A
             checkpoint of a different problem (other regularization, kernel,
-            step rule, tol, data, ...) raises
+            solver, tol, data, ...) raises
             :class:`~dmlr.solvers.checkpoint.CheckpointMismatchError` (a
             ``ValueError``); a complete one returns its result without
             iterating. Without ``resume``, an unfinished checkpoint at
