@@ -1,18 +1,67 @@
 """Numba kernels: pure functions on numpy row chunks."""
 
+import subprocess
+import sys
+import threading
+
 import numpy as np
+
+_WARM = threading.Lock()
+_warmed = False
 
 
 def warm_up() -> bool:
-    """Compile (or load from Numba's cache) the RBRL ranking kernels in this process.
+    """Load the RBRL ranking kernels from Numba's cache, compiling them there first if need be.
 
-    Compiles the specializations of :mod:`dmlr.kernels.ranking` that the
-    linear and kernel RBRL fits call (tests/test_kernels.py checks that a fit
-    adds none). :func:`dmlr.distributed.chunks.warm_up_workers` runs it on
-    each Dask worker when a chunk set is loaded, so that compilation does not
-    land in the first iteration's time. The other Numba kernels (k-NN,
-    Rank-SVM, the multi-label losses) compile at their first call.
+    Runs the specializations of :mod:`dmlr.kernels.ranking` that the linear
+    and kernel RBRL fits call (tests/test_kernels.py checks that a fit adds
+    none), once per process. Where Numba's cache lacks them (first use, or
+    the source changed), a child process compiles and caches them, and this
+    process loads the cached code: the ranking kernels allow reassociation
+    (``fastmath``), and code compiled in a process and the same code loaded
+    from the cache sum in different orders, so a process that compiled them
+    itself would give other last bits, and then another model, than every
+    later process. :func:`dmlr.distributed.chunks.warm_up_workers` runs it on
+    each Dask worker, and :func:`~dmlr.distributed.chunks.make_chunkset` in
+    this process before an in-process fit. The other Numba kernels (k-NN,
+    Rank-SVM, the multi-label losses) compile at their first call; they do
+    not reassociate.
     """
+    global _warmed
+    with _WARM:
+        if _warmed:
+            return True
+        from dmlr.kernels import ranking as rk
+
+        if not _cached(rk):
+            # best effort: where the child cannot write the cache, this process compiles
+            subprocess.run([sys.executable, "-c", "from dmlr.kernels import _run_ranking; _run_ranking()"], check=False)
+        _run_ranking()
+        _warmed = True
+    return True
+
+
+def _cached(rk) -> bool:
+    """Whether Numba's cache holds a fresh index for each kernel :func:`_run_ranking` calls
+    (Numba's own test: the index's source stamp and version; a private Numba API, so any
+    error counts as cached and leaves the compilation to this process)."""
+    kernels = (
+        rk.rbrl_score_losses,
+        rk.rank_lipschitz_row_stats,
+        rk.dense_extrapolated_losses,
+        rk.extrapolated_ridge_share,
+        rk.advance_point_pair,
+        rk.sparse_extrapolated_pass,
+        rk.sparse_tile_pass,
+    )
+    try:
+        return all(bool(f._cache._cache_file._load_index()) for f in kernels)
+    except Exception:
+        return True
+
+
+def _run_ranking() -> None:
+    """Call each RBRL ranking kernel once on tiny inputs of the types the fits pass."""
     import scipy.sparse as sp
 
     from dmlr.kernels import ranking as rk
@@ -36,4 +85,3 @@ def warm_up() -> bool:
         rk.sparse_tile_pass(
             X.indptr, X.indices, X.data, Y, points, 0, 3, grad_point, 1.0, margin, np.empty((2, 2)), C, br, rank, G
         )
-    return True
