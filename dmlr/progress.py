@@ -324,17 +324,13 @@ def first_use_notice(file=None) -> bool:
     """Print a line when dmlr's compiled kernels are not yet cached on this machine.
 
     Numba compiles the kernels at their first use and caches them (beside the
-    modules, or in ``NUMBA_CACHE_DIR``); later processes load them. Returns
-    whether the line was printed.
+    modules, or in ``NUMBA_CACHE_DIR``); later processes load them
+    (:func:`dmlr.kernels.ranking_cached` asks Numba's index). Returns whether
+    the line was printed.
     """
-    import os
-    from pathlib import Path
+    from dmlr.kernels import ranking_cached
 
-    import dmlr.kernels
-
-    where = os.environ.get("NUMBA_CACHE_DIR")
-    root = Path(where) if where else Path(dmlr.kernels.__file__).parent / "__pycache__"
-    if root.is_dir() and next(root.rglob("*.nbi"), None) is not None:
+    if ranking_cached():
         return False
     print("dmlr: compiling dmlr's kernels, once per machine (tens of seconds)", file=file or sys.stdout, flush=True)
     return True

@@ -703,9 +703,6 @@ def make_chunkset(
     if is_dask(X):
         X, Y = _align(X, Y)
     if where == "local":
-        from dmlr.kernels import warm_up
-
-        warm_up()  # the cached kernels, as on every later run (see warm_up)
         n_blocks = n_blocks or local_block_count(X)
         if is_dask(X):
             import dask

@@ -22,18 +22,17 @@ def warm_up() -> bool:
     from the cache sum in different orders, so a process that compiled them
     itself would give other last bits, and then another model, than every
     later process. :func:`dmlr.distributed.chunks.warm_up_workers` runs it on
-    each Dask worker, and :func:`~dmlr.distributed.chunks.make_chunkset` in
-    this process before an in-process fit. The other Numba kernels (k-NN,
-    Rank-SVM, the multi-label losses) compile at their first call; they do
-    not reassociate.
+    each Dask worker, and every RBRL and KernelRBRL fit in its own process.
+    The other Numba kernels (k-NN, Rank-SVM, the multi-label losses) compile
+    at their first call, in the process that calls them; of those, only the
+    multi-label losses' ranking loss reassociates (it calls
+    :func:`dmlr.kernels.ranking.pairwise_squared_hinge_row`).
     """
     global _warmed
     with _WARM:
         if _warmed:
             return True
-        from dmlr.kernels import ranking as rk
-
-        if not _cached(rk):
+        if not ranking_cached():
             # best effort: where the child cannot write the cache, this process compiles
             subprocess.run([sys.executable, "-c", "from dmlr.kernels import _run_ranking; _run_ranking()"], check=False)
         _run_ranking()
@@ -41,10 +40,12 @@ def warm_up() -> bool:
     return True
 
 
-def _cached(rk) -> bool:
-    """Whether Numba's cache holds a fresh index for each kernel :func:`_run_ranking` calls
+def ranking_cached() -> bool:
+    """Whether Numba's cache holds a fresh index for each kernel :func:`warm_up` runs
     (Numba's own test: the index's source stamp and version; a private Numba API, so any
     error counts as cached and leaves the compilation to this process)."""
+    from dmlr.kernels import ranking as rk
+
     kernels = (
         rk.rbrl_score_losses,
         rk.rank_lipschitz_row_stats,

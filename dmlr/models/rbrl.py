@@ -33,6 +33,7 @@ from dmlr.data.arrays import as_matrix
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.oracle import ChunkOracle
 from dmlr.errors import DmlrInputError
+from dmlr.kernels import warm_up
 from dmlr.kernels.approx import KernelFeatureMap, nystroem_features
 from dmlr.kernels.gram import KERNELS, KernelSpec, kernel_matrix
 from dmlr.models.base import (
@@ -140,6 +141,7 @@ class _RBRLBase(BaseModel):
         """
         self._validate_params()
         ckpt = ckpt_store.checkpoint_args(checkpoint, checkpoint_every, resume)
+        warm_up()  # the cached ranking kernels, as in every later process (see warm_up)
         start = time.perf_counter()
         X, Y = self._fit_data(X, y)
         res = self._fit_arrays(X, Y, ckpt)
