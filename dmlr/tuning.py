@@ -570,6 +570,7 @@ def _run_chunked(ctx: _Context, units: list, done) -> list:
     """
     from concurrent.futures import ThreadPoolExecutor
 
+    from dmlr.distributed.chunks import cluster_block_count
     from dmlr.distributed.placement import worker_groups
 
     settings = get_config()
@@ -581,8 +582,7 @@ def _run_chunked(ctx: _Context, units: list, done) -> list:
             outs.append(_fit_step(ctx.X, ctx.Y, ctx.splits, *unit))
             done(j, outs[-1])
         return outs
-    info = client.scheduler_info()["workers"]
-    n_blocks = settings["n_blocks"] or sum(w["nthreads"] for w in info.values())
+    n_blocks = settings["n_blocks"] or cluster_block_count(client)  # the whole cluster's, whatever the group
 
     def run(j):  # on a thread of its own: the client made current there too (a context variable)
         with (

@@ -643,6 +643,12 @@ def placement_workers(client, workers=None) -> list:
     return chosen or alive
 
 
+def cluster_block_count(client, workers=None) -> int:
+    """Row blocks of a fit over ``workers`` (default: the whole cluster): one per worker thread."""
+    info = client.scheduler_info()["workers"]
+    return sum(info[w]["nthreads"] for w in placement_workers(client, workers))
+
+
 def make_chunkset(
     X,
     Y,
@@ -720,8 +726,7 @@ def make_chunkset(
     warm_up_workers(client)
     group = workers
     workers = placement_workers(client, group)
-    info = client.scheduler_info()["workers"]
-    n_blocks = n_blocks or sum(info[w]["nthreads"] for w in workers)
+    n_blocks = n_blocks or cluster_block_count(client, workers)
     source = None
     if is_dask(X):
         import dask
