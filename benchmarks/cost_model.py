@@ -3,15 +3,17 @@
 What one APG iteration of linear RBRL on the Dask backend does (dmlr/models/rbrl.py,
 dmlr/distributed/chunks.py, dmlr/objectives/rbrl.py):
 
-1. the client sends W (d x l float64) to each of the w workers' block actors, one call
-   each (the previous point stays on the block under a key);
+1. the client sends W (d x l float64) once, to block 0's actor; it travels down a fixed
+   binary tree of the blocks from worker to worker (ceil(log2 w) levels; the previous
+   point stays on each block under a key);
 2. each worker runs the fused sparse pass over its rows: scores at W and at the
    extrapolated point G in one sweep over the stored values (2 l per stored value),
    the row losses (the BR hinge and the pairwise ranking hinge, O(|P| l) per row),
    and grad += X_b^T C (l per stored value); it returns (values, grad d x l);
-3. the client receives the w gradients, sums them (a pairwise tree, here), and runs
-   the nuclear-norm prox (an eigendecomposition of the l x l Gram matrix W^T W, or
-   W W^T when W is wide: d l min(d, l) multiply-adds) and APG's d x l bookkeeping.
+3. the gradients are summed up the same tree on the workers, and the client receives
+   one d x l result, whatever w; it runs the nuclear-norm prox (an eigendecomposition
+   of the l x l Gram matrix W^T W, or W W^T when W is wide: d l min(d, l)
+   multiply-adds) and APG's d x l bookkeeping.
 
 So the model of the median iteration's wall time, in ms, fitted by non-negative
 least squares on the relative error (scipy.optimize.nnls) over every measured
@@ -23,10 +25,12 @@ totals alone cannot tell them apart):
       + a2 * n l (1 + card) / p row losses (BR hinge, pairwise hinge O(|P| l) per row,
                                 card = mean |P|)
       + b0 * d l                model-sized work once per iteration (client APG
-                                bookkeeping, a worker's pair update and (de)serialization)
-      + b  * d l w              the client ships W to w workers and receives w gradients
+                                bookkeeping, its one W out and one result in, a
+                                worker's pair update and (de)serialization)
+      + b  * d l h              the tree's levels, h = ceil(log2 w): W down a level and
+                                a gradient up it (and summed), each on the critical path
       + c  * d l min(d, l)      the client's prox (Gram matrix + eigh + apply)
-      + e0 + e1 * w             round-trip latency, one actor call per worker
+      + e0 + e1 * h             round-trip latency, one call per tree level
       + a_mem * nnz l / p * min(1, s 3 d l 8 B / LLC)
                                 the pass's cache misses: each stored value reads a row of
                                 [W | G] and adds to a row of the gradient, 3 d l floats per
@@ -36,9 +40,9 @@ p is min(w, p_eff): on this machine at most ``os.cpu_count()`` workers compute a
 once, so 4 and 8 single-thread workers add communication and latency but no
 compute; p_eff, the cores the workers actually got beside the other jobs of a
 shared machine, is fitted too (a grid between 1 and the usable cores). The
-alternative reduction term b d l log2(w) (a tree among workers) is fitted too and
-its relative errors reported beside the linear one, as a check of which the data
-support: dmlr's client gathers every gradient itself.
+alternative terms of the design before the tree, b d l w and e1 w (the client sending
+W to every worker and gathering every gradient), are fitted too and their relative
+errors reported beside the tree's, as a check of which the data support.
 
 The measurements: synthetic sparse sets (seeded numpy/scipy; binary bag of words,
 labels from low-rank scores), varied one factor at a time around a base shape:
@@ -54,9 +58,9 @@ Then the fitted model extrapolates: the Bookmarks shape (87,856 x 2,150 sparse,
 1% dense, 208 labels) on 2 workers (the shape measured by
 ``benchmarks/rbrl_speed.py``), 100x its rows on 64 workers, and 10^4 and 10^5
 labels: time per iteration by term, the memory W takes on each worker and on the
-client, the client's prox, and the volume the client sends and receives per
-iteration (with its time at an assumed 10 Gb/s client link, which replaces the
-loopback-fitted transfer term when larger). Finally the same shapes under the
+client, the client's prox, and the volume along the tree's critical path and
+through the client per iteration (with its time at an assumed 10 Gb/s link, which
+replaces the loopback-fitted transfer term when larger). Finally the same shapes under the
 design past this one (W sharded by labels, a randomized SVD for the prox; see
 docs/cost_model.md), estimated with the same fitted coefficients.
 
@@ -312,10 +316,10 @@ TERMS = (
     ("a", "nnz l / p", "fused pass"),
     ("a2", "n l (1 + card) / p", "row losses"),
     ("b0", "d l", "model-sized work"),
-    ("b", "d l w", "client ships W, gathers grads"),
+    ("b", "d l h", "tree levels: W down, grads up"),
     ("c", "d l min(d,l)", "client prox"),
     ("e0", "1", "round trip"),
-    ("e1", "w", "per-worker call"),
+    ("e1", "h", "latency per tree level"),
     ("a_mem", "nnz l / p * min(1, s 3 d l 8 B / LLC)", "pass's cache misses"),
 )
 #: Column of the prox term, fitted apart from its own timings (see :func:`measure_fit`).
@@ -324,13 +328,19 @@ PROX = 4
 P_EFF_GRID = np.round(np.arange(1.0, CORES + 1e-9, 0.05), 2)
 
 
-def features(n, d, l, nnz, w, p, card=2.0, reduction="linear", sharing=None):
+def tree_levels(w: int) -> int:
+    """Levels of the summation tree over w workers' blocks (one block per worker): ceil(log2 w)."""
+    return math.ceil(math.log2(w)) if w > 1 else 0
+
+
+def features(n, d, l, nnz, w, p, card=2.0, reduction="tree", sharing=None):
     """The model's terms (columns in the order of :data:`TERMS`) for one shape.
 
     p: the workers computing side by side; sharing: the workers whose model arrays share
-    one last-level cache (default min(w, usable cores), this machine's).
+    one last-level cache (default min(w, usable cores), this machine's). ``reduction``
+    "tree" (dmlr's: the tree's levels) or "linear" (the client gathering from w workers).
     """
-    comm = w if reduction == "linear" else math.log2(w) if w > 1 else 0.0
+    comm = tree_levels(w) if reduction == "tree" else w
     sharing = min(w, CORES) if sharing is None else sharing
     return np.array(
         [
@@ -340,7 +350,7 @@ def features(n, d, l, nnz, w, p, card=2.0, reduction="linear", sharing=None):
             d * l * comm,
             d * l * min(d, l),
             1.0,
-            w,
+            comm,
             nnz * l / p * cache_miss_fraction(d, l, sharing),
         ],
         dtype=float,
@@ -374,7 +384,7 @@ class Model(NamedTuple):
         return self.terms(ms).sum(axis=1)
 
 
-def design_matrix(ms: list[Measurement], p_eff: float, reduction="linear"):
+def design_matrix(ms: list[Measurement], p_eff: float, reduction="tree"):
     return np.array(
         [
             features(
@@ -385,7 +395,7 @@ def design_matrix(ms: list[Measurement], p_eff: float, reduction="linear"):
     )
 
 
-def fit_model(ms: list[Measurement], reduction="linear") -> Model:
+def fit_model(ms: list[Measurement], reduction="tree") -> Model:
     """Non-negative least squares on relative errors, over a grid of the workers' effective cores.
 
     p = min(w, p_eff): the workers compute side by side on at most p_eff cores. On a
@@ -434,13 +444,13 @@ def fmt_bytes(x: float) -> str:
 
 #: Header of :func:`measurement_row`'s tables.
 MEASUREMENT_HEADER = (
-    "| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, log2(w) reduction | error "
+    "| shape | workers | nnz | rank(W) | measured | [min, max] | model | error | model, linear in w | error "
     "| prox alone: measured / c d l min(d,l) |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def measurement_row(m: Measurement, pred: float, pred_log: float, prox_model: float) -> str:
-    """A table row: the measurement, the model's prediction, the log2(w) alternative's, the prox."""
+    """A table row: the measurement, the model's prediction, the linear-in-w alternative's, the prox."""
     return (
         f"| {m.shape.label} | {m.workers} | {m.nnz} | {m.rank} | {m.ms:.1f} "
         f"| [{m.spread[0]:.1f}, {m.spread[1]:.1f}] | {pred:.1f} | {100 * (pred / m.ms - 1):+.0f}% "
@@ -459,7 +469,7 @@ def fit_table(ms, model: Model, model_log: Model, log):
         log(measurement_row(m, p, q, x))
     t = np.array([m.ms for m in ms])
     w = np.array([m.workers for m in ms])
-    for name, pr in (("linear-in-w model", pred), ("log2(w) alternative", pred_log)):
+    for name, pr in (("tree model", pred), ("linear-in-w alternative", pred_log)):
         err = np.abs(pr / t - 1)
         small = err[w <= 2]
         log(
@@ -476,9 +486,9 @@ def fit_table(ms, model: Model, model_log: Model, log):
     for (name, term, what), v in zip(TERMS, model.coef):
         log(f"| {name} | {term} | {what} | {v:.4g} ms | {v * 1e6:.4g} ns |")
     log(
-        f"\np = min(workers, p_eff), p_eff = {model.p_eff:g} fitted (log2 alternative: {model_log.p_eff:g}): the cores"
-        f" the workers got side by side\nout of {CORES} usable; d counts the intercept column; a coefficient at 0"
-        " means the fit did not need that term."
+        f"\np = min(workers, p_eff), p_eff = {model.p_eff:g} fitted (linear alternative: {model_log.p_eff:g}): "
+        f"the cores the workers got side by side\nout of {CORES} usable; d counts the intercept column; "
+        "a coefficient at 0 means the fit did not need that term."
     )
 
 
@@ -505,10 +515,10 @@ def per_worker_memory(d, l):
     return 3 * d * l * F8
 
 
-def client_memory(d, l, w):
+def client_memory(d, l):
     """Bytes of model-sized arrays on the client: APG's W, G, grad, W_new, G_next and the
-    prox's work array, plus the w gradients it gathers before summing."""
-    return (6 + w) * d * l * F8
+    prox's work array, plus the one summed gradient it receives."""
+    return 7 * d * l * F8
 
 
 def extrapolation_shapes():
@@ -525,35 +535,39 @@ def extrapolation_shapes():
 
 def extrapolation_table(coef, log):
     log(
-        "\n## Extrapolation of this design (W whole on every worker, client gathers w gradients, client prox)\n"
+        "\n## Extrapolation of this design (W whole on every worker, gradients summed along a tree among the "
+        "workers, client prox)\n"
         "\nTimes per iteration by term from the fitted coefficients, with one core per worker (p = w),\n"
         f"{WORKERS_PER_HOST} workers per host sharing a {LLC_BYTES / 2**20:.0f} MiB last-level cache (this machine's), "
-        "and the client's\nlink at 10 Gb/s: 'ship + gather' is the larger of the fitted loopback term and the "
-        "client's bytes\n(W out to w workers, w gradients in) over that link. Memory is float64.\n"
+        "and links at\n10 Gb/s: 'tree + client' is the larger of the fitted loopback terms (the tree's levels and the "
+        "model-sized\nwork) and the bytes on the critical path over such links: W down and a gradient up each of the "
+        "tree's\nh = ceil(log2 w) levels, and the client's one W out and one result in. Memory is float64.\n"
     )
     log(
-        "| shape | workers | nnz | pass + rows | ship + gather (bytes via client) | prox on client | "
-        "model-sized + latency | total | W memory per worker | client memory | bottleneck |"
+        "| shape | workers | nnz | pass + rows | tree + client (bytes: critical path; via client) | prox on client | "
+        "latency | total | W memory per worker | client memory | bottleneck |"
     )
     log("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n, d0, l, nnz_row, w in extrapolation_shapes():
         d, nnz = d0 + 1, int(n * nnz_row)
         f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD, sharing=min(w, WORKERS_PER_HOST)) * coef
-        volume = 2 * w * d * l * F8
-        link = 1000 * volume / LINK_BYTES_PER_S
+        client_bytes = 2 * d * l * F8
+        path_bytes = (2 * tree_levels(w) + 2) * d * l * F8
+        link = 1000 * path_bytes / LINK_BYTES_PER_S
         terms = {
             "pass + rows": f[0] + f[1] + f[7],
-            "ship + gather": max(f[3], link),
+            "tree + client": max(f[2] + f[3], link),
             "prox": f[4],
-            "model-sized + latency": f[2] + f[5] + f[6],
+            "latency": f[5] + f[6],
         }
         total = sum(terms.values())
         worst = max(terms, key=terms.get)
         log(
             f"| {name} ({n:,} x {d0:,}, {l:,} labels) | {w} | {nnz:.3g} | {fmt_ms(terms['pass + rows'])} "
-            f"| {fmt_ms(terms['ship + gather'])} ({fmt_bytes(volume)}) | {fmt_ms(terms['prox'])} "
-            f"| {fmt_ms(terms['model-sized + latency'])} | {fmt_ms(total)} | {fmt_bytes(per_worker_memory(d, l))} "
-            f"| {fmt_bytes(client_memory(d, l, w))} | {worst} ({100 * terms[worst] / total:.0f}%) |"
+            f"| {fmt_ms(terms['tree + client'])} ({fmt_bytes(path_bytes)}; {fmt_bytes(client_bytes)}) "
+            f"| {fmt_ms(terms['prox'])} | {fmt_ms(terms['latency'])} | {fmt_ms(total)} "
+            f"| {fmt_bytes(per_worker_memory(d, l))} | {fmt_bytes(client_memory(d, l))} "
+            f"| {worst} ({100 * terms[worst] / total:.0f}%) |"
         )
 
 
@@ -645,7 +659,7 @@ def main(argv=None):
     ms = measure_all(configs + held_out, worker_counts, args.iters, args.rounds, log)
     held = {shape for shape, _ in held_out}
     fitted = [m for m in ms if m.shape not in held]
-    model, model_log = fit_model(fitted), fit_model(fitted, "log2")
+    model, model_log = fit_model(fitted), fit_model(fitted, "linear")
     fit_table(fitted, model, model_log, log)
     held_out_table([m for m in ms if m.shape in held], model, model_log, log)
     extrapolation_table(model.coef, log)

@@ -1,10 +1,17 @@
 """Scaling out linear RBRL: the client's bytes and time per L-BFGS oracle call on 1 to 8 workers.
 
-Each oracle call of a fit on the Dask backend ships W (d x l float64) to every
-row block's actor and receives a d x l gradient from each, which the client
-sums: the client's traffic per iteration grows with the workers (issue 49's
-goal: at most 1.5x from 1 to 8 workers, and Dask + client at most 15% of an
-iteration on 2 workers, Bookmarks shape). This measures it on today's code.
+Two designs of an oracle call on the Dask backend, side by side (``--designs``):
+
+* ``tree`` (dmlr's, :meth:`dmlr.distributed.chunks.ClusterChunks.map_reduce`):
+  the client sends W (d x l float64) once, to block 0's actor; it travels
+  down a fixed binary tree of the blocks, the blocks' gradients are summed
+  up the same tree on the workers, and the client receives one d x l result;
+* ``client-sum`` (the design before it): the client sends W to every
+  block's actor and receives every block's gradient, which it sums.
+
+Issue 49's goals: client bytes per iteration at most 1.5x from 1 to 8
+workers, and Dask + client at most 15% of an iteration on 2 workers
+(Bookmarks shape).
 
 Shapes (``--shapes``), the train split of each:
 
@@ -26,11 +33,9 @@ on the store's dask arrays (one block per worker), as
 of the fit (the first two, the blocks' loading and first exchange, left out):
 
 * client MB in / out: the bytes the client process received and sent on its
-  sockets during the call (Tornado's ``IOStream.read_from_fd`` /
-  ``write_to_fd``, under distributed's TCP comms, counted in the client
-  process; ``/proc/self/io`` ``rchar``/``wchar`` do not count socket
-  ``recv``/``send``); ``out / (w W)`` checks them against the workers times
-  W's bytes (d = features + 1, the intercept);
+  sockets during the call (:class:`dmlr.distributed.traffic.CommBytes`);
+  ``out/W`` is the bytes sent over W's bytes (d = features + 1, the
+  intercept): the copies of W the client sent;
 * ms: from one oracle call's start to the next one's;
 * pass: the call's block calls timed on the workers, the slowest worker
   (``benchmarks/rbrl_speed.py``'s ``fit_with_pass_times``);
@@ -46,7 +51,7 @@ The machine has 2 cores: 4 and 8 workers add traffic and round trips, not
 compute (the pass time is shared), which is what the byte columns show.
 
 Usage: python benchmarks/scale_out.py [--workers 1 2 4 8] [--shapes bookmarks,bookmarks4x]
-       [--iters 30] [--quick] [--workdir DIR] [--docs]
+       [--designs client-sum,tree] [--iters 30] [--quick] [--workdir DIR] [--docs]
 
 ``--docs`` also writes the tables to ``docs/benchmarks/scale_out.txt``.
 """
@@ -67,6 +72,9 @@ SHAPES = {
     "bookmarks4x": dict(n_samples=4 * 87856, **_BOOKMARKS),
     "quick": dict(n_samples=6000, n_features=500, n_labels=40, cardinality=2.0, sparse=True, density=0.02),
 }
+#: How a call's block results are summed: on the workers along the tree (dmlr's), or gathered
+#: to the client and summed there (the design before it, for the side-by-side table).
+DESIGNS = ("client-sum", "tree")
 SKIP = 2  # oracle calls left out of the medians: the blocks' loading and first exchange
 MB = 1e6
 
@@ -89,64 +97,21 @@ def shape_store(name: str, work: Path) -> Path:
 # -- in the client's process ------------------------------------------------------------------
 
 
-class SocketBytes:
-    """Bytes through this process's Tornado streams (distributed's TCP comms), by peer.
-
-    Wraps ``tornado.iostream.IOStream.read_from_fd`` and ``write_to_fd``, the
-    socket ``recv_into`` and ``send`` calls, and adds what each moved to the
-    counts of its peer: the scheduler (``scheduler``, host and port) or any
-    other (the workers).
-    """
-
-    def __init__(self, scheduler: tuple):
-        self.scheduler = scheduler
-        self.counts = {"workers": [0, 0], "scheduler": [0, 0]}  # [in, out]
-
-    def _count(self, stream, k, n):
-        if n:
-            peer = getattr(stream, "_scale_out_peer", None)
-            if peer is None:
-                try:
-                    host, port = stream.socket.getpeername()[:2]
-                except OSError:
-                    return
-                peer = stream._scale_out_peer = "scheduler" if (host, port) == self.scheduler else "workers"
-            self.counts[peer][k] += n
-
-    def install(self):
-        from tornado.iostream import IOStream
-
-        read, write = IOStream.read_from_fd, IOStream.write_to_fd
-
-        def read_from_fd(stream, buf):
-            n = read(stream, buf)
-            self._count(stream, 0, n)
-            return n
-
-        def write_to_fd(stream, data):
-            n = write(stream, data)
-            self._count(stream, 1, n)
-            return n
-
-        IOStream.read_from_fd, IOStream.write_to_fd = read_from_fd, write_to_fd
-
-    def totals(self) -> np.ndarray:
-        """[workers in, workers out, scheduler in, scheduler out], bytes so far."""
-        return np.array(self.counts["workers"] + self.counts["scheduler"], dtype=np.int64)
-
-
-def client_fit(address: str, store: str, iters: int) -> dict:
+def client_fit(address: str, store: str, iters: int, design: str) -> dict:
     """Fit in this (child) process on the cluster at ``address``; per-call bytes and times."""
     import cloudpickle
     import rbrl_speed
     from distributed import Client
 
     import dmlr
+    from dmlr.distributed.chunks import ChunkSet, ClusterChunks
     from dmlr.distributed.oracle import ChunkOracle
+    from dmlr.distributed.traffic import CommBytes
 
+    if design == "client-sum":  # the blocks' results gathered and summed here, as before the tree
+        ClusterChunks.map_reduce = ChunkSet.map_reduce
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
-    counter = SocketBytes((host, int(port)))
-    counter.install()
+    counter = CommBytes((host, int(port))).__enter__()  # counts until this child process ends
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block call runs on the workers
     events = []  # (start, end, bytes before, bytes after) per oracle call
     call = ChunkOracle.__call__
@@ -191,13 +156,13 @@ def client_fit(address: str, store: str, iters: int) -> dict:
 # -- in this process ---------------------------------------------------------------------------
 
 
-def measure(workers: int, store: Path, iters: int) -> dict:
+def measure(workers: int, store: Path, iters: int, design: str) -> dict:
     """:func:`client_fit` in a new process, on a new local cluster of ``workers`` single-thread workers."""
     from dmlr.distributed import local_cluster
 
     with local_cluster(workers, 1) as cluster:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(client_fit, cluster.scheduler_address, str(store), iters).result()
+            return pool.submit(client_fit, cluster.scheduler_address, str(store), iters, design).result()
 
 
 def run(args, work: Path) -> None:
@@ -207,41 +172,52 @@ def run(args, work: Path) -> None:
         f"per oracle call, medians over calls {SKIP + 1}..{args.iters - 1} of one fit"
     )
     table = Table(
-        "shape:<12; train rows:>10; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; out/(w W):>9.3f; "
+        "design:<10; shape:<12; train rows:>10; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; out/W:>6.3f; "
         "ms:>7.1f; pass ms:>7.1f; Dask+client ms:>14.1f; %:>5.1f"
     )
     table.print_header()
     results = {}
     for name, store in stores.items():
         for w in args.workers:
-            r = results[(name, w)] = measure(w, store, args.iters)
-            (n, d), l = r["shape"], r["labels"]
-            r["W bytes"] = 8 * (d + 1) * l
-            ms, pss, over, w_in, w_out, s_in, s_out = r["median"]
-            check = w_out * MB / (w * r["W bytes"])
-            table.row(name, n, w, r["calls"], w_in + s_in, w_out + s_out, check, ms, pss, over, 100 * over / ms)
+            for design in args.designs:  # side by side, so that the machine's load is shared alike
+                r = results[(design, name, w)] = measure(w, store, args.iters, design)
+                (n, d), l = r["shape"], r["labels"]
+                r["W bytes"] = 8 * (d + 1) * l
+                ms, pss, over, w_in, w_out, s_in, s_out = r["median"]
+                check = w_out * MB / r["W bytes"]
+                table.row(
+                    design, name, n, w, r["calls"], w_in + s_in, w_out + s_out, check, ms, pss, over, 100 * over / ms
+                )
     print("\nwhole fits: client MB per oracle call, setup included (total over calls), and the share to the scheduler")
     whole = Table(
-        "shape:<12; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; scheduler in:>12.3f; out:>7.3f; fit s:>6.1f"
+        "design:<10; shape:<12; workers:>7; calls:>5; MB in:>7.2f; MB out:>7.2f; scheduler in:>12.3f; out:>7.3f; "
+        "fit s:>6.1f"
     )
     whole.print_header()
-    for (name, w), r in results.items():
+    for (design, name, w), r in results.items():
         w_in, w_out, s_in, s_out = (v / r["calls"] for v in r["fit"])
-        whole.row(name, w, r["calls"], w_in + s_in, w_out + s_out, s_in, s_out, r["wall"])
+        whole.row(design, name, w, r["calls"], w_in + s_in, w_out + s_out, s_in, s_out, r["wall"])
     first = next(iter(results.values()))
     print(
         f"\nW: d x l float64 = {first['W bytes'] / MB:.2f} MB ({first['shape'][1]} features + intercept, "
         f"{first['labels']} labels) for {next(iter(stores))}; the timed block call ships "
-        f"{first['wrapper_bytes']} bytes of pickled wrapper per worker and call"
+        f"{first['wrapper_bytes']} bytes of pickled wrapper per call"
     )
     lo, hi = min(args.workers), max(args.workers)
-    for name in stores:
-        if lo != hi:
-            a, b = (sum(results[(name, w)]["median"][3:]) for w in (lo, hi))
-            print(f"{name}: client bytes per oracle call, {hi} workers / {lo}: {b / a:.2f}x (goal <= 1.5x at 8 vs 1)")
-        if 2 in args.workers:
-            ms, _, over = results[(name, 2)]["median"][:3]
-            print(f"{name}: Dask + client on 2 workers: {100 * over / ms:.1f}% of the oracle call (goal <= 15%)")
+    for design in args.designs:
+        for name in stores:
+            if lo != hi:
+                a, b = (sum(results[(design, name, w)]["median"][3:]) for w in (lo, hi))
+                print(
+                    f"{design} {name}: client bytes per oracle call, {hi} workers / {lo}: {b / a:.2f}x "
+                    "(goal <= 1.5x at 8 vs 1)"
+                )
+            if 2 in args.workers:
+                ms, _, over = results[(design, name, 2)]["median"][:3]
+                print(
+                    f"{design} {name}: Dask + client on 2 workers: {100 * over / ms:.1f}% of the oracle call "
+                    "(goal <= 15%)"
+                )
 
 
 def main(argv=None):
@@ -249,6 +225,9 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="local clusters of N workers")
     ap.add_argument("--shapes", type=names, default="bookmarks,bookmarks4x", help="bookmarks, bookmarks4x, quick")
     ap.add_argument("--iters", type=int, default=30, help="oracle calls per fit (max_iter)")
+    ap.add_argument(
+        "--designs", type=names, default=",".join(DESIGNS), help="tree (dmlr's), client-sum (before issue 49)"
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: shape quick, 1 and 2 workers, 6 calls")
     args = ap.parse_args(argv)
     if args.quick:

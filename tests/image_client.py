@@ -152,10 +152,9 @@ def phase_fault(client, store, reference):
     client.register_plugin(BlockCounter())
     names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
     killed = {}
-    map_blocks = ClusterChunks.map_blocks
     calls = [0]
 
-    def counting_map_blocks(self, fn, *args):
+    def trigger(self):
         calls[0] += 1
         if calls[0] == KILL_AT:
             holders = {}
@@ -170,18 +169,29 @@ def phase_fault(client, store, reference):
             )
             say("KILL", names[victim])
             killed["answer"] = sys.stdin.readline().strip()
-        return map_blocks(self, fn, *args)
 
-    ClusterChunks.map_blocks = counting_map_blocks
+    # every call over the blocks: summed on the workers (map_reduce) or gathered (map_blocks)
+    originals = {name: getattr(ClusterChunks, name) for name in ("map_reduce", "map_blocks")}
+
+    def counting(name):
+        def call(self, fn, *args, **kwargs):
+            trigger(self)
+            return originals[name](self, fn, *args, **kwargs)
+
+        return call
+
+    for name in originals:
+        setattr(ClusterChunks, name, counting(name))
     try:
         model = fit(store, backend="dask", client=client)
     finally:
-        ClusterChunks.map_blocks = map_blocks
+        for name, original in originals.items():
+            setattr(ClusterChunks, name, original)
     left = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
     return dict(
         compare(model, reference),
         kill_at=KILL_AT,
-        map_blocks_calls=calls[0],
+        block_calls=calls[0],
         killed=killed,
         workers_left=left,
         block_computations=client.run_on_scheduler(_counts),

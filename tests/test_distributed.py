@@ -231,7 +231,9 @@ def test_direct_actor_handles_call_the_workers_without_the_scheduler(small_store
         assert proxied == []
         chunks._direct, chunks._actors = False, None  # distributed's own handles, as after the fallback
         through_scheduler = chunks.map_reduce(objective.block_value_and_grad, points, 1, 0.01)
-        assert len(proxied) == 2  # one call per block went through the proxy: the count sees them
+        assert len(proxied) == 1  # the client's one call (to block 0's actor): the count sees it
+        chunks.map_blocks(objective.block_value_and_grad, points, 1, 0.01)
+        assert len(proxied) == 3  # and one call per block
     finally:
         scheduler.handlers["proxy"] = original
         chunks.close()

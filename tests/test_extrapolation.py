@@ -84,26 +84,28 @@ def test_block_side_keys_name_what_the_block_holds_and_ask_for_what_it_lacks(spa
     def answer(W, m, prev_key, key, sent, sender="another process"):
         if sender != PROCESS_TOKEN:  # another process's arguments are the call's own copies
             W, sent = W.copy(), None if sent is None else sent.copy()
-        return answer_block(block, *fns, W, m, prev_key, key, sent, sender, 0.7)
+        kind = Resend.POINT_PAIR if sent is not None and sent.shape[1] != W.shape[1] else Resend.PREVIOUS_POINT
+        return answer_block(block, *fns, W, m, prev_key, key, sent if sent is None else {kind: sent}, sender, 0.7)
 
     # nothing held: the block says what it needs (a sparse block: the pair [W | G])
     need = Resend.POINT_PAIR if sparse else Resend.PREVIOUS_POINT
-    assert answer(Ws[1], 0.4, None, "k1", None) == BlockReply(None, None, need, False)
+    assert answer(Ws[1], 0.4, None, "k1", None) == BlockReply(None, None, (need,), (False,), (need,))
+    # sent W_prev, a sparse block forms its pair itself
     reply = answer(Ws[1], 0.4, None, "k1", Ws[0])
-    assert reply.resend is None and reply.holds and block.state[STATE_KEY][0] == "k1"
+    assert reply.resend == (None,) and reply.holds == (True,) and block.state[STATE_KEY][0] == "k1"
     assert_matches_stacked(reply, block, Ws[1], Ws[0], 0.4, 0.7)
     # named by its key, the held point is used
     reply = answer(Ws[2], 0.7, "k1", "k2", None)
     assert_matches_stacked(reply, block, Ws[2], Ws[1], 0.7, 0.7)
     # a key the block does not hold (another call's, or a lost block's): it asks again
-    assert answer(Ws[3], 0.7, "k1", "k3", None).resend is need
+    assert answer(Ws[3], 0.7, "k1", "k3", None).resend == (need,)
     assert block.state[STATE_KEY][0] == "k2"
     # the caller's own arrays (same process): a sparse block reads a sent pair and keeps nothing
     if sparse:
         pair = np.concatenate([Ws[3], Ws[3] + 0.7 * (Ws[3] - Ws[2])], axis=1)
         reply = answer(Ws[3], 0.7, None, "k3", pair, sender=PROCESS_TOKEN)
         assert_matches_stacked(reply, block, Ws[3], Ws[2], 0.7, 0.7)
-        assert not reply.holds and STATE_KEY not in block.state
+        assert reply.holds == (False,) and STATE_KEY not in block.state
 
 
 @pytest.mark.parametrize("keep_scores", [True, False])

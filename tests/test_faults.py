@@ -20,10 +20,10 @@ scipy.sparse arrays (scattered from this process, rebuilt from the arrays
 the chunk set keeps) and the exact kernel model's rows of K (rebuilt by
 building the feature block again and its rows of K from it).
 
-The triggers hook only the chunk set's per-block operation
-(``ClusterChunks.map_blocks``, which every map-reduce goes through) and the
-per-block loss/gradient functions that the fit ships to the workers, so they
-do not depend on how ``map_blocks`` reaches the blocks (tasks or actors). The
+The triggers hook only the chunk set's calls over its blocks
+(``ClusterChunks.map_reduce`` and ``map_blocks``) and the per-block
+loss/gradient functions that the fit ships to the workers, so they do not
+depend on how a call reaches the blocks or where their results are summed. The
 rebuilt block holds none of the APG's state (its last point and scores), so
 the fit also goes through the path that sends it again.
 """
@@ -133,11 +133,14 @@ def _arm_self_kill(kill_at: int) -> int:
     import dmlr.objectives.rbrl as objective
 
     calls = [0]
+    victim = os.getpid()
 
     def armed(original):
+        # a worker passes the functions it was sent on to other workers (the summation tree), and this
+        # wrapper, not importable by name, then travels by value: it kills only the armed worker
         def call(*args, **kwargs):
             calls[0] += 1
-            if calls[0] == kill_at:
+            if calls[0] == kill_at and os.getpid() == victim:
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(*args, **kwargs)
 
@@ -156,10 +159,9 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
     call). Returns the dict that receives the victim's address and block key.
     """
     killed = {}
-    map_blocks = ClusterChunks.map_blocks  # every map-reduce is one map_blocks call
     calls = [0]
 
-    def counting_map_blocks(self, fn, *args):
+    def trigger(self):
         calls[0] += 1
         if calls[0] == KILL_AT:
             victim, block = _sole_block_holder(self.client, task)
@@ -173,9 +175,15 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
                     assert self.client.run(_arm_self_kill, 1, workers=[victim]) == {victim: pids[victim]}
                 finally:
                     cloudpickle.unregister_pickle_by_value(module)
-        return map_blocks(self, fn, *args)
 
-    monkeypatch.setattr(ClusterChunks, "map_blocks", counting_map_blocks)
+    for name in ("map_reduce", "map_blocks"):
+        original = getattr(ClusterChunks, name)
+
+        def counting(self, fn, *args, _original=original, **kwargs):
+            trigger(self)
+            return _original(self, fn, *args, **kwargs)
+
+        monkeypatch.setattr(ClusterChunks, name, counting)
     return killed
 
 

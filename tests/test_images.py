@@ -303,7 +303,7 @@ def test_fit_survives_a_killed_worker_container(run):
     assert killed and killed["exit_code"] == 137 and killed["status"] == "exited", killed
     assert fault["killed"]["worker"] == killed["name"]
     assert fault["killed"]["answer"] == f"killed {killed['name']}"
-    assert fault["map_blocks_calls"] > fault["kill_at"], "the kill did not come in the middle of the fit"
+    assert fault["block_calls"] > fault["kill_at"], "the kill did not come in the middle of the fit"
     assert fault["workers_left"] == sorted(set(run["workers"]) - {killed["name"]})
     # the blocks only it held were computed again, from the Zarr store on the volume
     lost = fault["killed"]["blocks"]
@@ -314,7 +314,7 @@ def test_fit_survives_a_killed_worker_container(run):
     assert fault["backend"] == "dask" and fault["n_iter"] == fault["reference_n_iter"]
     assert fault["coef_rel_diff"] <= TOLERANCE and fault["objective_max_rel_diff"] <= TOLERANCE
     containers.SUMMARY.append(
-        f"fault: {killed['name']} SIGKILLed at map-reduce call {fault['kill_at']} of {fault['map_blocks_calls']} "
+        f"fault: {killed['name']} SIGKILLed at map-reduce call {fault['kill_at']} of {fault['block_calls']} "
         f"(exit {killed['exit_code']}); its blocks computed {[counts[k] for k in lost]} times; "
         f"coef_ relative difference {fault['coef_rel_diff']:.2e}, objective {fault['objective_max_rel_diff']:.2e}"
     )

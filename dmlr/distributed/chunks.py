@@ -10,12 +10,16 @@ are not sums (top-k lists).
 * :class:`LocalChunks` keeps the blocks in this process: small data does not
   pay for distribution.
 * :class:`ClusterChunks` keeps them on Dask workers as futures (loaded once,
-  reused every iteration). Per call, each block's worker runs ``fn`` through a
-  Dask actor that holds the block (:class:`BlockActor`): the call goes from the
-  client straight to the worker and its result straight back, with no task
-  for the scheduler to place. The blocks' results are tree-summed here.
-  As tasks, a call would pay the scheduler's placement of one task per block
-  plus a summing task whose inputs travel worker to worker, several times
+  reused every iteration), in contiguous runs per worker (:func:`block_workers`).
+  Each block's worker runs ``fn`` through a Dask actor that holds the block
+  (:class:`BlockActor`), with no task for the scheduler to place. A
+  ``map_reduce`` goes from the client to block 0's actor only; the arguments
+  travel down the fixed summation tree (:func:`tree_split`) from worker to
+  worker and the blocks' results are summed up it on the workers
+  (:meth:`BlockActor.reduce`), so the client sends the arguments once and
+  receives one result whatever the number of workers
+  (``benchmarks/scale_out.py`` counts the bytes). As tasks, a call would pay
+  the scheduler's placement of one task per block and per sum, several times
   the actors' overhead per iteration (the "Dask + client" column of
   ``benchmarks/rbrl_speed.py --sections 2`` is that overhead).
   If a worker dies, its actors die with it: the lost blocks are built again,
@@ -30,13 +34,14 @@ are not sums (top-k lists).
   rebuilt by rebuilding its source block and transforming it again
   (:class:`TransformSource`).
 
-Both sum in the same order over the same blocks, so they give the same
-numbers (up to BLAS threading inside one block).
+Both sum along the same tree over the same blocks, so they give the same
+numbers wherever the blocks are (up to BLAS threading inside one block).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import time
 import uuid
@@ -81,21 +86,34 @@ def add_results(a, b):
     return a + b
 
 
+def tree_split(lo: int, hi: int) -> int:
+    """Where node ``[lo, hi)`` (at least two items) of the fixed summation tree splits.
+
+    At ``lo`` plus the largest power of two below ``hi - lo``: the tree that
+    pairing neighbours level by level builds (items 0 and 1, 2 and 3, ...,
+    an odd last item carried up). It depends only on the number of items,
+    and a contiguous run of items is a subtree, so the workers holding
+    contiguous runs of blocks can each sum theirs (:meth:`BlockActor.reduce`).
+    """
+    return lo + (1 << ((hi - lo - 1).bit_length() - 1))
+
+
 def tree_reduce(items: list, combine):
-    """Combine ``items`` pairwise, level by level, in order.
+    """Combine ``items`` along the fixed tree of :func:`tree_split`, in order.
 
     The tree depends only on ``len(items)``, so the summation order is the
     same wherever the items were computed.
     """
     if not items:
         raise ValueError("nothing to reduce")
-    items = list(items)
-    while len(items) > 1:
-        paired = [combine(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
-        if len(items) % 2:
-            paired.append(items[-1])
-        items = paired
-    return items[0]
+
+    def node(lo, hi):
+        if hi - lo == 1:
+            return items[lo]
+        m = tree_split(lo, hi)
+        return combine(node(lo, m), node(m, hi))
+
+    return node(0, len(items))
 
 
 class ChunkSet:
@@ -116,9 +134,13 @@ class ChunkSet:
         """``fn(block_index, *args)`` where that block is (for sequential passes over blocks)."""
         raise NotImplementedError
 
-    def map_reduce(self, fn, *args):
-        """``fn(block, *args)`` on every block, summed (pairwise tree, block order)."""
-        return tree_reduce(self.map_blocks(fn, *args), add_results)
+    def map_reduce(self, fn, *args, combine=add_results):
+        """``fn(block, *args)`` on every block, combined along the fixed tree of :func:`tree_reduce`.
+
+        ``combine(a, b)`` merges the results of two neighbouring runs of
+        blocks (default: their sum, :func:`add_results`).
+        """
+        return tree_reduce(self.map_blocks(fn, *args), combine)
 
     def transform(self, fn, *args) -> ChunkSet:  # pragma: no cover - interface
         """A new chunk set whose block i is ``fn(block_i, (start_i, stop_i), *args)``.
@@ -203,6 +225,15 @@ class LocalChunks(ChunkSet):
             self._pool = None
 
 
+#: Names this process: a call whose arguments were sent from the process it runs in is
+#: handed the caller's arrays, not copies of its own.
+PROCESS_TOKEN = uuid.uuid4().hex
+
+
+class PeerLost(RuntimeError):
+    """A worker could not reach the worker of another block while summing a call's results."""
+
+
 class BlockActor:
     """A Dask actor holding one row block on its worker (see the module docstring)."""
 
@@ -223,6 +254,91 @@ class BlockActor:
 
         executor = get_worker().executors["default"]
         return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, self.block, *args))
+
+    async def reduce(self, lo: int, hi: int, peers: list, fn, args: tuple, combine, sender: str):
+        """Node ``[lo, hi)`` of the blocks' summation tree (:func:`tree_split`), run where block ``lo`` is.
+
+        ``fn(block, *args)`` on blocks ``lo`` to ``hi - 1``, combined as
+        :func:`tree_reduce` combines them: the left subtree here (block ``lo``
+        is this actor's), the right one by block ``m``'s actor, called
+        directly when it lives on this worker and through the worker's
+        connection to its worker otherwise (``peers[i]`` is the
+        (worker address, actor key) of block i). So the client sends the
+        arguments once, to block 0's actor, and receives one result; the
+        arguments travel down the tree, each worker receiving them once per
+        run of its blocks that is a right subtree, and the results travel
+        up it. Blocks placed in contiguous runs per worker
+        (:func:`block_workers`) cross between workers only near the root.
+
+        The request to block ``m``'s worker is written out before this
+        worker starts on its own blocks, so that the other worker starts
+        at once and the request's arrays are no longer read here.
+        ``sender`` is the caller's :data:`PROCESS_TOKEN`. Arguments that came
+        through the network are this process's own copy, which ``fn`` may be
+        told it can overwrite (the sparse speculative call does): when the
+        right subtree runs on this worker too, the left one is handed a
+        copy, so that no two blocks share the arrays.
+        """
+        import asyncio
+
+        from distributed import get_worker
+
+        worker = get_worker()
+        loop = asyncio.get_running_loop()
+        executor = worker.executors["default"]
+        if hi - lo == 1:
+            return await loop.run_in_executor(executor, functools.partial(fn, self.block, *args))
+        m = tree_split(lo, hi)
+        address, key = peers[m]
+        if address == worker.address:
+            right = asyncio.ensure_future(worker.state.actors[key].reduce(m, hi, peers, fn, args, combine, sender))
+            own = args if sender == PROCESS_TOKEN else copy.deepcopy(args)
+        else:
+            right = await _send_reduce(worker, address, key, (m, hi, peers, fn, args, combine, sender))
+            own = args
+        try:
+            left = await self.reduce(lo, m, peers, fn, own, combine, sender)
+        finally:
+            right = await right
+        return await loop.run_in_executor(executor, combine, left, right)
+
+
+async def _send_reduce(worker, address: str, key, call: tuple):
+    """Send :meth:`BlockActor.reduce` ``call`` to actor ``key`` on worker ``address``.
+
+    Returns, once the request is written out, an awaitable of the result.
+    distributed's ``rpc`` would write and wait in one step; written out
+    first, the request's arrays may be overwritten here while the other
+    worker computes.
+    """
+    from distributed.protocol import to_serialize
+
+    def lost():
+        return PeerLost(f"the worker {address} could not be reached from {worker.address}")
+
+    comm = None
+    try:
+        comm = await worker.rpc.connect(address)
+        msg = {"op": "actor_execute", "function": "reduce", "actor": key, "reply": True, "kwargs": {}}
+        await comm.write({**msg, "args": [to_serialize(a) for a in call]}, on_error="raise")
+    except OSError as e:
+        if comm is not None:
+            comm.abort()
+        raise lost() from e
+
+    async def result():
+        try:
+            reply = await comm.read()
+        except OSError as e:
+            comm.abort()
+            raise lost() from e
+        worker.rpc.reuse(address, comm)
+        if reply.get("status") == "OK":
+            return reply["result"]
+        exc = reply.get("exception")
+        raise exc if isinstance(exc, BaseException) else RuntimeError(reply.get("exception_text", str(reply)))
+
+    return result()
 
 
 #: A map-reduce call is repeated at most this many times after losing workers.
@@ -286,12 +402,12 @@ class ArraySource:
         self.workers = workers
 
     def build(self, client, indices) -> list:
-        """Futures of blocks ``indices``, block i placed on worker ``i mod n_workers``."""
-        workers = placement_workers(client, self.workers)
+        """Futures of blocks ``indices``, placed by :func:`block_workers`."""
+        where = block_workers(placement_workers(client, self.workers), len(self.bounds))
         futures = []
         for i in indices:
             a, b = self.bounds[i]
-            w = workers[i % len(workers)]
+            w = where[i]
             xf, yf = client.scatter([self.X[a:b], self.Y[a:b]], workers=[w])
             futures.append(
                 client.submit(make_block, xf, yf, self.fit_intercept, workers=[w], allow_other_workers=True, pure=False)
@@ -430,23 +546,35 @@ class ClusterChunks(ChunkSet):
             time.sleep(0.05)
 
     def map_blocks(self, fn, *args) -> list:
-        return self._call(None, fn, args)
+        return self._call(lambda actors: [c.result() for c in [a.apply(fn, *args) for a in actors]])
 
     def apply_block(self, index: int, fn, *args):
-        return self._call(int(index), fn, args)
+        return self._call(lambda actors: actors[int(index)].apply(fn, *args).result())
 
-    def _call(self, index, fn, args):
-        """fn(block, *args) on every block (``index`` None) or on one, through the actors."""
+    def map_reduce(self, fn, *args, combine=add_results):
+        """``fn(block, *args)`` on every block, combined on the workers (:meth:`BlockActor.reduce`).
+
+        The same tree as :func:`tree_reduce`, so the same result as the
+        blocks' results gathered and combined here, for a fraction of the
+        client's traffic: it sends the arguments once and receives one
+        result, whatever the number of workers.
+        """
+
+        def root(actors):
+            peers = [(a._address, a.key) for a in actors]
+            return actors[0].reduce(0, len(actors), peers, fn, args, combine, PROCESS_TOKEN).result()
+
+        return self._call(root)
+
+    def _call(self, call):
+        """``call(actors)`` with the blocks' actors, built first (again after a worker was lost)."""
         for attempt in range(MAX_RECOVERIES + 1):
             try:
                 if self._actors is None:
                     self._rebuild_lost_blocks()
                     self._actors = self._make_actors()
                     self._actor_workers = tuple(a._address for a in self._actors)
-                if index is not None:
-                    return self._actors[index].apply(fn, *args).result()
-                calls = [a.apply(fn, *args) for a in self._actors]
-                return [c.result() for c in calls]
+                return call(self._actors)
             except Exception as e:
                 if isinstance(e, OSError) and self._direct and not self._lost_worker():
                     # perhaps this client cannot reach the workers (only the scheduler):
@@ -455,9 +583,9 @@ class ClusterChunks(ChunkSet):
                     self._drop_actors()
                     continue
                 # an error of ``fn`` itself is raised as it is; a lost worker rebuilds the
-                # lost blocks and the actors, and repeats the call. A worker we could not
-                # reach (OSError) may not be gone from the scheduler yet.
-                wait = LOST_WORKER_WAIT if isinstance(e, OSError) else 0.0
+                # lost blocks and the actors, and repeats the call. A worker we or another
+                # worker could not reach may not be gone from the scheduler yet.
+                wait = LOST_WORKER_WAIT if isinstance(e, (OSError, PeerLost)) else 0.0
                 if attempt == MAX_RECOVERIES or not self._lost_worker(wait):
                     raise
                 self._drop_actors()
@@ -649,6 +777,15 @@ def cluster_block_count(client, workers=None) -> int:
     return sum(info[w]["nthreads"] for w in placement_workers(client, workers))
 
 
+def block_workers(workers: list, n_blocks: int) -> list:
+    """The worker of each of ``n_blocks`` blocks: contiguous runs of near-equal length, in order.
+
+    Contiguous runs keep the lower levels of the summation tree
+    (:meth:`BlockActor.reduce`) within each worker.
+    """
+    return [workers[i * len(workers) // n_blocks] for i in range(n_blocks)]
+
+
 def make_chunkset(
     X,
     Y,
@@ -727,6 +864,7 @@ def make_chunkset(
     group = workers
     workers = placement_workers(client, group)
     n_blocks = n_blocks or cluster_block_count(client, workers)
+    where = block_workers(workers, len(row_bounds(n_blocks)))
     source = None
     if is_dask(X):
         import dask
@@ -749,7 +887,7 @@ def make_chunkset(
                 )
             else:
                 part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
-            futures.append(client.compute(part, workers=[workers[i % len(workers)]], allow_other_workers=True))
+            futures.append(client.compute(part, workers=[where[i]], allow_other_workers=True))
     else:
         source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept, workers=group)
         futures = source.build(client, range(len(source.bounds)))

@@ -17,12 +17,15 @@ scores) and the client need send W_t only: half of what an iteration ships.
   called with a key it does not hold (a new block, a block rebuilt after its
   worker died, or one whose previous call was interrupted), it answers a
   :class:`BlockReply` whose ``resend`` says what it needs, and the cache
-  sends it that (W_{t-1}, or the pair [W_t | G_{t+1}] for a sparse block) in
-  a second call to that block alone;
+  repeats the call with that sent (W_{t-1}, or the pair [W_t | G_{t+1}] for
+  a sparse block): the blocks' replies are summed on the workers
+  (:meth:`~dmlr.distributed.chunks.ChunkSet.map_reduce`, :func:`merge_replies`),
+  so a call is all the blocks or none, and blocks losing their state is rare
+  (the first call, a rebuilt block);
 * a block whose arguments are its caller's own arrays (a block in this
   process: :class:`~dmlr.distributed.chunks.LocalChunks`, or a worker in
   this process) may keep references but must not write into them; a block
-  call learns which by comparing the sender's :data:`PROCESS_TOKEN` with its
+  call learns which by comparing the sender's :data:`~dmlr.distributed.chunks.PROCESS_TOKEN` with its
   own. A sparse block then keeps nothing (its pair would be the caller's),
   says so (``holds=False``), and the cache sends the one pair to every such
   block with each call.
@@ -40,12 +43,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dmlr.distributed.chunks import add_results, tree_reduce
+from dmlr.distributed.chunks import PROCESS_TOKEN, add_results
 from dmlr.solvers.prox import LowRank
 
-#: Names this process: a block call sent from the process it runs in is handed the
-#: caller's arrays, not copies.
-PROCESS_TOKEN = uuid.uuid4().hex
 #: The key of ``Block.state`` (:class:`dmlr.data.blocks.Block`) under which a block
 #: keeps ``(call key, held point)``.
 STATE_KEY = "dmlr.extrapolation"
@@ -61,26 +61,44 @@ class Resend(enum.Enum):
 
 
 class BlockReply(NamedTuple):
-    """One block's answer to a speculative call (:func:`answer_block`).
+    """The answer of a run of neighbouring blocks to a speculative call (:func:`answer_block`).
+
+    One block's answer, or two neighbouring runs' merged
+    (:func:`merge_replies`) where the blocks' results are summed.
 
     Attributes
     ----------
     values : float64 (2,) or None
-        The block's share of f at W and at G; None when ``resend`` is set.
+        The run's share of f at W and at G; None when a block of the run
+        asked to be resent something.
     grad : float64 (d, l) or None
-        The block's share of grad f(G); None when ``resend`` is set.
-    resend : Resend or None
-        What the block needs sent to answer (it holds nothing under the
-        previous key); None when answered.
-    holds : bool
-        Whether the block keeps this call's point: a later call may name
-        it by key. False for a block that must be sent its point every call.
+        The run's share of grad f(G); None as ``values``.
+    resend : tuple of (Resend or None)
+        Per block of the run: what it needs sent to answer (it holds
+        nothing under the previous key), or None (answered).
+    holds : tuple of bool
+        Per block: whether it keeps this call's point, so that a later
+        call may name it by key. False for a block that must be sent its
+        point every call.
+    wants : tuple of Resend
+        Per block: what it needs sent when it holds nothing.
     """
 
     values: np.ndarray | None
     grad: np.ndarray | None
-    resend: Resend | None = None
-    holds: bool = False
+    resend: tuple
+    holds: tuple
+    wants: tuple
+
+
+def merge_replies(a: BlockReply, b: BlockReply) -> BlockReply:
+    """The reply of run ``a`` followed by run ``b``: their shares summed, their blocks' flags in order."""
+    resend = a.resend + b.resend
+    if any(r is not None for r in resend):
+        values = grad = None  # the call is repeated; nothing to sum
+    else:
+        values, grad = add_results((a.values, a.grad), (b.values, b.grad))
+    return BlockReply(values, grad, resend, a.holds + b.holds, a.wants + b.wants)
 
 
 def answer_block(block, step_fn, wants_pair_fn, W, momentum, prev_key, key, sent, sender, *args) -> BlockReply:
@@ -91,25 +109,30 @@ def answer_block(block, step_fn, wants_pair_fn, W, momentum, prev_key, key, sent
     :class:`~dmlr.objectives.rbrl.ExtrapolatedStep`) and
     ``wants_pair_fn(block)`` says whether a block holding nothing needs
     [W | G] rather than W_prev. ``prev_key`` names the previous call's point
-    (None: nothing held is used), ``key`` this call's, ``sent`` is what was
-    resent (or None) and ``sender`` the caller's :data:`PROCESS_TOKEN`.
-    ``W`` may come as its factors (:class:`~dmlr.solvers.prox.LowRank`), and
-    is then formed here by the product the caller formed it by.
+    (None: nothing held is used), ``key`` this call's, ``sent`` maps what
+    was sent (a :class:`Resend`) to its array (None: nothing sent) and
+    ``sender`` is the caller's :data:`~dmlr.distributed.chunks.PROCESS_TOKEN`. A block that holds
+    the previous point uses it whatever was sent. ``W`` may come as its
+    factors (:class:`~dmlr.solvers.prox.LowRank`), and is then formed here
+    by the product the caller formed it by.
     """
-    if isinstance(W, LowRank):
-        W = W.expand()
+    wants = Resend.POINT_PAIR if wants_pair_fn(block) else Resend.PREVIOUS_POINT
     entry = block.state.get(STATE_KEY)
     held = entry[1] if entry is not None and prev_key is not None and entry[0] == prev_key else None
-    if held is None and sent is None:
-        return BlockReply(None, None, Resend.POINT_PAIR if wants_pair_fn(block) else Resend.PREVIOUS_POINT)
+    # a sparse block can also form its pair from a sent W_prev
+    given = None if sent is None else sent.get(wants, sent.get(Resend.PREVIOUS_POINT))
+    if held is None and given is None:
+        return BlockReply(None, None, (wants,), (False,), (wants,))
+    if isinstance(W, LowRank):
+        W = W.expand()
     # a failed call leaves nothing that a later key could name; and a point not used is let go
     # before the step makes the new one (a dense block's scores are as large as its X)
     del entry
     block.state.pop(STATE_KEY, None)
-    step = step_fn(block, W, momentum, held, sent, sender != PROCESS_TOKEN, *args)
+    step = step_fn(block, W, momentum, held, None if held is not None else given, sender != PROCESS_TOKEN, *args)
     if step.held is not None:
         block.state[STATE_KEY] = (key, step.held)
-    return BlockReply(step.values, step.grad, None, step.held is not None)
+    return BlockReply(step.values, step.grad, (None,), (step.held is not None,), (wants,))
 
 
 class ExtrapolationCache:
@@ -143,7 +166,7 @@ class ExtrapolationCache:
         self._calls = itertools.count()
         self._last_W = None
         self._last_key = None
-        self._every_call: dict[int, Resend] = {}  # blocks that keep nothing: what they are sent each call
+        self._up_front: frozenset = frozenset()  # what blocks that keep nothing are sent each call
         self.n_resent = 0
 
     def __call__(self, W: np.ndarray, W_prev: np.ndarray, momentum: float, G: np.ndarray, low_rank=None):
@@ -152,40 +175,39 @@ class ExtrapolationCache:
         W, W_prev, G : float64 (d, l), never written. ``low_rank``, a
         :class:`~dmlr.solvers.prox.LowRank` whose ``expand()`` is W, is sent
         in place of W. Returns (values float64 (2,), grad float64 (d, l)).
+
+        One summed call over the blocks answers it, unless a block held
+        nothing under the previous key; the call is then repeated with what
+        the blocks need sent to every block, which gives the same sums.
         """
         key = (self._run, next(self._calls))
         sent = _Sent(W, W_prev, G)
         point = W if low_rank is None else low_rank
-        chunks, kinds = self.chunks, set(self._every_call.values())
-        if len(self._every_call) == chunks.n_blocks and len(kinds) == 1:
-            replies = self._map(point, momentum, None, key, sent.get(kinds.pop()))
-        else:
-            prev_key = self._last_key if self._last_W is W_prev else None
-            replies = self._map(point, momentum, prev_key, key, None)
-        for i, reply in enumerate(replies):
-            if reply.resend is None:
-                continue
-            self.n_resent += 1
-            what = reply.resend
-            replies[i] = reply = self._apply(i, point, momentum, key, sent.get(what))
-            if reply.resend is not None:
-                raise RuntimeError(f"block {i} was sent {what.name} and still asks for {reply.resend.name}")
-            if not reply.holds:
-                self._every_call[i] = what
-        for i, reply in enumerate(replies):
-            if reply.holds:
-                self._every_call.pop(i, None)
+        prev_key = self._last_key if self._last_W is W_prev else None
+        reply = self._reduce(point, momentum, prev_key, key, sent.of(self._up_front))
+        asked = [r for r in reply.resend if r is not None]
+        if asked:
+            self.n_resent += len(asked)
+            reply = self._reduce(point, momentum, None, key, sent.of(set(reply.wants)))
+            still = [r.name for r in reply.resend if r is not None]
+            if still:
+                raise RuntimeError(f"blocks were sent what they asked for and still ask for {still}")
+        self._up_front = frozenset(w for w, h in zip(reply.wants, reply.holds) if not h)
         self._last_W, self._last_key = W, key
-        return tree_reduce([(r.values, r.grad) for r in replies], add_results)
+        return reply.values, reply.grad
 
-    def _map(self, W, momentum, prev_key, key, sent) -> list[BlockReply]:
-        return self.chunks.map_blocks(
-            answer_block, *self._fns, W, momentum, prev_key, key, sent, PROCESS_TOKEN, *self._args
-        )
-
-    def _apply(self, i, W, momentum, key, sent) -> BlockReply:
-        return self.chunks.apply_block(
-            i, answer_block, *self._fns, W, momentum, None, key, sent, PROCESS_TOKEN, *self._args
+    def _reduce(self, W, momentum, prev_key, key, sent) -> BlockReply:
+        return self.chunks.map_reduce(
+            answer_block,
+            *self._fns,
+            W,
+            momentum,
+            prev_key,
+            key,
+            sent,
+            PROCESS_TOKEN,
+            *self._args,
+            combine=merge_replies,
         )
 
 
@@ -202,3 +224,7 @@ class _Sent:
         if self.pair is None:
             self.pair = np.concatenate([self.W, self.G], axis=1)
         return self.pair
+
+    def of(self, kinds) -> dict | None:
+        """``{kind: array}`` for each of ``kinds`` (None when there is none)."""
+        return {k: self.get(k) for k in kinds} or None
