@@ -539,24 +539,24 @@ def extrapolation_table(coef, log):
         "workers, client prox)\n"
         "\nTimes per iteration by term from the fitted coefficients, with one core per worker (p = w),\n"
         f"{WORKERS_PER_HOST} workers per host sharing a {LLC_BYTES / 2**20:.0f} MiB last-level cache (this machine's), "
-        "and links at\n10 Gb/s: 'tree + client' is the larger of the fitted loopback terms (the tree's levels and the "
-        "model-sized\nwork) and the bytes on the critical path over such links: W down and a gradient up each of the "
-        "tree's\nh = ceil(log2 w) levels, and the client's one W out and one result in. Memory is float64.\n"
+        "and links at\n10 Gb/s. 'tree' is the larger of the fitted term of the tree's h = ceil(log2 w) levels and "
+        "their bytes\nover such links (W down and a gradient up each level); 'client' the larger of the fitted "
+        "model-sized\nwork and the client's bytes (one W out, one result in) over its link. Memory is float64.\n"
     )
     log(
-        "| shape | workers | nnz | pass + rows | tree + client (bytes: critical path; via client) | prox on client | "
-        "latency | total | W memory per worker | client memory | bottleneck |"
+        "| shape | workers | nnz | pass + rows | tree (bytes on its path) | client (bytes through it) "
+        "| prox on client | latency | total | W memory per worker | client memory | bottleneck |"
     )
-    log("|---|---|---|---|---|---|---|---|---|---|---|")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n, d0, l, nnz_row, w in extrapolation_shapes():
         d, nnz = d0 + 1, int(n * nnz_row)
         f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD, sharing=min(w, WORKERS_PER_HOST)) * coef
         client_bytes = 2 * d * l * F8
-        path_bytes = (2 * tree_levels(w) + 2) * d * l * F8
-        link = 1000 * path_bytes / LINK_BYTES_PER_S
+        tree_bytes = 2 * tree_levels(w) * d * l * F8
         terms = {
             "pass + rows": f[0] + f[1] + f[7],
-            "tree + client": max(f[2] + f[3], link),
+            "tree": max(f[3], 1000 * tree_bytes / LINK_BYTES_PER_S),
+            "client": max(f[2], 1000 * client_bytes / LINK_BYTES_PER_S),
             "prox": f[4],
             "latency": f[5] + f[6],
         }
@@ -564,8 +564,8 @@ def extrapolation_table(coef, log):
         worst = max(terms, key=terms.get)
         log(
             f"| {name} ({n:,} x {d0:,}, {l:,} labels) | {w} | {nnz:.3g} | {fmt_ms(terms['pass + rows'])} "
-            f"| {fmt_ms(terms['tree + client'])} ({fmt_bytes(path_bytes)}; {fmt_bytes(client_bytes)}) "
-            f"| {fmt_ms(terms['prox'])} | {fmt_ms(terms['latency'])} | {fmt_ms(total)} "
+            f"| {fmt_ms(terms['tree'])} ({fmt_bytes(tree_bytes)}) | {fmt_ms(terms['client'])} "
+            f"({fmt_bytes(client_bytes)}) | {fmt_ms(terms['prox'])} | {fmt_ms(terms['latency'])} | {fmt_ms(total)} "
             f"| {fmt_bytes(per_worker_memory(d, l))} | {fmt_bytes(client_memory(d, l))} "
             f"| {worst} ({100 * terms[worst] / total:.0f}%) |"
         )
