@@ -222,6 +222,33 @@ def test_fit_survives_a_killed_worker(store, local_model, cluster3, monkeypatch,
     _assert_same_model(model, local_model)
 
 
+def test_fit_survives_every_worker_killed_at_once(store, local_model, cluster3, monkeypatch):
+    """Every worker SIGKILLed between two calls (their nannies start new ones at new addresses):
+    the blocks are computed again from the Zarr chunks on the new workers, wherever they were
+    placed first, and the fit ends at the model of the in-process fit."""
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    calls = [0]
+    map_reduce = ClusterChunks.map_reduce
+
+    def killing_map_reduce(self, fn, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == KILL_AT:
+            for pid in pids.values():
+                os.kill(pid, signal.SIGKILL)
+        return map_reduce(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterChunks, "map_reduce", killing_map_reduce)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
+
+    assert calls[0] > KILL_AT
+    assert not set(pids) & set(client.scheduler_info()["workers"]), "an old worker is still in the cluster"
+    computed = counter.computed[BLOCK_TASK]
+    assert len(computed) == N_WORKERS and all(c >= 2 for c in computed.values()), computed
+    _assert_same_model(model, local_model)
+
+
 def test_lbfgs_fit_survives_a_killed_worker(store, cluster3, monkeypatch):
     # the default solver's plain oracle calls; the reference sums over the same 3 blocks: the
     # quasi-Newton model magnifies the rounding of other block sums beyond 1e-10 in 60 calls

@@ -606,6 +606,7 @@ class ClusterChunks(ChunkSet):
             return
         rebuilt = self._source.build(self.client, lost)
         _wait_or_raise(self.client, rebuilt)
+        _free_placement(self.client, rebuilt)
         for i, f in zip(lost, rebuilt):
             self.futures[i].release()
             self.futures[i] = f
@@ -892,6 +893,7 @@ def make_chunkset(
         source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept, workers=group)
         futures = source.build(client, range(len(source.bounds)))
     _wait_or_raise(client, futures)
+    _free_placement(client, futures)
     client.run(release_freed_heap)
     return ClusterChunks(client, futures, int(X.shape[0]), source=source)
 
@@ -1026,6 +1028,20 @@ def _wait_released(client, keys: list, timeout: float) -> bool:
     except Exception:
         return False
     return True
+
+
+def _free_placement(client, futures) -> None:
+    """Drop the worker restrictions of built blocks: a block Dask computes again may go to any worker.
+
+    The restrictions placed each block once (:func:`block_workers`). Kept,
+    they would name workers that may die: distributed places a task whose
+    loose restrictions (``allow_other_workers``) name only dead workers on
+    any live one, but once every worker has died it leaves such a task
+    waiting for good, since a joining worker is offered only the waiting
+    tasks it satisfies (``Scheduler.bulk_schedule_unrunnable_after_adding_worker``),
+    and the fit would hang. ``set_restrictions`` is the scheduler's own handler.
+    """
+    client.sync(client.scheduler.set_restrictions, worker={f.key: None for f in futures})
 
 
 def _wait_or_raise(client, futures) -> None:
