@@ -42,6 +42,7 @@ does not depend on the number of workers or the order units finish in.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import hashlib
 import json
@@ -584,18 +585,20 @@ def _run_chunked(ctx: _Context, units: list, done) -> list:
         return outs
     n_blocks = settings["n_blocks"] or cluster_block_count(client)  # the whole cluster's, whatever the group
 
-    def run(j):  # on a thread of its own: the client made current there too (a context variable)
-        with (
-            client.as_current(),
-            config_context(**{**settings, "client": client, "workers": groups[j % len(groups)], "n_blocks": n_blocks}),
-        ):
+    def run(j):  # on a thread of its own
+        with config_context(**{**settings, "client": client, "workers": groups[j % len(groups)], "n_blocks": n_blocks}):
             return _fit_step(ctx.X, ctx.Y, ctx.splits, *units[j])
 
     outs = []
-    with ThreadPoolExecutor(min(len(groups), len(units))) as pool:
-        for j, out in enumerate(pool.map(run, range(len(units)))):
-            outs.append(out)
-            done(j, out)
+    # The client is made current once, here, and each thread runs in a copy of this thread's
+    # context, where it is current: Client.as_current also sets dask's global "scheduler"
+    # setting, which threads entering and leaving it in turn would leave changed after the
+    # search (see dmlr.distributed.chunks.made_current).
+    with client.as_current(), ThreadPoolExecutor(min(len(groups), len(units))) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, run, j) for j in range(len(units))]
+        for j, future in enumerate(futures):
+            outs.append(future.result())
+            done(j, outs[-1])
     return outs
 
 

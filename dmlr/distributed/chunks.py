@@ -528,7 +528,7 @@ class ClusterChunks(ChunkSet):
         # worker's own object, bound to that worker, and otherwise it takes whatever client
         # is current. Fresh handles built while ours is current call through our client.
         handle = _direct_actor_handle() if self._direct else Actor
-        with client.as_current():
+        with made_current(client):
             return [handle(h._cls, h._address, h.key) for h in handles]
 
     def _lost_worker(self, wait: float = 0.0) -> bool:
@@ -1030,6 +1030,26 @@ def _wait_released(client, keys: list, timeout: float) -> bool:
     return True
 
 
+def made_current(client):
+    """``client.as_current()``, unless ``client`` is already current in this thread (then nothing).
+
+    ``Client.as_current`` also sets dask's global ``scheduler`` setting, and
+    threads that enter and leave it in turn can leave that setting changed
+    after they are done (thread A saves "unset", B saves A's value, A
+    restores "unset", B restores A's value), so that later computations
+    here ask for a client that is not current. The threads of a search run
+    in a context where the client is already current
+    (``dmlr.tuning._run_chunked``), and do not touch the setting.
+    """
+    from distributed import Client
+
+    try:
+        current = Client.current(allow_global=False)
+    except ValueError:
+        current = None
+    return contextlib.nullcontext() if current is client else client.as_current()
+
+
 def _free_placement(client, futures) -> None:
     """Drop the worker restrictions of built blocks: a block Dask computes again may go to any worker.
 
@@ -1047,7 +1067,7 @@ def _free_placement(client, futures) -> None:
 def _wait_or_raise(client, futures) -> None:
     from distributed import wait
 
-    with client.as_current():  # distributed.wait uses the current client
+    with made_current(client):  # distributed.wait uses the current client
         wait(futures)
     for f in futures:
         if f.status == "error":
