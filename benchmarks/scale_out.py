@@ -110,8 +110,7 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
 
     if design == "client-sum":  # the blocks' results gathered and summed here, as before the tree
         ClusterChunks.map_reduce = ChunkSet.map_reduce
-    host, port = address.removeprefix("tcp://").rsplit(":", 1)
-    counter = CommBytes((host, int(port))).__enter__()  # counts until this child process ends
+    counter = CommBytes.of_address(address).__enter__()  # counts until this child process ends
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block call runs on the workers
     events = []  # (start, end, bytes before, bytes after) per oracle call
     call = ChunkOracle.__call__

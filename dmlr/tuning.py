@@ -571,7 +571,7 @@ def _run_chunked(ctx: _Context, units: list, done) -> list:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from dmlr.distributed.chunks import cluster_block_count
+    from dmlr.distributed.chunks import cluster_block_count, made_current
     from dmlr.distributed.placement import worker_groups
 
     settings = get_config()
@@ -594,7 +594,7 @@ def _run_chunked(ctx: _Context, units: list, done) -> list:
     # context, where it is current: Client.as_current also sets dask's global "scheduler"
     # setting, which threads entering and leaving it in turn would leave changed after the
     # search (see dmlr.distributed.chunks.made_current).
-    with client.as_current(), ThreadPoolExecutor(min(len(groups), len(units))) as pool:
+    with made_current(client), ThreadPoolExecutor(min(len(groups), len(units))) as pool:
         futures = [pool.submit(contextvars.copy_context().run, run, j) for j in range(len(units))]
         for j, future in enumerate(futures):
             outs.append(future.result())

@@ -633,25 +633,15 @@ def test_worker_groups_and_their_placement():
         dmlr.config_context(workers="tcp://w0").__enter__()
 
 
-def test_a_search_with_a_client_not_current_leaves_dask_settings_as_they_were(cluster2, tmp_path):
+def test_a_search_with_a_client_not_current_leaves_dask_settings_as_they_were(cluster2, small_store):
     """A search's units on threads, one group of workers each, with a client that is not the default
     one: dask's global "scheduler" setting is as before the fit (``Client.as_current`` sets it, and
     threads entering and leaving it in turn used to leave it set to a client that was not current
     here), so the final fit, which computes the scaling with dask, works."""
     import dask
 
-    store = make_multilabel(
-        tmp_path / "set.zarr",
-        n_samples=3000,
-        n_features=40,
-        n_labels=10,
-        cardinality=2.0,
-        chunk_rows=128,
-        dtype="float64",
-        seed=11,
-    )
     before = dask.config.get("scheduler", None)
     with dmlr.config_context(backend="dask"):
-        model = dmlr.fit(store, "rbrl", client=cluster2, alpha_nuclear=0.1, max_iter=30, tol=0.0, verbose=0)
+        model = dmlr.fit(small_store, "rbrl", client=cluster2, alpha_nuclear=0.1, max_iter=30, tol=0.0, verbose=0)
     assert dask.config.get("scheduler", None) == before
     assert "alpha" in model.best_params_ and model.backend_ == "dask"

@@ -287,7 +287,7 @@ class BlockActor:
         loop = asyncio.get_running_loop()
         executor = worker.executors["default"]
         if hi - lo == 1:
-            return await loop.run_in_executor(executor, functools.partial(fn, self.block, *args))
+            return await self.apply(fn, *args)
         m = tree_split(lo, hi)
         address, key = peers[m]
         if address == worker.address:

@@ -39,10 +39,15 @@ class CommBytes:
         self._saved = None
 
     @classmethod
+    def of_address(cls, address: str) -> CommBytes:
+        """A counter split at the scheduler at ``address`` (``tcp://host:port``)."""
+        host, port = address.split("://", 1)[-1].rsplit(":", 1)
+        return cls((host, int(port)))
+
+    @classmethod
     def of_client(cls, client) -> CommBytes:
         """A counter for the connections of ``client``'s process, split at its scheduler."""
-        host, port = client.scheduler.address.split("://", 1)[-1].rsplit(":", 1)
-        return cls((host, int(port)))
+        return cls.of_address(client.scheduler.address)
 
     def _peer(self, stream):
         peer = getattr(stream, "_dmlr_peer", False)

@@ -664,8 +664,8 @@ class KernelRBRL(_RBRLBase):
         )
         if self.warm_start and getattr(self, "coef_", None) is not None:
             linear.coef_ = self.coef_
-        path, every, resume = ckpt if ckpt is not None else (None, 10, False)
-        linear.fit(fmap.transform(X), Y, checkpoint=path, checkpoint_every=every, resume=resume)
+        request = {} if ckpt is None else dict(zip(("checkpoint", "checkpoint_every", "resume"), ckpt))
+        linear.fit(fmap.transform(X), Y, **request)
         res = SolverResult(
             x=linear.coef_,
             objective_history=linear.objective_history_,
