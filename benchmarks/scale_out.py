@@ -6,8 +6,12 @@ Two designs of an oracle call on the Dask backend, side by side (``--designs``):
   the client sends W (d x l float64) once, to block 0's actor; it travels
   down a fixed binary tree of the blocks, the blocks' gradients are summed
   up the same tree on the workers, and the client receives one d x l result;
-* ``client-sum`` (the design before it): the client sends W to every
-  block's actor and receives every block's gradient, which it sums.
+* ``tree-wait``: the same tree, with the solver's nuclear-norm term
+  computed after the call returned (as before :meth:`dmlr.solvers.apg.Oracle.submit`);
+  ``tree`` computes it while the call is out;
+* ``client-sum`` (the design before the tree): the client sends W to every
+  block's actor and receives every block's gradient, which it sums; the
+  nuclear term after the call.
 
 Issue 49's goals: client bytes per iteration at most 1.5x from 1 to 8
 workers, and Dask + client at most 15% of an iteration on 2 workers
@@ -51,7 +55,7 @@ The machine has 2 cores: 4 and 8 workers add traffic and round trips, not
 compute (the pass time is shared), which is what the byte columns show.
 
 Usage: python benchmarks/scale_out.py [--workers 1 2 4 8] [--shapes bookmarks,bookmarks4x]
-       [--designs client-sum,tree] [--iters 30] [--quick] [--workdir DIR] [--docs]
+       [--designs client-sum,tree-wait,tree] [--iters 30] [--quick] [--workdir DIR] [--docs]
 
 ``--docs`` also writes the tables to ``docs/benchmarks/scale_out.txt``.
 """
@@ -73,8 +77,9 @@ SHAPES = {
     "quick": dict(n_samples=6000, n_features=500, n_labels=40, cardinality=2.0, sparse=True, density=0.02),
 }
 #: How a call's block results are summed: on the workers along the tree (dmlr's), or gathered
-#: to the client and summed there (the design before it, for the side-by-side table).
-DESIGNS = ("client-sum", "tree")
+#: to the client and summed there (the design before it, for the side-by-side table); and
+#: whether the solver's nuclear term is computed while the call is out (dmlr's) or after it.
+DESIGNS = ("client-sum", "tree-wait", "tree")
 SKIP = 2  # oracle calls left out of the medians: the blocks' loading and first exchange
 MB = 1e6
 
@@ -110,20 +115,27 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
 
     if design == "client-sum":  # the blocks' results gathered and summed here, as before the tree
         ClusterChunks.map_reduce = ChunkSet.map_reduce
+    if design in ("client-sum", "tree-wait"):  # the call made and waited for, then the nuclear term
+        ClusterChunks.map_reduce_async = ChunkSet.map_reduce_async
     counter = CommBytes.of_address(address).__enter__()  # counts until this child process ends
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block call runs on the workers
     events = []  # (start, end, bytes before, bytes after) per oracle call
-    call = ChunkOracle.__call__
+    submit = ChunkOracle.submit  # L-BFGS starts each call (Oracle.submit), then waits for it
 
-    def counted(*args):
+    def counted(self, *args):
         before, t = counter.totals(), time.perf_counter()
-        out = call(*args)
-        events.append((t, time.perf_counter(), before, counter.totals()))
-        return out
+        wait = submit(self, *args)
+
+        def result():
+            out = wait()
+            events.append((t, time.perf_counter(), before, counter.totals()))
+            return out
+
+        return result
 
     with Client(address) as client:
         X, Y = dmlr.open_dataset(store).arrays("train")
-        ChunkOracle.__call__ = counted
+        ChunkOracle.submit = counted
         try:
             before, t = counter.totals(), time.perf_counter()
             model, passes = rbrl_speed.fit_with_pass_times(
@@ -131,7 +143,7 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
             )
             wall, after = time.perf_counter() - t, counter.totals()
         finally:
-            ChunkOracle.__call__ = call
+            ChunkOracle.submit = submit
         wrapper = len(cloudpickle.dumps(rbrl_speed._timed_block_call("block_value_and_grad")))
     if len(passes) != len(events):
         raise RuntimeError(f"{len(passes)} timed passes for {len(events)} oracle calls")
@@ -225,7 +237,10 @@ def main(argv=None):
     ap.add_argument("--shapes", type=names, default="bookmarks,bookmarks4x", help="bookmarks, bookmarks4x, quick")
     ap.add_argument("--iters", type=int, default=30, help="oracle calls per fit (max_iter)")
     ap.add_argument(
-        "--designs", type=names, default=",".join(DESIGNS), help="tree (dmlr's), client-sum (before issue 49)"
+        "--designs",
+        type=names,
+        default=",".join(DESIGNS),
+        help="tree (dmlr's), tree-wait (nuclear term after the call), client-sum (before issue 49)",
     )
     ap.add_argument("--quick", action="store_true", help="smoke run: shape quick, 1 and 2 workers, 6 calls")
     args = ap.parse_args(argv)

@@ -170,8 +170,9 @@ def phase_fault(client, store, reference):
             say("KILL", names[victim])
             killed["answer"] = sys.stdin.readline().strip()
 
-    # every call over the blocks: summed on the workers (map_reduce) or gathered (map_blocks)
-    originals = {name: getattr(ClusterChunks, name) for name in ("map_reduce", "map_blocks")}
+    # every call over the blocks: summed on the workers (map_reduce, or started: map_reduce_async) or
+    # gathered (map_blocks)
+    originals = {name: getattr(ClusterChunks, name) for name in ("map_reduce", "map_reduce_async", "map_blocks")}
 
     def counting(name):
         def call(self, fn, *args, **kwargs):

@@ -176,7 +176,7 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
                 finally:
                     cloudpickle.unregister_pickle_by_value(module)
 
-    for name in ("map_reduce", "map_blocks"):
+    for name in ("map_reduce", "map_reduce_async", "map_blocks"):
         original = getattr(ClusterChunks, name)
 
         def counting(self, fn, *args, _original=original, **kwargs):
@@ -229,16 +229,19 @@ def test_fit_survives_every_worker_killed_at_once(store, local_model, cluster3, 
     cluster, client, counter = cluster3
     pids = client.run(os.getpid)
     calls = [0]
-    map_reduce = ClusterChunks.map_reduce
 
-    def killing_map_reduce(self, fn, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == KILL_AT:
-            for pid in pids.values():
-                os.kill(pid, signal.SIGKILL)
-        return map_reduce(self, fn, *args, **kwargs)
+    def killing(original):
+        def call(self, fn, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == KILL_AT:
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGKILL)
+            return original(self, fn, *args, **kwargs)
 
-    monkeypatch.setattr(ClusterChunks, "map_reduce", killing_map_reduce)
+        return call
+
+    for name in ("map_reduce", "map_reduce_async"):  # L-BFGS starts its calls (Oracle.submit)
+        monkeypatch.setattr(ClusterChunks, name, killing(getattr(ClusterChunks, name)))
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
 

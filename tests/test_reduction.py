@@ -126,3 +126,32 @@ def test_client_traffic_per_call_does_not_grow_with_the_workers(client4):
     assert summed[4][0] <= 1.1 * summed[1][0] and summed[4][1] <= 1.1 * summed[1][1], summed
     # the count does see per-worker traffic: gathered results grow with the workers
     assert gathered[4][0] >= 3.5 * grad_bytes and gathered[4][1] >= 3.5 * point_bytes, gathered
+
+
+def _wait_for_file(block, path: str, timeout: float):
+    """A block call that returns 1.0 once ``path`` exists, 0.0 if it did not appear in time."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return 1.0
+        time.sleep(0.01)
+    return 0.0
+
+
+def test_a_started_call_returns_before_the_blocks_finish(client4, arrays, tmp_path):
+    """``map_reduce_async`` sends the call and returns: the blocks here wait for a file that this
+    process writes only after it returned (a call that waited for its blocks would see every block
+    give up, 0.0)."""
+    X, Y = arrays
+    gate = tmp_path / "gate"
+    chunks = make_chunkset(X, Y, fit_intercept=False, backend="dask", client=client4, n_blocks=N_BLOCKS)
+    try:
+        assert chunks.map_reduce(_wait_for_file, str(gate), 0.0) == 0.0  # builds the actors
+        wait = chunks.map_reduce_async(_wait_for_file, str(gate), 60.0)
+        gate.touch()
+        assert wait() == N_BLOCKS
+    finally:
+        chunks.close()

@@ -1,11 +1,16 @@
 """Solvers on numpy arrays, no cluster: prox and APG against closed forms."""
 
+import importlib
+
 import numpy as np
 import pytest
 from problems import least_squares_nuclear
 
 from dmlr.solvers import apg, lbfgs, prox_nuclear_norm
+from dmlr.solvers.apg import Oracle
 from dmlr.solvers.prox import nuclear_norm
+
+lbfgs_module = importlib.import_module("dmlr.solvers.lbfgs")  # the package's name is the function
 
 
 def test_prox_nuclear_norm_is_the_svt_argmin():
@@ -306,6 +311,42 @@ def test_lbfgs_reaches_the_proximal_optimum_where_it_has_full_rank():
     assert res.converged and res.n_iter == len(res.objective_history) < 200
     assert min(res.objective_history) == pytest.approx(reference.objective_history[-1], rel=1e-10)
     np.testing.assert_allclose(res.x, reference.x, atol=1e-5)
+
+
+def test_lbfgs_computes_the_nuclear_term_while_the_oracle_call_is_out(monkeypatch):
+    """L-BFGS starts each oracle call (``Oracle.submit``), computes the nuclear-norm term, then
+    waits for the call: an oracle whose data live elsewhere computes meanwhile. Same iterates as
+    the plain function oracle."""
+    A, B = _regression(2)
+    fn, _ = least_squares_nuclear(A, B, 0.5)
+    events = []
+
+    class Started(Oracle):
+        def __call__(self, points, grad_point):
+            return fn(points, grad_point)
+
+        def submit(self, points, grad_point):
+            events.append("sent")
+            out = fn(points, grad_point)
+
+            def wait():
+                events.append("waited")
+                return out
+
+            return wait
+
+    nuclear = lbfgs_module.nuclear_value_and_grad
+
+    def recording(W):
+        events.append("nuclear")
+        return nuclear(W)
+
+    monkeypatch.setattr(lbfgs_module, "nuclear_value_and_grad", recording)
+    res = lbfgs(Started(), np.zeros((8, 5)), nuclear=0.5, tol=0.0, max_iter=20)
+    assert events == ["sent", "nuclear", "waited"] * res.n_oracle_calls and res.n_oracle_calls >= 20
+    plain = lbfgs(fn, np.zeros((8, 5)), nuclear=0.5, tol=0.0, max_iter=20)
+    np.testing.assert_array_equal(res.objective_history, plain.objective_history)
+    np.testing.assert_array_equal(res.x, plain.x)
 
 
 def test_lbfgs_does_not_claim_a_rank_deficient_optimum():

@@ -142,6 +142,17 @@ class ChunkSet:
         """
         return tree_reduce(self.map_blocks(fn, *args), combine)
 
+    def map_reduce_async(self, fn, *args, combine=add_results):
+        """:meth:`map_reduce`, started: returns a callable that waits for its result.
+
+        A chunk set whose blocks live elsewhere returns once the call is sent,
+        so that the caller's own work (a solver's regularizer, computed from
+        the point alone) runs while the blocks compute. Here the blocks run
+        in this process, on its cores: the call is made before this returns.
+        """
+        result = self.map_reduce(fn, *args, combine=combine)
+        return lambda: result
+
     def transform(self, fn, *args) -> ChunkSet:  # pragma: no cover - interface
         """A new chunk set whose block i is ``fn(block_i, (start_i, stop_i), *args)``.
 
@@ -559,17 +570,36 @@ class ClusterChunks(ChunkSet):
         client's traffic: it sends the arguments once and receives one
         result, whatever the number of workers.
         """
+        return self._reduce(fn, args, combine)()
 
-        def root(actors):
+    def map_reduce_async(self, fn, *args, combine=add_results):
+        """:meth:`map_reduce`, sent to the workers before this returns; the callable returned
+        waits for the result (and recovers from a lost worker as :meth:`map_reduce` does)."""
+        return self._reduce(fn, args, combine)
+
+    def _reduce(self, fn, args: tuple, combine):
+        def send(actors):  # the call is on its way once this returns (distributed's ActorFuture)
             peers = [(a._address, a.key) for a in actors]
-            return actors[0].reduce(0, len(actors), peers, fn, args, combine, PROCESS_TOKEN).result()
+            return actors[0].reduce(0, len(actors), peers, fn, args, combine, PROCESS_TOKEN)
 
-        return self._call(root)
+        sent = None
+        if self._actors is not None:  # else the first wait builds them
+            try:
+                sent = send(self._actors).result
+            except Exception as e:  # raised at the wait, which recovers as from any failed call
+                sent = functools.partial(_reraise, e)
+        return lambda: self._call(lambda actors: send(actors).result(), sent)
 
-    def _call(self, call):
-        """``call(actors)`` with the blocks' actors, built first (again after a worker was lost)."""
+    def _call(self, call, sent=None):
+        """``call(actors)`` with the blocks' actors, built first (again after a worker was lost).
+
+        ``sent``: the wait of a call already sent to the current actors, tried first.
+        """
         for attempt in range(MAX_RECOVERIES + 1):
             try:
+                if sent is not None:
+                    wait, sent = sent, None
+                    return wait()
                 if self._actors is None:
                     self._rebuild_lost_blocks()
                     self._actors = self._make_actors()
@@ -668,6 +698,10 @@ class ClusterChunks(ChunkSet):
         self._held = ()
         if keys:
             _wait_released(self.client, keys, RELEASE_WAIT)
+
+
+def _reraise(error: BaseException):
+    raise error
 
 
 def _n_values(X) -> int | None:

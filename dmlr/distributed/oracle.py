@@ -65,10 +65,18 @@ class ChunkOracle(Oracle):
         self._factored = (W, low_rank)
 
     def __call__(self, points, grad_point):
-        values, grad = self.chunks.map_reduce(self.value_and_grad, points, grad_point, *self.args)
-        if self.finish is None:
-            return values, grad
-        return self.finish(values, grad, points, grad_point)
+        return self.submit(points, grad_point)()
+
+    def submit(self, points, grad_point):
+        wait = self.chunks.map_reduce_async(self.value_and_grad, points, grad_point, *self.args)
+
+        def result():
+            values, grad = wait()
+            if self.finish is None:
+                return values, grad
+            return self.finish(values, grad, points, grad_point)
+
+        return result
 
     def extrapolated(self, W, W_prev, momentum, G):
         noted, low_rank = self._factored

@@ -60,6 +60,17 @@ class Oracle:
         """f at ``points`` (k, d, l) as float64 (k,), and grad f (d, l) at ``points[grad_point]`` (None for -1)."""
         raise NotImplementedError
 
+    def submit(self, points: np.ndarray, grad_point: int):
+        """``self(points, grad_point)``, started: returns a callable that gives its result.
+
+        A solver calls it where it has work of its own that needs only the
+        point (L-BFGS's nuclear-norm term): an oracle whose data live
+        elsewhere returns once the call is on its way, and that work runs
+        while the blocks compute. By default the call is made here and now.
+        """
+        result = self(points, grad_point)
+        return lambda: result
+
     def extrapolated(self, W: np.ndarray, W_prev: np.ndarray, momentum: float, G: np.ndarray):
         """f at [W, G] and grad f(G), where G = W + momentum (W - W_prev) (apg's G_{t+1}).
 

@@ -258,8 +258,9 @@ def lbfgs(
 
     def value_and_grad(w):
         W = w.reshape(shape)
-        values, g = oracle(W[None], 0)
+        pending = oracle.submit(W[None], 0)  # the blocks compute f while the nuclear term is computed here
         norm, G, smallest = nuclear_value_and_grad(W[rows])
+        values, g = pending()
         grad = np.array(g, dtype=np.float64)
         grad[rows] += nuclear * G
         obj = float(values[0]) + nuclear * norm
