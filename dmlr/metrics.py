@@ -410,7 +410,9 @@ def _histogram_thresholds(Y, S) -> tuple[float, np.ndarray]:
         _check_2d(S, "S")
         if Y.shape != S.shape:
             raise ValueError(f"Y and S must have the same shape, got {Y.shape} and {S.shape}")
-        S = S.rechunk({1: -1})
+        # the scores are held where they were computed (a model's scores read its rows from
+        # the store again): the range, then the histograms on that range, read them twice
+        S = S.rechunk({1: -1}).persist()
         Y = Y.rechunk(S.chunks)
         lo, hi = (float(v) for v in dask.compute(S.min(), S.max()))
         parts = [

@@ -155,3 +155,27 @@ def test_a_started_call_returns_before_the_blocks_finish(client4, arrays, tmp_pa
         assert wait() == N_BLOCKS
     finally:
         chunks.close()
+
+
+def test_blocks_in_this_process_run_on_their_threads_while_the_caller_goes_on(arrays):
+    """Several blocks in this process: a started call returns while its blocks wait for the
+    caller, and gives the sum ``map_reduce`` gives, to the bit."""
+    import threading
+
+    X, Y = arrays
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=N_BLOCKS)
+    assert chunks.n_blocks == N_BLOCKS
+    gate = threading.Event()
+
+    def gated(block, W):
+        assert gate.wait(60), "the caller never went on"
+        return objective.block_value_and_grad(block, W, 0, 0.01)
+
+    W = np.random.default_rng(1).normal(size=(1, X.shape[1] + 1, Y.shape[1]))
+    wait = chunks.map_reduce_async(gated, W)
+    gate.set()  # reached only if the call above returned before its blocks finished
+    values, grad = wait()
+    expected_values, expected_grad = chunks.map_reduce(objective.block_value_and_grad, W, 0, 0.01)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(grad, expected_grad)
+    chunks.close()

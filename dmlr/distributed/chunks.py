@@ -200,11 +200,22 @@ class LocalChunks(ChunkSet):
     def map_blocks(self, fn, *args) -> list:
         if len(self.blocks) == 1:
             return [fn(self.blocks[0], *args)]
+        return [f.result() for f in self._submit(fn, args)]
+
+    def map_reduce_async(self, fn, *args, combine=add_results):
+        """Several blocks run on their threads while the caller goes on (its work then shares
+        the cores with theirs); one block runs here, now."""
+        if len(self.blocks) == 1:
+            return super().map_reduce_async(fn, *args, combine=combine)
+        futures = self._submit(fn, args)
+        return lambda: tree_reduce([f.result() for f in futures], combine)
+
+    def _submit(self, fn, args: tuple) -> list:
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(len(self.blocks), thread_name_prefix="dmlr-block")
-        return list(self._pool.map(lambda b: fn(b, *args), self.blocks))
+        return [self._pool.submit(fn, b, *args) for b in self.blocks]
 
     def apply_block(self, index: int, fn, *args):
         return fn(self.blocks[index], *args)
