@@ -9,6 +9,8 @@ reaches them downward.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -34,16 +36,38 @@ def gcxs_meta(dtype):
     other indexing or elementwise operation on a GCXS (a 0 x d meta's slicing, ``astype``)
     makes pydata sparse JIT-compile its code, seconds in each process.
     """
-    import sparse as pydata_sparse
-
-    return pydata_sparse.GCXS.from_numpy(np.zeros((0, 0), dtype=dtype), compressed_axes=(0,))
+    return _gcxs()(
+        (np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.intp), np.zeros(1, dtype=np.intp)),
+        shape=(0, 0),
+        compressed_axes=(0,),
+    )
 
 
 def gcxs_from_csr(m):
     """A scipy CSR matrix as a pydata ``sparse.GCXS`` row chunk, sharing its arrays."""
+    return _gcxs()((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+
+
+@functools.cache
+def _gcxs():
+    """pydata sparse's ``GCXS``, with Numba's disk cache on for the check its constructor runs.
+
+    The constructor validates its arrays with a Numba function that pydata sparse compiles
+    in every process, once per combination of dtypes (a fit on a sparse store meets several:
+    the meta, the chunks' values and indices), about half a second each, in the client and
+    in every worker. Cached, a process after the first loads it instead. The function is
+    pydata sparse's private ``_validate_gcxs_arrays``: where it is not found, or caching fails,
+    it compiles as before.
+    """
     import sparse as pydata_sparse
 
-    return pydata_sparse.GCXS((m.data, m.indices, m.indptr), shape=m.shape, compressed_axes=(0,))
+    try:
+        from sparse.numba_backend._compressed.compressed import _validate_gcxs_arrays
+
+        _validate_gcxs_arrays.enable_caching()
+    except Exception:  # noqa: BLE001 - an optimization only
+        pass
+    return pydata_sparse.GCXS
 
 
 def take_rows(chunk, rows):
