@@ -34,6 +34,27 @@ def shared_datasets():
     return require(data_dir())
 
 
+@pytest.fixture
+def two_fresh_processes(tmp_path):
+    """``run(code, timeout)``: ``python -c code`` in two processes, one after the other, on one
+    Numba cache that starts empty (the first process on a machine, then a later one); returns
+    their two standard outputs, each process having exited cleanly."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+
+    def run(code: str, timeout: float = 600) -> list[str]:
+        outs = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+            assert out.returncode == 0, out.stderr
+            outs.append(out.stdout)
+        return outs
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def cluster2():
     """A real 2-worker (process) local cluster for the whole session."""

@@ -171,14 +171,11 @@ def test_warm_up_compiles_the_specializations_the_fits_use():
     assert out.stdout.strip() == "{}", out.stdout
 
 
-def test_a_process_that_compiles_the_kernels_fits_the_model_later_processes_load(tmp_path):
+def test_a_process_that_compiles_the_kernels_fits_the_model_later_processes_load(two_fresh_processes):
     """The ranking kernels reassociate sums (fastmath); compiled in a process they sum in another
     order than the same kernels loaded from Numba's cache. The first process on a machine (an
     empty cache) must still give the model every later one gives: the same objective history,
     to the bit."""
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
@@ -190,11 +187,5 @@ def test_a_process_that_compiles_the_kernels_fits_the_model_later_processes_load
         m = RBRL(alpha=3.0, max_iter=40, tol=0, scaling=None).fit(X, Y)
         print([float(v).hex() for v in m.objective_history_])
     """)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    runs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
-        for _ in range(2)
-    ]
-    for out in runs:
-        assert out.returncode == 0, out.stderr
-    assert runs[0].stdout == runs[1].stdout
+    first, later = two_fresh_processes(code)
+    assert first == later

@@ -228,13 +228,10 @@ def test_a_data_file_given_for_a_store_or_a_model_says_what_to_do(tmp_path):
     assert "allow_pickle" not in str(excinfo.value) and "never loads" in str(excinfo.value)
 
 
-def test_a_later_process_loads_pydata_sparse_s_chunk_check_from_numba_s_cache(tmp_path):
+def test_a_later_process_loads_pydata_sparse_s_chunk_check_from_numba_s_cache(two_fresh_processes):
     """Every GCXS chunk runs pydata sparse's Numba-compiled check of its arrays, which pydata
     sparse does not cache: dmlr turns Numba's disk cache on for it, so the first process compiles
     it (once per dtype combination) and later ones (the workers, the next session) load it."""
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
@@ -245,13 +242,6 @@ def test_a_later_process_loads_pydata_sparse_s_chunk_check_from_numba_s_cache(tm
         from sparse.numba_backend._compressed.compressed import _validate_gcxs_arrays as check
         print(sum(check.stats.cache_misses.values()), sum(check.stats.cache_hits.values()))
     """)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    runs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-        for _ in range(2)
-    ]
-    for out in runs:
-        assert out.returncode == 0, out.stderr
-    (missed_first, hit_first), (missed_later, hit_later) = (map(int, out.stdout.split()) for out in runs)
-    assert (missed_first, hit_first) == (2, 0)  # compiled: the meta's dtypes and the chunk's
-    assert (missed_later, hit_later) == (0, 2)  # loaded
+    first, later = (tuple(map(int, out.split())) for out in two_fresh_processes(code, timeout=300))
+    assert first == (2, 0)  # (compiled, loaded): the meta's dtypes and the chunk's
+    assert later == (0, 2)
