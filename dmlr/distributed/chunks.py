@@ -145,10 +145,10 @@ class ChunkSet:
     def map_reduce_async(self, fn, *args, combine=add_results):
         """:meth:`map_reduce`, started: returns a callable that waits for its result.
 
-        A chunk set whose blocks live elsewhere returns once the call is sent,
-        so that the caller's own work (a solver's regularizer, computed from
-        the point alone) runs while the blocks compute. Here the blocks run
-        in this process, on its cores: the call is made before this returns.
+        So that the caller's own work (a solver's regularizer, computed from
+        the point alone) runs while the blocks compute: a chunk set returns
+        once the call is sent to its workers or started on its threads. By
+        default the call is made before this returns.
         """
         result = self.map_reduce(fn, *args, combine=combine)
         return lambda: result
