@@ -157,15 +157,14 @@ def test_a_started_call_returns_before_the_blocks_finish(client4, arrays, tmp_pa
         chunks.close()
 
 
-@pytest.mark.parametrize("n_blocks", [1, N_BLOCKS])
-def test_blocks_in_this_process_run_on_their_threads_while_the_caller_goes_on(arrays, n_blocks):
-    """Blocks in this process (one, as a search's unit has, or several): a started call returns
-    while its blocks wait for the caller, and gives the sum ``map_reduce`` gives, to the bit."""
+def test_blocks_in_this_process_run_on_their_threads_while_the_caller_goes_on(arrays):
+    """Several blocks in this process: a started call returns while its blocks wait for the
+    caller, and gives the sum ``map_reduce`` gives, to the bit."""
     import threading
 
     X, Y = arrays
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=n_blocks)
-    assert chunks.n_blocks == n_blocks
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=N_BLOCKS)
+    assert chunks.n_blocks == N_BLOCKS
     gate = threading.Event()
 
     def gated(block, W):

@@ -203,11 +203,10 @@ class LocalChunks(ChunkSet):
         return [f.result() for f in self._submit(fn, args)]
 
     def map_reduce_async(self, fn, *args, combine=add_results):
-        """The blocks run on their threads while the caller goes on.
-
-        A solver's own work then shares the cores with the blocks'; a search's unit (one
-        block) uses a second core for it where the machine has more cores than units run.
-        """
+        """Several blocks run on their threads while the caller goes on (its work then shares
+        the cores with theirs); one block runs here, now."""
+        if len(self.blocks) == 1:
+            return super().map_reduce_async(fn, *args, combine=combine)
         futures = self._submit(fn, args)
         return lambda: tree_reduce([f.result() for f in futures], combine)
 
