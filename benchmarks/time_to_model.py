@@ -21,9 +21,12 @@ precision. ``ratio`` is dmlr's total over its final fit alone; the goal is at mo
 
 ``--workers 1 2`` runs dmlr inside local clusters of 1 and 2 single-thread workers
 (and prints the speedup of the default fit from the first to the last count)
-instead of in this process. Run::
+instead of in this process; ``--repeats N`` runs the counts N times in turns and
+prints each speedup and their median (on a small machine one run's speedup moves by
+several percent). Run::
 
-    DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2] [--docs]
+    DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
+        [--repeats N] [--docs]
 
 ``--docs`` also writes the table to ``docs/benchmarks/time_to_model.txt``
 (``time_to_model_workers.txt`` with ``--workers``).
@@ -161,6 +164,7 @@ def line(name: str, who: str, r: dict | None) -> str:
 def main(argv=None) -> int:
     p = parser(__doc__, sets=SETS, workdir=None)
     p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
+    p.add_argument("--repeats", type=int, default=1, help="with --workers: runs of each count, in turns")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
     args = p.parse_args(argv)
@@ -178,16 +182,20 @@ def _run(args) -> int:
 
             from dmlr.distributed import local_cluster
 
-            totals = []
-            for n in args.workers:
-                with local_cluster(n, 1) as cluster, Client(cluster) as client:
-                    client.run(lambda: None)
-                    r = run_dmlr(store)
-                totals.append(r["total"])
-                print(line(name, f"dmlr {n}w", r), flush=True)
+            speedups = []
+            for _ in range(args.repeats):  # the worker counts in turns, so that they share the machine's drift
+                totals = []
+                for n in args.workers:
+                    with local_cluster(n, 1) as cluster, Client(cluster) as client:
+                        client.run(lambda: None)
+                        r = run_dmlr(store)
+                    totals.append(r["total"])
+                    print(line(name, f"dmlr {n}w", r), flush=True)
+                speedups.append(totals[0] / totals[-1])
             print(
                 f"{name:22} speedup of dmlr.fit, {args.workers[0]} -> {args.workers[-1]} workers: "
-                f"{totals[0] / totals[-1]:.2f}x",
+                + ", ".join(f"{v:.2f}x" for v in speedups)
+                + (f" (median {np.median(speedups):.2f}x)" if len(speedups) > 1 else ""),
                 flush=True,
             )
         else:
