@@ -909,15 +909,15 @@ def make_chunkset(
     warm_up_workers(client)
     group = workers
     workers = placement_workers(client, group)
-    n_blocks = n_blocks or cluster_block_count(client, workers)
-    where = block_workers(workers, len(row_bounds(n_blocks)))
+    bounds = row_bounds(n_blocks or cluster_block_count(client, workers))
     source = None
     if is_dask(X):
         import dask
 
+        where = block_workers(workers, len(bounds))
         futures = []
         streamed = _streamable(X)
-        for i, (a, b) in enumerate(row_bounds(n_blocks)):
+        for i, (a, b) in enumerate(bounds):
             if streamed:
                 xs, ys = delayed_rows(a, b)
                 d, l = int(X.shape[1]), int(Y.shape[1])
@@ -935,7 +935,7 @@ def make_chunkset(
                 part = dask.delayed(concat_blocks)(*delayed_rows(a, b), fit_intercept)
             futures.append(client.compute(part, workers=[where[i]], allow_other_workers=True))
     else:
-        source = ArraySource(X, np.asarray(Y), row_bounds(n_blocks), fit_intercept, workers=group)
+        source = ArraySource(X, np.asarray(Y), bounds, fit_intercept, workers=group)  # places its blocks
         futures = source.build(client, range(len(source.bounds)))
     _wait_or_raise(client, futures)
     _free_placement(client, futures)
