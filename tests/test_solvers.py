@@ -276,18 +276,57 @@ def test_nuclear_gradient_is_u_vt_of_the_svd(shape):
     assert nuclear_value_and_grad(np.zeros(shape))[0] == 0.0
 
 
-@pytest.mark.parametrize("shape", [(9, 4), (4, 9)])
-def test_smallest_relative_singular_value_is_the_svds(shape):
-    from dmlr.solvers.lbfgs import nuclear_value_and_grad, smallest_relative_singular_value
+@pytest.mark.parametrize("shape", [(12, 10), (10, 12)])
+def test_kink_fraction_counts_the_directions_near_zero(shape):
+    from dmlr.solvers.lbfgs import CONVERGED_MIN_RELATIVE, kink_fraction
 
     rng = np.random.default_rng(1)
-    W = rng.normal(size=shape)
-    s = np.linalg.svd(W, compute_uv=False)
-    assert smallest_relative_singular_value(W) == pytest.approx(s[-1] / s[0], rel=1e-10)
-    assert smallest_relative_singular_value(W) == pytest.approx(nuclear_value_and_grad(W)[2], rel=1e-12)
-    low = rng.normal(size=(shape[0], 2)) @ rng.normal(size=(2, shape[1]))  # rank 2 < min(shape)
-    assert smallest_relative_singular_value(low) < 1e-6
-    assert smallest_relative_singular_value(np.zeros(shape)) == 0.0
+    U, _, Vt = np.linalg.svd(rng.normal(size=shape), full_matrices=False)
+    for values, fraction in [
+        (np.linspace(1.0, 0.1, 10), 0.0),
+        (np.r_[np.ones(9), 0.0], 0.1),
+        (np.r_[np.ones(7), 0.5 * CONVERGED_MIN_RELATIVE, 0.0, 0.0], 0.3),  # below the bound counts
+        (np.r_[np.ones(9), 2.0 * CONVERGED_MIN_RELATIVE], 0.0),  # above it does not
+    ]:
+        assert kink_fraction((U * values) @ Vt) == pytest.approx(fraction)
+    assert kink_fraction(np.zeros(shape)) == 1.0
+
+
+@pytest.mark.parametrize("at_kink, runs_lbfgs", [(1, True), (5, False)])
+def test_a_warm_start_skips_lbfgs_only_where_many_directions_sit_at_the_kink(monkeypatch, at_kink, runs_lbfgs):
+    """lbfgs_then_apg from a point with 1 of 10 singular values at zero runs L-BFGS first (then
+    hands the kink to APG where needed); with 5 of 10 it starts with APG. Both reach the optimum."""
+    from dmlr.solvers.lbfgs import lbfgs_then_apg
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(60, 12))
+    B = A @ rng.normal(size=(12, 10)) + 0.1 * rng.normal(size=(60, 10))
+    lam = 2.0
+    oracle, prox = least_squares_nuclear(A, B, lam)
+    reference = _tight_apg(oracle, prox, (12, 10))
+    U, _, Vt = np.linalg.svd(rng.normal(size=(12, 10)), full_matrices=False)
+    x0 = (U * np.r_[np.ones(10 - at_kink), np.zeros(at_kink)]) @ Vt
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    real = lbfgs_module.lbfgs
+    monkeypatch.setattr(lbfgs_module, "lbfgs", recording)
+    res = lbfgs_then_apg(
+        oracle,
+        prox,
+        x0,
+        nuclear=lam,
+        rows=slice(None),
+        paper_lipschitz=lambda: float(np.linalg.norm(A, 2) ** 2),
+        tol=1e-14,
+        gradient_tol=1e-10,
+        max_iter=20000,
+    )
+    assert bool(calls) == runs_lbfgs
+    assert res.objective_history[-1] == pytest.approx(reference.objective_history[-1], rel=1e-9)
 
 
 def _tight_apg(oracle, prox, shape):

@@ -51,6 +51,14 @@ SMOOTH_MIN_RELATIVE = 1e-6
 #: A minimizer whose smallest singular value is below this fraction of the largest is not
 #: claimed as converged: the nuclear norm's kink is near, and the proximal method finishes.
 CONVERGED_MIN_RELATIVE = 1e-3
+#: A warm start with more than this fraction of its singular values at the kink (at most
+#: :data:`CONVERGED_MIN_RELATIVE` of the largest) starts with APG (:func:`lbfgs_then_apg`).
+#: Where a few directions sit at the kink, L-BFGS moves the others with its curvature model
+#: and leaves APG a short finish: a search path took a quarter less time on the sets of
+#: thousands of rows, whose path optima had 1% to 8% of their directions there. Where many do
+#: (31% on medical), L-BFGS's smoothed steps fight the kink in each of them, and its stops
+#: moved the search's choice (``benchmarks/warm_start_solver.py``).
+APG_FIRST_KINK_FRACTION = 0.15
 
 #: Correction pairs kept, at most (scipy's ``maxcor``). The RBF kernel models' Hessians are
 #: ill-conditioned, and a long memory of curvature pairs saves iterations there.
@@ -97,17 +105,18 @@ def nuclear_value_and_grad(W: np.ndarray) -> tuple[float, np.ndarray, float]:
     return float(s.sum()), (M @ W if wide else W @ M), float(s[0] / top)
 
 
-def smallest_relative_singular_value(W: np.ndarray) -> float:
-    """min(s) / max(s) over W's min(d, l) singular values (0 for W = 0), as
-    :func:`nuclear_value_and_grad` gives it, from the Gram matrix's eigenvalues
-    alone (no eigenvectors, no gradient: several times cheaper).
+def kink_fraction(W: np.ndarray) -> float:
+    """The fraction of W's min(d, l) singular values that are at most
+    :data:`CONVERGED_MIN_RELATIVE` of the largest (1 for W = 0): the directions where the
+    nuclear norm's kink is near. From the Gram matrix's eigenvalues alone (no eigenvectors,
+    no gradient: several times cheaper than :func:`nuclear_value_and_grad`).
 
     Parameters
     ----------
     W : float64 (d, l)
     """
     s = np.sqrt(np.maximum(np.linalg.eigvalsh(_small_gram(W)), 0.0))
-    return 0.0 if s[-1] == 0.0 else float(s[0] / s[-1])
+    return 1.0 if s[-1] == 0.0 else float(np.mean(s <= CONVERGED_MIN_RELATIVE * s[-1]))
 
 
 def _small_gram(W: np.ndarray) -> np.ndarray:
@@ -449,12 +458,6 @@ def _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradi
             return
 
 
-def rank_deficient(W: np.ndarray) -> bool:
-    """Whether W's smallest singular value is so small against its largest that :func:`lbfgs`
-    would not claim a minimizer there (:data:`CONVERGED_MIN_RELATIVE`)."""
-    return smallest_relative_singular_value(W) <= CONVERGED_MIN_RELATIVE
-
-
 class Handover(NamedTuple):
     """The state of a run of :func:`lbfgs_then_apg` that L-BFGS handed to APG (a rank-deficient
     optimum): what L-BFGS did, and the APG state after it."""
@@ -487,8 +490,10 @@ def lbfgs_then_apg(
     last point when the optimum is not smooth (a rank-deficient W) or the line search fails;
     the histories are joined.
 
-    A warm start at a rank-deficient point (a path's previous optimum, where L-BFGS would fail
-    and hand over) starts with APG at once: its neighbour's optimum is likely one too.
+    A warm start with many directions at the kink (more than :data:`APG_FIRST_KINK_FRACTION`
+    of them; a path's previous optimum, which APG finished) starts with APG at once: its
+    neighbour's optimum is likely one too, where L-BFGS would make little progress before it
+    handed over. With a few there, L-BFGS runs first, as from any point.
 
     Parameters
     ----------
@@ -519,7 +524,7 @@ def lbfgs_then_apg(
 
     if isinstance(state, Handover):
         res, apg_state = state
-    elif state is None and nuclear > 0 and np.any(x0) and rank_deficient(x0[rows]):
+    elif state is None and nuclear > 0 and np.any(x0) and kink_fraction(x0[rows]) > APG_FIRST_KINK_FRACTION:
         res, apg_state = SolverResult(x=x0), None
     else:
         res = lbfgs(
