@@ -866,20 +866,34 @@ def _check_cv(cv, n: int, seed) -> list:
 
 def _materialize(X, Y):
     """NumPy / CSR copies of the training data (dask inputs computed)."""
-    if hasattr(X, "dask") and is_sparse(X):
+    if hasattr(X, "dask"):
         import dask
 
-        # chunk by chunk to CSR, then stacked by scipy: pydata sparse's own concatenation
-        # compiles Numba code at its first call, seconds for a one-off copy
-        parts = dask.compute(*X.to_delayed().ravel())
-        X = sp.vstack([sp.csr_matrix(p.to_scipy_sparse() if hasattr(p, "to_scipy_sparse") else p) for p in parts])
-    elif hasattr(X, "dask"):
-        X = X.compute()
-    if hasattr(Y, "dask"):
-        Y = Y.compute()
+        X, Y = dask.compute(row_parts(X), row_parts(Y) if hasattr(Y, "dask") else Y)
+    return stack_rows(X, Y)
+
+
+def row_parts(A) -> list:
+    """The row chunks of dask ``A`` as a list of delayed blocks, for :func:`stack_rows`: the
+    chunks' task graph, without dask's own concatenation."""
+    if len(A.chunks[1]) > 1:
+        A = A.rechunk({1: -1})
+    return list(A.to_delayed().ravel())
+
+
+def stack_rows(X, Y):
+    """(X, Y) as NumPy / CSR: X a matrix or a list of row blocks (:func:`row_parts`), Y too.
+
+    Sparse blocks are converted to CSR block by block and stacked by scipy: pydata sparse's
+    own concatenation (what dask's would call) compiles Numba code at its first call in a
+    process, seconds for a one-off copy on every fresh worker.
+    """
+    if isinstance(X, list):
+        X = sp.vstack([_csr(p) for p in X], format="csr") if is_sparse(X[0]) else np.concatenate(X)
+    if isinstance(Y, list):
+        Y = np.concatenate([np.asarray(p) for p in Y])
     if is_sparse(X):
-        # CSR: fast row selection by index (COO/CSC or pydata-sparse chunks are converted).
-        X = sp.csr_matrix(X.to_scipy_sparse() if hasattr(X, "to_scipy_sparse") else X)
+        X = _csr(X)  # fast row selection by index (COO/CSC or pydata-sparse blocks are converted)
     else:
         X = np.asarray(X)
     Y = np.asarray(Y)
@@ -888,6 +902,10 @@ def _materialize(X, Y):
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
     return X, Y
+
+
+def _csr(A):
+    return sp.csr_matrix(A.to_scipy_sparse() if hasattr(A, "to_scipy_sparse") else A)
 
 
 def _as_int(value, name: str) -> int:

@@ -68,6 +68,8 @@ from dmlr.model_selection import (
     _resolve_client,
     default_scoring,
     kfold_indices,
+    row_parts,
+    stack_rows,
     unit_label_rule,
 )
 from dmlr.models.base import Axis
@@ -372,7 +374,8 @@ def _load(X, Y, client):
     if client is not None and is_dask(X):
         import dask
 
-        x, y = dask.delayed(_materialize, nout=2)(X, Y)
+        # the chunks as a list, stacked by scipy where the units run (see stack_rows)
+        x, y = dask.delayed(stack_rows, nout=2)(row_parts(X), row_parts(Y) if is_dask(Y) else Y)
         return tuple(client.compute([x, y]))
     return _materialize(X, Y)
 

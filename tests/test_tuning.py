@@ -318,6 +318,48 @@ def test_chunked_search_never_gathers_the_data(client2, monkeypatch):
     assert received and max(received) < one_fold / 10, max(received)
 
 
+def _spy_sparse_concatenation(install: bool):
+    """On a worker: count dask's concatenations of pydata sparse blocks (``install``), or
+    restore them and return the count."""
+    import sparse
+    from dask.array.dispatch import concatenate_lookup
+
+    if install:
+        real = concatenate_lookup.dispatch(sparse.GCXS)
+
+        def spy(*args, **kwargs):
+            spy.calls += 1
+            return real(*args, **kwargs)
+
+        spy.calls, spy.real = 0, real
+        concatenate_lookup.register((sparse.COO, sparse.GCXS), spy)
+        return 0
+    spy = concatenate_lookup.dispatch(sparse.GCXS)
+    concatenate_lookup.register((sparse.COO, sparse.GCXS), spy.real)
+    return spy.calls
+
+
+def test_units_data_from_sparse_chunks_are_stacked_without_pydata_concatenation(client2, tmp_path):
+    # a fresh worker's first pydata sparse concatenation compiles Numba code for seconds: the
+    # rows the units hold are stacked by scipy from the chunks, the same matrix
+    import scipy.sparse as sp
+
+    X, Y = _synthetic(n=300, d=30)
+    X[X < 0.5] = 0.0
+    store = write_dataset(tmp_path / "s.zarr", sp.csr_matrix(X), Y, chunk_rows=64)
+    Xd, Yd = dmlr.open_dataset(store).arrays(None)
+    assert len(Xd.chunks[0]) > 1 and type(Xd._meta).__module__.startswith("sparse")
+    client2.run(_spy_sparse_concatenation, True)
+    try:
+        x, y = tuning._load(Xd, Yd, client2)
+        X_held, Y_held = x.result(), y.result()
+    finally:
+        calls = client2.run(_spy_sparse_concatenation, False)
+    assert sum(calls.values()) == 0, calls
+    assert sp.isspmatrix_csr(X_held) and np.array_equal(X_held.toarray(), X)
+    np.testing.assert_array_equal(Y_held, Y)
+
+
 def test_chunked_folds_are_row_masks_over_the_chunks(monkeypatch):
     # The fits and scores of a chunked search see the selected rows of each input chunk,
     # chunk for chunk: no chunk gathers rows of several (a larger chunk, a copy on the workers).
