@@ -427,6 +427,13 @@ def _histogram_thresholds(Y, S) -> tuple[float, np.ndarray]:
             raise ValueError(f"Y and S must have the same shape, got {np.shape(Y)} and {S.shape}")
         lo, hi = float(S.min()), float(S.max())
         counts, positives = _threshold_counts(S, Y, lo, hi)
+    return _thresholds_from_counts(counts, positives, lo, hi)
+
+
+def _thresholds_from_counts(counts, positives, lo: float, hi: float) -> tuple[float, np.ndarray]:
+    """(common, per-label) thresholds of :func:`_histogram_thresholds` from the per-label
+    histograms of all scores (``counts``) and of the relevant ones (``positives``), int64 (l,
+    :data:`THRESHOLD_BINS`), on bins from ``lo`` to ``hi``."""
     edges = np.linspace(lo, hi, THRESHOLD_BINS + 1)
     n_pos = positives.sum(axis=1)
     total_pos = int(n_pos.sum())
@@ -436,6 +443,46 @@ def _histogram_thresholds(Y, S) -> tuple[float, np.ndarray]:
         common = float(_best_cut(counts.sum(axis=0, keepdims=True), positives.sum(axis=0, keepdims=True), edges)[0][0])
     own, f1 = _best_cut(counts, positives, edges)
     return common, np.where((n_pos > 0) & (f1 >= LABEL_F1_MIN), own, np.inf)
+
+
+def chunk_label_thresholds(chunks, scores, *args) -> np.ndarray:
+    """:func:`label_thresholds` of the scores of a chunk set's row blocks, computed where the
+    blocks are.
+
+    A model just fitted on the blocks (:class:`~dmlr.distributed.chunks.ChunkSet`) learns its
+    thresholds from the rows they hold, instead of reading its training rows again from where
+    they came from (a store, on a cluster). Two map-reduces over the blocks: the scores' range,
+    then the per-label histograms on it (integer counts, summed along the blocks' tree): the
+    same thresholds as :func:`label_thresholds` of the same scores, however the rows are blocked.
+
+    Parameters
+    ----------
+    chunks : ChunkSet
+        Blocks with ``Y`` int8 (m, l) of 0/1.
+    scores : callable
+        ``scores(block, *args)`` -> float64 (m, l), the block's scores.
+
+    Returns
+    -------
+    ndarray of float64, shape (l,)
+    """
+    lo, hi = chunks.map_reduce(_block_score_range, scores, *args, combine=_widest_range)
+    counts, positives = chunks.map_reduce(_block_threshold_counts, scores, lo, hi, *args)
+    common, own = _thresholds_from_counts(counts, positives, lo, hi)
+    return np.minimum(own, common)
+
+
+def _block_score_range(block, scores, *args) -> tuple[float, float]:
+    S = scores(block, *args)
+    return (float(S.min()), float(S.max())) if S.size else (math.inf, -math.inf)
+
+
+def _widest_range(a, b):
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+def _block_threshold_counts(block, scores, lo: float, hi: float, *args):
+    return _threshold_counts(scores(block, *args), block.Y, lo, hi)
 
 
 def _best_cut(counts: np.ndarray, positives: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -105,6 +105,58 @@ def test_label_thresholds_do_not_depend_on_the_chunks():
         np.testing.assert_array_equal(lazy, t)
 
 
+def _linear_problem(n=400, d=12, n_labels=5, seed=3):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[rng.random(X.shape) < 0.6] = 0.0
+    Y = ((X @ rng.normal(size=(d, n_labels)) + 0.5 * rng.normal(size=(n, n_labels))) > 0.8).astype(np.int8)
+    W = rng.normal(size=(d + 1, n_labels))  # the bias row last
+    return sp.csr_matrix(X), Y, W
+
+
+@pytest.mark.parametrize("n_blocks", [1, 3, 7])
+def test_thresholds_of_a_chunk_sets_blocks_are_those_of_the_gathered_scores(n_blocks):
+    from dmlr.distributed.chunks import make_chunkset
+    from dmlr.metrics import chunk_label_thresholds
+    from dmlr.models.base import block_linear_scores, linear_scores
+
+    X, Y, W = _linear_problem()
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=n_blocks)
+    try:
+        t = chunk_label_thresholds(chunks, block_linear_scores, W)
+    finally:
+        chunks.close()
+    np.testing.assert_array_equal(t, label_thresholds(Y, linear_scores(X, W, True)))
+
+
+def test_thresholds_of_blocks_on_the_workers_are_those_of_the_gathered_scores(client2):
+    from dmlr.distributed.chunks import make_chunkset
+    from dmlr.metrics import chunk_label_thresholds
+    from dmlr.models.base import block_linear_scores, linear_scores
+
+    X, Y, W = _linear_problem()
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=3)
+    try:
+        t = chunk_label_thresholds(chunks, block_linear_scores, W)
+    finally:
+        chunks.close()
+    np.testing.assert_array_equal(t, label_thresholds(Y, linear_scores(X, W, True)))
+
+
+def test_rbrl_learns_its_thresholds_from_its_blocks_without_reading_x_again(monkeypatch):
+    # the fitted model's thresholds are those of its scores on its training rows, computed
+    # from the blocks of the fit: the training rows' scores are not asked for again
+    X, Y, _ = _linear_problem()
+    rescored = []
+    monkeypatch.setattr(RBRL, "_label_scores", lambda self, X: rescored.append(X) or RBRL._scores_block(self, X))
+    model = RBRL(alpha=1.0, scaling=None, max_iter=50).fit(X, Y)
+    assert not rescored
+    monkeypatch.undo()
+    np.testing.assert_array_equal(model.threshold_, label_thresholds(Y, model.decision_function(X)))
+
+
 def test_every_row_gets_the_label_closest_to_its_threshold():
     S = np.array([[0.0, 0.5, 0.9], [2.0, 0.0, 0.0]])
     t = np.array([1.0, 0.6, 1.5])

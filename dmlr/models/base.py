@@ -260,18 +260,23 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
         threshold = getattr(self, "threshold_", None)
         return predict_from_scores(S, getattr(self, "threshold", 0.0) if threshold is None else threshold)
 
-    def _learn_threshold(self, X, Y):
+    def _learn_threshold(self, X, Y, blocks=None):
         """Set ``threshold_``, float64 (n_labels,): ``threshold`` for every label, or with "auto"
         :func:`dmlr.metrics.label_thresholds` of the model's scores on (X, Y), its (scaled)
-        training rows: one scoring pass, map-reduced for dask. A class vector's labels are its
-        highest score, not thresholds: its ``threshold_`` is then 0. Returns self."""
-        from dmlr.metrics import label_thresholds
+        training rows: one scoring pass, map-reduced for dask. With ``blocks``, ``(chunks,
+        scores, *args)``, the rows held by the chunk set the model was fitted on, scored by
+        ``scores(block, *args)`` where they are (:func:`dmlr.metrics.chunk_label_thresholds`),
+        X is not read again. A class vector's labels are its highest score, not thresholds:
+        its ``threshold_`` is then 0. Returns self."""
+        from dmlr.metrics import chunk_label_thresholds, label_thresholds
 
         n_labels = int(np.shape(Y)[1])
         if self.threshold != "auto":
             self.threshold_ = np.full(n_labels, float(self.threshold))
         elif self.target_type_ != "multilabel":
             self.threshold_ = np.zeros(n_labels)
+        elif blocks is not None:
+            self.threshold_ = chunk_label_thresholds(*blocks)
         else:
             self.threshold_ = label_thresholds(Y, self._label_scores(X))
         return self
@@ -397,6 +402,12 @@ def linear_scores(X, W, fit_intercept: bool):
     if fit_intercept:
         X = append_bias(X)
     return np.asarray(X @ W)
+
+
+def block_linear_scores(block, W):
+    """:func:`linear_scores` of a training block (:class:`~dmlr.data.blocks.Block`, its bias
+    column already appended where the model fits one), float64 (m, n_labels)."""
+    return np.asarray(block.X @ W)
 
 
 class LinearModel(BaseModel):

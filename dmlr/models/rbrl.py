@@ -43,6 +43,7 @@ from dmlr.models.base import (
     THRESHOLD,
     Axis,
     BaseModel,
+    block_linear_scores,
     half_decades,
     linear_scores,
     register_model,
@@ -152,8 +153,7 @@ class _RBRLBase(BaseModel):
         self.lipschitz_ = res.lipschitz
         self.n_backtracks_ = res.n_backtracks
         self.n_restarts_ = res.n_restarts
-        self.n_labels_ = int(np.shape(Y)[1])
-        self._learn_threshold(X, Y)
+        self.n_labels_ = int(np.shape(Y)[1])  # _fit_arrays learned threshold_ (_learn_threshold)
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
@@ -480,9 +480,10 @@ class RBRL(_RBRLBase):
             x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
+            self.coef_ = res.x
+            self._learn_threshold(X, Y, blocks=(chunks, block_linear_scores, res.x))  # the rows in hand
         finally:
             chunks.close()
-        self.coef_ = res.x
         return res
 
     def _penalized_rows(self) -> slice:
@@ -598,8 +599,13 @@ class KernelRBRL(_RBRLBase):
 
     def _fit_arrays(self, X, Y, ckpt):
         spec = KernelSpec.resolve(self.kernel, self.gamma, self.degree, self.coef0, X.shape[1])
-        if self.n_components is not None:
-            return self._fit_approximate(X, Y, spec, ckpt)
+        fit = self._fit_approximate if self.n_components is not None else self._fit_exact
+        res = fit(X, Y, spec, ckpt)
+        self._learn_threshold(X, Y)
+        return res
+
+    def _fit_exact(self, X, Y, spec, ckpt):
+        """The kernel model on the exact kernel matrix (its solver result)."""
         X_all = as_matrix(X.compute() if hasattr(X, "dask") else X)
         chunks = make_chunkset(
             X_all, Y if not hasattr(Y, "dask") else Y.compute(), fit_intercept=False, **chunk_options()
