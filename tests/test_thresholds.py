@@ -116,28 +116,15 @@ def _linear_problem(n=400, d=12, n_labels=5, seed=3):
     return sp.csr_matrix(X), Y, W
 
 
-@pytest.mark.parametrize("n_blocks", [1, 3, 7])
-def test_thresholds_of_a_chunk_sets_blocks_are_those_of_the_gathered_scores(n_blocks):
+@pytest.mark.parametrize("backend, n_blocks", [("local", 1), ("local", 3), ("local", 7), ("dask", 3)])
+def test_thresholds_of_a_chunk_sets_blocks_are_those_of_the_gathered_scores(request, backend, n_blocks):
     from dmlr.distributed.chunks import make_chunkset
     from dmlr.metrics import chunk_label_thresholds
     from dmlr.models.base import block_linear_scores, linear_scores
 
     X, Y, W = _linear_problem()
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local", n_blocks=n_blocks)
-    try:
-        t = chunk_label_thresholds(chunks, block_linear_scores, W)
-    finally:
-        chunks.close()
-    np.testing.assert_array_equal(t, label_thresholds(Y, linear_scores(X, W, True)))
-
-
-def test_thresholds_of_blocks_on_the_workers_are_those_of_the_gathered_scores(client2):
-    from dmlr.distributed.chunks import make_chunkset
-    from dmlr.metrics import chunk_label_thresholds
-    from dmlr.models.base import block_linear_scores, linear_scores
-
-    X, Y, W = _linear_problem()
-    chunks = make_chunkset(X, Y, fit_intercept=True, backend="dask", client=client2, n_blocks=3)
+    where = {"client": request.getfixturevalue("client2")} if backend == "dask" else {}  # blocks on 2 workers
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend=backend, n_blocks=n_blocks, **where)
     try:
         t = chunk_label_thresholds(chunks, block_linear_scores, W)
     finally:
