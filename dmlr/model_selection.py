@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.config import config_context
-from dmlr.data.arrays import is_sparse
+from dmlr.data.arrays import as_csr, is_dask, is_sparse
 from dmlr.metrics import LABEL_METRICS, METRIC_NAMES, multilabel_metrics
 from dmlr.progress import SearchProgress
 
@@ -866,46 +866,40 @@ def _check_cv(cv, n: int, seed) -> list:
 
 def _materialize(X, Y):
     """NumPy / CSR copies of the training data (dask inputs computed)."""
-    if hasattr(X, "dask"):
+    if is_dask(X) or is_dask(Y):
         import dask
 
-        X, Y = dask.compute(row_parts(X), row_parts(Y) if hasattr(Y, "dask") else Y)
+        X, Y = dask.compute(row_parts(X), row_parts(Y))
     return stack_rows(X, Y)
 
 
-def row_parts(A) -> list:
+def row_parts(A):
     """The row chunks of dask ``A`` as a list of delayed blocks, for :func:`stack_rows`: the
-    chunks' task graph, without dask's own concatenation."""
+    chunks' task graph, without dask's own concatenation. Any other ``A`` as it is."""
+    if not is_dask(A):
+        return A
     if len(A.chunks[1]) > 1:
         A = A.rechunk({1: -1})
     return list(A.to_delayed().ravel())
 
 
 def stack_rows(X, Y):
-    """(X, Y) as NumPy / CSR: X a matrix or a list of row blocks (:func:`row_parts`), Y too.
+    """(X, Y) as NumPy / CSR (fast row selection by index): X a matrix or a list of row blocks
+    (:func:`row_parts`), Y too.
 
     Sparse blocks are converted to CSR block by block and stacked by scipy: pydata sparse's
     own concatenation (what dask's would call) compiles Numba code at its first call in a
     process, seconds for a one-off copy on every fresh worker.
     """
     if isinstance(X, list):
-        X = sp.vstack([_csr(p) for p in X], format="csr") if is_sparse(X[0]) else np.concatenate(X)
-    if isinstance(Y, list):
-        Y = np.concatenate([np.asarray(p) for p in Y])
-    if is_sparse(X):
-        X = _csr(X)  # fast row selection by index (COO/CSC or pydata-sparse blocks are converted)
-    else:
-        X = np.asarray(X)
-    Y = np.asarray(Y)
+        X = sp.vstack([as_csr(p) for p in X], format="csr") if is_sparse(X[0]) else np.concatenate(X)
+    X = as_csr(X) if is_sparse(X) else np.asarray(X)
+    Y = np.concatenate([np.asarray(p) for p in Y]) if isinstance(Y, list) else np.asarray(Y)
     if X.ndim != 2 or Y.ndim != 2:
         raise ValueError(f"X and Y must be 2-D, got shapes {X.shape} and {Y.shape}")
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
     return X, Y
-
-
-def _csr(A):
-    return sp.csr_matrix(A.to_scipy_sparse() if hasattr(A, "to_scipy_sparse") else A)
 
 
 def _as_int(value, name: str) -> int:

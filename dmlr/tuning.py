@@ -375,7 +375,7 @@ def _load(X, Y, client):
         import dask
 
         # the chunks as a list, stacked by scipy where the units run (see stack_rows)
-        x, y = dask.delayed(stack_rows, nout=2)(row_parts(X), row_parts(Y) if is_dask(Y) else Y)
+        x, y = dask.delayed(stack_rows, nout=2)(row_parts(X), row_parts(Y))
         return tuple(client.compute([x, y]))
     return _materialize(X, Y)
 

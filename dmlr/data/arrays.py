@@ -113,14 +113,18 @@ def chunk_rows(A, idx):
     return da.concatenate(parts, axis=0)
 
 
+def as_csr(X):
+    """A scipy or pydata ``sparse`` matrix (GCXS/COO, the chunk types of sparse dask arrays)
+    as scipy CSR, its dtype kept."""
+    return sp.csr_matrix(X.to_scipy_sparse() if hasattr(X, "to_scipy_sparse") else X)
+
+
 def as_matrix(X):
     """Return a chunk as float64 dense ndarray or float64 scipy CSR.
 
     Accepts numpy arrays, scipy.sparse matrices and pydata ``sparse`` arrays
     (GCXS/COO, the chunk types of sparse dask arrays).
     """
-    if sp.issparse(X):
-        return sp.csr_matrix(X, dtype=np.float64)
-    if hasattr(X, "to_scipy_sparse"):  # pydata sparse
-        return sp.csr_matrix(X.to_scipy_sparse(), dtype=np.float64)
+    if sp.issparse(X) or hasattr(X, "to_scipy_sparse"):
+        return sp.csr_matrix(as_csr(X), dtype=np.float64)
     return np.ascontiguousarray(np.asarray(X, dtype=np.float64))
