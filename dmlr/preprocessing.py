@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import gcxs_from_csr, gcxs_meta, is_dask, is_sparse
+from dmlr.data.arrays import gcxs_from_csr, gcxs_meta, is_dask, is_sparse, to_scipy
 
 #: ``scaling=`` values.
 SCALINGS = ("auto", "standard", "maxabs", "tfidf")
@@ -96,8 +96,7 @@ def fit_scaling(X, method: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _column_nonzeros(X) -> np.ndarray:
     """Nonzero entries per column of one chunk (dense, scipy or pydata sparse), int64 (1, d)."""
-    if hasattr(X, "to_scipy_sparse"):
-        X = X.to_scipy_sparse()
+    X = to_scipy(X)
     if sp.issparse(X):
         X = sp.csr_matrix(X)  # shares the caller's arrays: read them, never prune them in place
         counts = np.bincount(X.indices[X.data != 0], minlength=X.shape[1])
@@ -108,8 +107,7 @@ def _column_nonzeros(X) -> np.ndarray:
 
 def _column_max_abs(X) -> np.ndarray:
     """Largest absolute value per column of one chunk (dense, scipy or pydata sparse), float64 (1, d)."""
-    if hasattr(X, "to_scipy_sparse"):
-        X = X.to_scipy_sparse()
+    X = to_scipy(X)
     if X.shape[0] == 0:
         return np.zeros((1, X.shape[1]))
     top = abs(sp.csr_matrix(X)).max(axis=0).toarray() if sp.issparse(X) else np.abs(X).max(axis=0)
@@ -131,7 +129,7 @@ def _round(v: np.ndarray) -> np.ndarray:
 def _scale_block(X, offset, inv_scale, center: bool, rows: bool = False):
     """One chunk scaled: centred (``center``), columns times ``inv_scale``, rows to unit norm (``rows``)."""
     if hasattr(X, "to_scipy_sparse"):  # pydata sparse chunk (a sparse store): stay GCXS
-        return gcxs_from_csr(_scale_block(X.to_scipy_sparse(), offset, inv_scale, center, rows))
+        return gcxs_from_csr(_scale_block(to_scipy(X), offset, inv_scale, center, rows))
     if sp.issparse(X):
         m = sp.csr_matrix(sp.csr_matrix(X, dtype=np.float64) @ sp.diags(inv_scale))
         if rows:

@@ -25,15 +25,11 @@ import scipy.sparse as sp
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dmlr.data.arrays import is_dask
+from dmlr.data.arrays import is_dask, to_scipy
 from dmlr.errors import DmlrInputError
 
 #: ``target_type_`` values.
 TARGET_TYPES = ("multilabel", "binary", "multiclass")
-
-
-def _to_scipy(X):
-    return X.to_scipy_sparse() if hasattr(X, "to_scipy_sparse") else X
 
 
 def _check_dask_X(est, X, reset: bool):
@@ -61,7 +57,7 @@ def check_X(est, X, *, reset: bool):
     """
     if is_dask(X):
         return _check_dask_X(est, X, reset)
-    X = _to_scipy(X)
+    X = to_scipy(X)
     try:
         return validate_data(est, X, reset=reset, accept_sparse="csr", dtype=np.float64, ensure_min_samples=1)
     except ValueError as e:

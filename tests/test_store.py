@@ -245,3 +245,20 @@ def test_a_later_process_loads_pydata_sparse_s_chunk_check_from_numba_s_cache(tw
     first, later = (tuple(map(int, out.split())) for out in two_fresh_processes(code, timeout=300))
     assert first == (2, 0)  # (compiled, loaded): the meta's dtypes and the chunk's
     assert later == (0, 2)
+
+
+def test_chunks_of_every_kind_reach_scipy_with_their_values_and_dtype():
+    """``to_scipy`` turns a pydata sparse chunk into scipy and leaves numpy and scipy as they are;
+    ``as_csr`` gives CSR of the same values and dtype from either sparse kind."""
+    from dmlr.data.arrays import as_csr, gcxs_from_csr, is_sparse, to_scipy
+
+    m = sp.random(6, 4, density=0.5, format="csr", dtype=np.float32, random_state=0)
+    dense = m.toarray()
+    g = gcxs_from_csr(m)
+    assert sp.issparse(to_scipy(g)) and is_sparse(g)
+    np.testing.assert_array_equal(to_scipy(g).toarray(), dense)
+    assert to_scipy(m) is m and to_scipy(dense) is dense and not is_sparse(dense)
+    for x in (m, g, sp.coo_matrix(m)):
+        c = as_csr(x)
+        assert c.format == "csr" and c.dtype == np.float32
+        np.testing.assert_array_equal(c.toarray(), dense)

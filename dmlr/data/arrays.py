@@ -29,6 +29,12 @@ def is_sparse(a) -> bool:
     return type(a).__module__.startswith("sparse")
 
 
+def to_scipy(a):
+    """A pydata ``sparse`` array (GCXS/COO, the chunk types of sparse dask arrays) as scipy
+    sparse; anything else (numpy, scipy) as it is."""
+    return a.to_scipy_sparse() if hasattr(a, "to_scipy_sparse") else a
+
+
 def gcxs_meta(dtype):
     """The meta of a dask array of pydata ``sparse.GCXS`` (CSR) row chunks: an empty 0 x 0 GCXS.
 
@@ -76,7 +82,7 @@ def take_rows(chunk, rows):
     A pydata sparse chunk is cut in scipy (:func:`gcxs_meta` says why).
     """
     if hasattr(chunk, "to_scipy_sparse"):
-        return gcxs_from_csr(sp.csr_matrix(chunk.to_scipy_sparse())[rows])
+        return gcxs_from_csr(sp.csr_matrix(to_scipy(chunk))[rows])
     return chunk[rows]
 
 
@@ -116,7 +122,7 @@ def chunk_rows(A, idx):
 def as_csr(X):
     """A scipy or pydata ``sparse`` matrix (GCXS/COO, the chunk types of sparse dask arrays)
     as scipy CSR, its dtype kept."""
-    return sp.csr_matrix(X.to_scipy_sparse() if hasattr(X, "to_scipy_sparse") else X)
+    return sp.csr_matrix(to_scipy(X))
 
 
 def as_matrix(X):

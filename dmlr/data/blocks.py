@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from dmlr.data.arrays import as_matrix
+from dmlr.data.arrays import as_matrix, is_sparse
 
 
 @dataclass
@@ -85,7 +85,7 @@ def concat_blocks(parts_X, parts_Y, fit_intercept: bool, *, consume: bool = Fals
     Y = np.ascontiguousarray(Y, dtype=np.int8)
     if len(parts_X) == 1 and not fit_intercept:
         return Block(X=as_matrix(parts_X[0]), Y=Y)
-    sparse = sp.issparse(parts_X[0]) or hasattr(parts_X[0], "to_scipy_sparse")
+    sparse = is_sparse(parts_X[0])
     X = _stack_csr(parts_X, fit_intercept, consume) if sparse else _stack_dense(parts_X, fit_intercept)
     return Block(X=X, Y=Y)
 
@@ -96,7 +96,7 @@ def _stack_dense(parts, bias: bool) -> np.ndarray:
     a = 0
     for p in parts:
         b = a + int(p.shape[0])
-        out[a:b, :d] = as_matrix(p) if sp.issparse(p) or hasattr(p, "to_scipy_sparse") else p
+        out[a:b, :d] = as_matrix(p) if is_sparse(p) else p
         a = b
     if bias:
         out[:, d] = 1.0

@@ -1000,7 +1000,7 @@ def _stream_block(parts_X, parts_Y, n_rows: int, d: int, l: int, fit_intercept: 
         b = a + int(px.shape[0])
         if a == 0 and b == n_rows and not fit_intercept:  # one part: no copy needed
             return concat_blocks([px], [py], fit_intercept)
-        if a == 0 and (sp.issparse(px) or hasattr(px, "to_scipy_sparse")):
+        if a == 0 and is_sparse(px):
             csr = []
         Y[a:b] = py
         if csr is not None:

@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config, stream_where
-from dmlr.data.arrays import as_matrix, is_dask
+from dmlr.data.arrays import as_matrix, is_dask, to_scipy
 from dmlr.errors import DmlrInputError
 from dmlr.models.base import NOT_A_ZERO_THRESHOLD, SCALING, SEED, BaseModel, register_model, store_params
 from dmlr.solvers.oml import (  # noqa: F401 (the update's functions, public names of this module too)
@@ -114,9 +114,7 @@ def _rows(X, a, b):
     part = X[a:b]
     if is_dask(part):
         part = part.compute()
-    if hasattr(part, "to_scipy_sparse"):
-        part = part.to_scipy_sparse()
-    return part
+    return to_scipy(part)
 
 
 class _NeighbourModel(BaseModel):
