@@ -18,18 +18,26 @@ Each row gives seconds and test P@1, P@3, P@5 (rows with no relevant label count
 as precision 0, as :func:`dmlr.evaluate` does), ranking loss and average
 precision. ``ratio`` is dmlr's total over its final fit alone; the goal is at most
 2 (or the final fit plus 10 s) on every set of 10,000 training rows or more.
+``iters`` is the final fit's iterations (the solver's oracle calls), with its
+milliseconds per iteration (between its first and last recorded objective): a
+fit's iterations depend on the order in which its row blocks' sums are added, so
+two runs can differ in iterations as well as in time per iteration.
 
 ``--workers 1 2`` runs dmlr inside local clusters of 1 and 2 single-thread workers
 (and prints the speedup of the default fit from the first to the last count)
 instead of in this process; ``--repeats N`` runs the counts N times in turns and
 prints each speedup and their median (on a small machine one run's speedup moves by
-several percent). Run::
+several percent). The fits on the workers have one row block per worker thread, so
+1 and 2 workers sum in different orders; ``--blocks N`` gives every fit N blocks (the
+execution setting ``n_blocks``), hence the same iterations on any worker count, so
+that the speedup is that of the time per iteration. Run::
 
     DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
-        [--repeats N] [--docs]
+        [--repeats N] [--blocks N] [--docs]
 
 ``--docs`` also writes the table to ``docs/benchmarks/time_to_model.txt``
-(``time_to_model_workers.txt`` with ``--workers``).
+(``time_to_model_workers.txt`` with ``--workers``, ``time_to_model_workers_blocks<N>.txt``
+with ``--blocks N`` too).
 """
 
 from __future__ import annotations
@@ -67,6 +75,10 @@ def run_dmlr(store: Path) -> dict:
     search = getattr(model, "search_seconds_", 0.0)
     X, Y = dmlr.open_dataset(store).arrays("train")
     _, final_alone = timed(clone(model).fit, X, Y)
+    from dmlr.api import final_estimator
+
+    final = final_estimator(model)
+    iters = getattr(final, "n_iter_", None)
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
     chosen = ", ".join(f"{k}={v:.3g}" for k, v in getattr(model, "best_params_", {}).items())
     rows = getattr(getattr(model, "search_", None), "n_rows", None)
@@ -75,9 +87,16 @@ def run_dmlr(store: Path) -> dict:
         search=search,
         final=total - search,
         final_alone=final_alone,
+        iters=iters,
+        ms_per_iter=_ms_per_iteration(getattr(final, "objective_seconds_", ())),
         choice=f"{type(model).__name__} {chosen} stages={rows}",
         **values,
     )
+
+
+def _ms_per_iteration(seconds) -> float | None:
+    """Milliseconds per iteration of the solver, from the times at which it recorded its objective."""
+    return 1e3 * (seconds[-1] - seconds[0]) / (len(seconds) - 1) if len(seconds) > 1 else None
 
 
 def run_sklearn(store: Path, scaling: str) -> dict:
@@ -154,9 +173,12 @@ def line(name: str, who: str, r: dict | None) -> str:
     extra = ""
     if "search" in r:
         ratio = r["total"] / r["final_alone"] if r["final_alone"] > 0 else float("nan")
+        iters = f"  iters {r['iters']:4d}" if r.get("iters") else ""
+        if iters and r.get("ms_per_iter"):
+            iters += f" ({r['ms_per_iter']:5.1f} ms)"
         extra = (
             f"  search {r['search']:7.1f}  final {r['final']:6.1f}  alone {r['final_alone']:6.1f}  "
-            f"ratio {ratio:4.1f}  {r['choice']}"
+            f"ratio {ratio:4.1f}{iters}  {r['choice']}"
         )
     return f"{name:22} {who:12} {r['total']:8.1f} {cells}{extra}"
 
@@ -165,10 +187,12 @@ def main(argv=None) -> int:
     p = parser(__doc__, sets=SETS, workdir=None)
     p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
     p.add_argument("--repeats", type=int, default=1, help="with --workers: runs of each count, in turns")
+    p.add_argument("--blocks", type=int, default=None, help="with --workers: row blocks of every fit")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
     args = p.parse_args(argv)
-    with tee("time_to_model_workers" if args.workers else "time_to_model", args.docs):
+    name = "time_to_model_workers" if args.workers else "time_to_model"
+    with tee(f"{name}_blocks{args.blocks}" if args.workers and args.blocks else name, args.docs):
         return _run(args)
 
 
@@ -186,7 +210,11 @@ def _run(args) -> int:
             for _ in range(args.repeats):  # the worker counts in turns, so that they share the machine's drift
                 totals = []
                 for n in args.workers:
-                    with local_cluster(n, 1) as cluster, Client(cluster) as client:
+                    with (
+                        local_cluster(n, 1) as cluster,
+                        Client(cluster) as client,
+                        dmlr.config_context(n_blocks=args.blocks),
+                    ):
                         client.run(lambda: None)
                         r = run_dmlr(store)
                     totals.append(r["total"])
