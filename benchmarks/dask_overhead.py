@@ -33,8 +33,14 @@ iteration, or a rejected step), in ms, medians over the steps of
 Then the transport alone: a no-op block call on every worker carrying
 nothing, W or W's factors at the rank reached, and returning nothing or a
 d x l matrix, the variants in turns, median of ``--repeats`` calls each.
-The next table compares the models of fits made with one path only
-(largest coefficient difference over the largest coefficient).
+Then what shipping the factors changes in the message: for W and its factors
+at the ranks reached, the frames Dask writes for a block call's argument
+(``distributed.protocol.dumps`` of ``to_serialize(point)``, as the calls send
+it), their bytes, the serializer Dask picked, the seconds to write and read
+them back, and the seconds a worker takes to form W from the factors
+(:meth:`dmlr.solvers.prox.LowRank.expand`, one BLAS thread), medians of
+``--repeats``. The next table compares the models of fits made with one path
+only (largest coefficient difference over the largest coefficient).
 
 L-BFGS (``solver="lbfgs"``, the default): fits of ``--iters`` oracle calls
 at ``alpha_nuclear=0.1`` (W full rank, where L-BFGS runs; factors never
@@ -69,7 +75,7 @@ import time
 import cloudpickle
 import numpy as np
 import rbrl_speed
-from _common import in_turns, parser, tee, work_folder
+from _common import in_turns, parser, seconds_of, tee, work_folder
 
 import dmlr
 from dmlr.datasets import synthetic_store
@@ -224,6 +230,40 @@ def transport_table(client, X, Y, ranks, repeats):
         print(f"| {label} | {out} | {'%.2f MB' % (8 * d * l / 1e6) if back else '-'} | {ms:.2f} | {ms - base:.2f} |")
 
 
+def serialization_table(d: int, l: int, ranks, repeats: int) -> None:
+    """Frames, bytes, serializer and (de)serialization time of W and of its factors at ``ranks``,
+    and the time to expand the factors on one BLAS thread (see the module)."""
+    from distributed.protocol import dumps, loads, serialize, to_serialize
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    points = [("W", rng.normal(size=(d, l)))]
+    for k in sorted(set(ranks)):
+        if (d + l) * k < d * l:
+            low = LowRank(rng.normal(size=(d, k)), np.ascontiguousarray(rng.normal(size=(l, k))).T)
+            points.append((f"factors (rank {k})", low))
+
+    def median_ms(fn):
+        return 1000 * float(np.median(seconds_of(fn, repeats)))
+
+    print(
+        f"\n| a block call's point, {d} x {l}, median of {repeats} | frames | MB | serializer | dumps ms | loads ms "
+        "| expand ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label, point in points:
+        frames = dumps({"args": [to_serialize(point)]})
+        nbytes = sum(memoryview(f).nbytes for f in frames)
+        family = serialize(point)[0].get("serializer", "-")
+        with threadpool_limits(1, user_api="blas"):
+            expand = median_ms(point.expand) if isinstance(point, LowRank) else float("nan")
+        print(
+            f"| {label} | {len(frames)} | {nbytes / 1e6:.2f} | {family} | "
+            f"{median_ms(lambda p=point: dumps({'args': [to_serialize(p)]})):.3f} | "
+            f"{median_ms(lambda f=frames: loads(f)):.3f} | {expand:.3f} |"
+        )
+
+
 def main(argv=None):
     ap = parser(__doc__, full_doc=True, workdir=None, docs="dask_overhead")
     ap.add_argument("--iters", type=int, default=30)
@@ -280,6 +320,7 @@ def run(X, Y, alphas, args):
         print("|---|---|" + "---|" * len(LBFGS_PARTS))
         print(f"| alpha_nuclear=0.1 | {len(lbfgs_steps)} | " + " | ".join(f"{v:.1f}" for v in med) + " |")
         transport_table(client, X, Y, ranks.values(), args.repeats)
+        serialization_table(X.shape[1] + 1, Y.shape[1], ranks.values(), args.repeats)
         for a in alphas:  # one path per fit: the models must agree
             for p, fraction in PATHS.items():
                 rbrl_module.ChunkOracle.max_factor_fraction = fraction
