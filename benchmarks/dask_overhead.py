@@ -38,8 +38,9 @@ at the ranks reached, the frames Dask writes for a block call's argument
 (``distributed.protocol.dumps`` of ``to_serialize(point)``, as the calls send
 it), their bytes, the serializer Dask picked, the seconds to write and read
 them back, and the seconds a worker takes to form W from the factors
-(:meth:`dmlr.solvers.prox.LowRank.expand`, one BLAS thread), medians of
-``--repeats``. The next table compares the models of fits made with one path
+(:meth:`dmlr.solvers.prox.LowRank.expand`): here, on one BLAS thread, and
+inside a block call on the workers, where each call forms a new d x l array
+from factors just received; medians of ``--repeats``. The next table compares the models of fits made with one path
 only (largest coefficient difference over the largest coefficient).
 
 L-BFGS (``solver="lbfgs"``, the default): fits of ``--iters`` oracle calls
@@ -211,6 +212,7 @@ def _null_call(block, point, back):
 
 
 def transport_table(client, X, Y, ranks, repeats):
+    """The no-op calls' table (see the module); returns their chunk set, still open."""
     chunks = make_chunkset(X[:2048], Y[:2048], fit_intercept=True, backend="dask", client=client)
     d, l = X.shape[1] + 1, Y.shape[1]
     rng = np.random.default_rng(0)
@@ -223,7 +225,6 @@ def transport_table(client, X, Y, ranks, repeats):
             variants += [(f"factors (rank {k}) out", low, False), (f"factors (rank {k}) out, W back", low, True)]
     calls = {label: (lambda p=point, b=back: chunks.map_blocks(_null_call, p, b)) for label, point, back in variants}
     times = {label: [1000 * s for s in seconds] for label, seconds in in_turns(calls, repeats).items()}
-    chunks.close()
     print(
         f"\n| no-op call on {chunks.n_blocks} workers, variants in turns, median of {repeats} | out | back | ms "
         "| ms above the empty call |"
@@ -234,11 +235,20 @@ def transport_table(client, X, Y, ranks, repeats):
         out = "-" if point is tiny else f"{8 * point.size / 1e6:.2f} MB"
         ms = float(np.median(times[label]))
         print(f"| {label} | {out} | {'%.2f MB' % (8 * d * l / 1e6) if back else '-'} | {ms:.2f} | {ms - base:.2f} |")
+    return chunks
 
 
-def serialization_table(d: int, l: int, ranks, repeats: int) -> None:
+def _expand_ms(block, point) -> float:
+    """Milliseconds a block call takes to form W from the factors it received."""
+    t = time.perf_counter()
+    point.expand()
+    return 1000 * (time.perf_counter() - t)
+
+
+def serialization_table(chunks, d: int, l: int, ranks, repeats: int) -> None:
     """Frames, bytes, serializer and (de)serialization time of W and of its factors at ``ranks``,
-    and the time to expand the factors on one BLAS thread (see the module)."""
+    and the time to expand the factors here on one BLAS thread and in a block call on the
+    workers of ``chunks`` (see the module)."""
     from distributed.protocol import dumps, loads, serialize, to_serialize
     from threadpoolctl import threadpool_limits
 
@@ -254,19 +264,22 @@ def serialization_table(d: int, l: int, ranks, repeats: int) -> None:
 
     print(
         f"\n| a block call's point, {d} x {l}, median of {repeats} | frames | MB | serializer | dumps ms | loads ms "
-        "| expand ms |"
+        "| expand ms here | expand ms in a block call |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for label, point in points:
         frames = dumps({"args": [to_serialize(point)]})
         nbytes = sum(memoryview(f).nbytes for f in frames)
         family = serialize(point)[0].get("serializer", "-")
-        with threadpool_limits(1, user_api="blas"):
-            expand = median_ms(point.expand) if isinstance(point, LowRank) else float("nan")
+        expand = on_workers = float("nan")
+        if isinstance(point, LowRank):
+            with threadpool_limits(1, user_api="blas"):
+                expand = median_ms(point.expand)
+            on_workers = float(np.median([chunks.map_blocks(_expand_ms, point) for _ in range(repeats)]))
         print(
             f"| {label} | {len(frames)} | {nbytes / 1e6:.2f} | {family} | "
             f"{median_ms(lambda p=point: dumps({'args': [to_serialize(p)]})):.3f} | "
-            f"{median_ms(lambda f=frames: loads(f)):.3f} | {expand:.3f} |"
+            f"{median_ms(lambda f=frames: loads(f)):.3f} | {expand:.3f} | {on_workers:.3f} |"
         )
 
 
@@ -325,8 +338,9 @@ def run(X, Y, alphas, args):
         )
         print("|---|---|" + "---|" * len(LBFGS_PARTS))
         print(f"| alpha_nuclear=0.1 | {len(lbfgs_steps)} | " + " | ".join(f"{v:.1f}" for v in med) + " |")
-        transport_table(client, X, Y, ranks.values(), args.repeats)
-        serialization_table(X.shape[1] + 1, Y.shape[1], ranks.values(), args.repeats)
+        chunks = transport_table(client, X, Y, ranks.values(), args.repeats)
+        serialization_table(chunks, X.shape[1] + 1, Y.shape[1], ranks.values(), args.repeats)
+        chunks.close()
         for a in alphas:  # one path per fit: the models must agree
             for p, fraction in PATHS.items():
                 rbrl_module.ChunkOracle.max_factor_fraction = fraction
