@@ -757,9 +757,10 @@ class UnitRunner:
         from distributed import Future
 
         from dmlr.distributed.chunks import LOST_WORKER_WAIT
+        from dmlr.distributed.client import cluster_workers
 
         client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(cluster_workers(client))
         here = [a for a in self.shared if not isinstance(a, Future)]
         sent = iter(client.scatter(here, broadcast=True, hash=False) if here else [])
         common = [a if isinstance(a, Future) else next(sent) for a in self.shared]

@@ -32,7 +32,7 @@ from distributed.utils import key_split
 
 import dmlr
 from dmlr.distributed.chunks import ClusterChunks
-from dmlr.distributed.client import WORKER_ENVIRON
+from dmlr.distributed.client import WORKER_ENVIRON, cluster_workers
 
 # The one fit call of the test; tol=0 runs exactly max_iter iterations, so the fault
 # fit can be compared iterate by iterate.
@@ -117,7 +117,7 @@ def phase_fit(client, store):
         "scheduler": versions["scheduler"]["host"]["python"],
         **{a: v["host"]["python"] for a, v in versions["workers"].items()},
     }
-    names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+    names = {a: w["name"] for a, w in cluster_workers(client).items()}
     report = dict(
         compare(model, reference),
         versions_error=versions_error,
@@ -150,7 +150,7 @@ def _counts(dask_scheduler, name=BlockCounter.name):
 
 def phase_fault(client, store, reference):
     client.register_plugin(BlockCounter())
-    names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+    names = {a: w["name"] for a, w in cluster_workers(client).items()}
     killed = {}
     calls = [0]
 
@@ -188,7 +188,7 @@ def phase_fault(client, store, reference):
     finally:
         for name, original in originals.items():
             setattr(ClusterChunks, name, original)
-    left = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
+    left = sorted(w["name"] for w in cluster_workers(client).values())
     return dict(
         compare(model, reference),
         kill_at=KILL_AT,

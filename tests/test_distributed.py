@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import dmlr
 from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import _group_bounds, choose_backend, tree_reduce
+from dmlr.distributed.client import cluster_workers
 from dmlr.models import RBRL, KernelRBRL
 
 PARAMS = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=150, tol=1e-6)
@@ -300,7 +301,7 @@ def test_closed_chunks_leave_no_block_or_actor_on_the_workers(small_store, clien
         keys = [f.key for f in chunks.futures] + [a.key for a in chunks._actors]
         assert any(client2.run(_keys_held, keys).values())
         chunks.close()
-        assert client2.run(_keys_held, keys) == {w: [] for w in client2.scheduler_info()["workers"]}
+        assert client2.run(_keys_held, keys) == {w: [] for w in cluster_workers(client2)}
     finally:
         gc.enable()
 
@@ -619,7 +620,14 @@ def test_worker_groups_and_their_placement():
         def __init__(self, n, memory):
             self.info = {f"tcp://w{i}": {"memory_limit": memory, "nthreads": 1} for i in range(n)}
 
-        def scheduler_info(self):
+        def sync(self, fn, **kwargs):  # as a client asks its scheduler (cluster_workers)
+            return fn(**kwargs)
+
+        @property
+        def scheduler(self):
+            return self
+
+        def identity(self, n_workers):
             return {"workers": self.info}
 
     client = FakeClient(5, 8 * MEMORY_HEADROOM * 100)  # each worker holds 800 bytes of data with room
@@ -645,3 +653,20 @@ def test_a_search_with_a_client_not_current_leaves_dask_settings_as_they_were(cl
         model = dmlr.fit(small_store, "rbrl", client=cluster2, alpha_nuclear=0.1, max_iter=30, tol=0.0, verbose=0)
     assert dask.config.get("scheduler", None) == before
     assert "alpha" in model.best_params_ and model.backend_ == "dask"
+
+
+def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(client2, monkeypatch):
+    """distributed's periodic refresh of a client's cached identity lists no worker; placing
+    blocks or choosing groups from that cache found "no workers" on a live cluster."""
+    from dmlr.distributed.chunks import cluster_block_count, placement_workers
+    from dmlr.distributed.placement import memory_limit, worker_groups
+
+    async def refresh_without_workers(n_workers=0):  # what the periodic refresh leaves
+        client2._scheduler_identity = {**client2._scheduler_identity, "workers": {}}
+
+    monkeypatch.setattr(client2, "_update_scheduler_info", refresh_without_workers)
+    assert client2.scheduler_info()["workers"] == {}  # the cache, as a racing refresh leaves it
+    assert len(placement_workers(client2)) == 2
+    assert cluster_block_count(client2) == 2
+    assert len(worker_groups(client2, 1)) == 2
+    assert memory_limit(client2) == min(w["memory_limit"] for w in cluster_workers(client2).values())

@@ -46,6 +46,7 @@ from distributed.utils import key_split
 import dmlr
 from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import ClusterChunks
+from dmlr.distributed.client import cluster_workers
 
 # tol=0: the fit runs exactly max_iter iterations
 #: APG's adaptive rule: its speculative calls are what the kills interrupt (L-BFGS: below).
@@ -189,7 +190,7 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
 
 def _assert_victim_gone(client, pids, killed):
     assert killed, "the kill was never triggered"
-    assert killed["addr"] not in client.scheduler_info()["workers"], "the victim worker is still in the cluster"
+    assert killed["addr"] not in cluster_workers(client), "the victim worker is still in the cluster"
     with pytest.raises(ProcessLookupError):
         os.kill(pids[killed["addr"]], 0)
 
@@ -246,7 +247,7 @@ def test_fit_survives_every_worker_killed_at_once(store, local_model, cluster3, 
         model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
 
     assert calls[0] > KILL_AT
-    assert not set(pids) & set(client.scheduler_info()["workers"]), "an old worker is still in the cluster"
+    assert not set(pids) & set(cluster_workers(client)), "an old worker is still in the cluster"
     computed = counter.computed[BLOCK_TASK]
     assert len(computed) == N_WORKERS and all(c >= 2 for c in computed.values()), computed
     _assert_same_model(model, local_model)

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
+from dmlr.distributed.client import cluster_workers
 from dmlr.metrics import multilabel_metrics
 from dmlr.model_selection import PAPER_GRID, PAPER_METRICS, grid_search_cv, kfold_indices, param_grid
 from dmlr.models import RBRL
@@ -426,7 +427,7 @@ def test_units_spread_over_the_workers_beside_a_copy_of_the_data(client2):
     with UnitRunner((X, np.zeros((50, 1)), []), client2) as runner:
         out = runner.map(_worker_address, [(i,) for i in range(6)])
     assert [o[0] for o in out] == list(range(6)) and all(o[2] == 150.0 for o in out)
-    workers = sorted(client2.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client2))
     assert [o[1] for o in out] == [workers[i % 2] for i in range(6)]
 
 

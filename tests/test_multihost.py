@@ -40,6 +40,7 @@ netns = lambda: os.readlink("/proc/self/ns/net")
 with Client(addr, timeout="60s", set_as_default=False) as client:
     client.wait_for_workers(2, timeout=60)
     info = client.scheduler_info()
+    workers = dmlr.distributed.client.cluster_workers(client)  # the cached info may list none
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(store, "rbrl", client=client, **params)
     # the python environment and dmlr each process runs
@@ -51,8 +52,8 @@ with Client(addr, timeout="60s", set_as_default=False) as client:
     report = dict(
         scheduler=client.scheduler.address,
         scheduler_info_address=info["address"],
-        workers=sorted(info["workers"]),
-        worker_nthreads={a: w["nthreads"] for a, w in info["workers"].items()},
+        workers=sorted(workers),
+        worker_nthreads={a: w["nthreads"] for a, w in workers.items()},
         venvs=venvs,
         executed=executed,
         fetched_from=fetched,

@@ -16,6 +16,7 @@ import dmlr
 import dmlr.distributed.chunks as chunks_module
 from dmlr.datasets import make_multilabel
 from dmlr.distributed.chunks import make_chunkset, tree_reduce, tree_split
+from dmlr.distributed.client import cluster_workers
 from dmlr.distributed.traffic import CommBytes
 from dmlr.models import RBRL
 from dmlr.objectives import rbrl as objective
@@ -62,7 +63,7 @@ def test_same_bits_on_1_2_and_4_workers_and_with_the_blocks_moved(client4, array
     if kind == "sparse":
         X = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0))
     params = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=40, tol=0.0, solver=solver)
-    workers = sorted(client4.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client4))
     fits, where = {}, {}
     placed = chunks_module.block_workers
 
@@ -102,7 +103,7 @@ def test_client_traffic_per_call_does_not_grow_with_the_workers(client4):
     Y = (rng.random((n, l)) < 0.1).astype(np.int8)
     points = rng.standard_normal((2, d + 1, l))
     point_bytes, grad_bytes = points.nbytes, 8 * (d + 1) * l
-    workers = sorted(client4.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client4))
     calls = 5
     summed, gathered = {}, {}
     for k in (1, 2, 4):

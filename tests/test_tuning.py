@@ -16,6 +16,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 import dmlr
 from dmlr import tuning
 from dmlr.data.store import write_dataset
+from dmlr.distributed.client import cluster_workers
 from dmlr.model_selection import grid_search_cv
 from dmlr.models import RBRL
 from dmlr.tuning import Axis, search
@@ -649,7 +650,7 @@ def test_chunked_units_run_on_disjoint_worker_groups_with_the_same_scores(client
     monkeypatch.setattr(rbrl_module, "make_chunkset", spy)
     with dmlr.config_context(backend="dask", client=client2):
         grouped = search(est, Xd, Yd, cv=2)
-    workers = sorted(client2.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client2))
     assert grouped.backend == "chunks" and seen
     assert {w for w, _ in seen} == {(workers[0],), (workers[1],)} and {nb for _, nb in seen} == {2}
     seen.clear()

@@ -51,6 +51,7 @@ import scipy.sparse as sp
 
 from dmlr.data.arrays import as_matrix, chunk_rows, is_dask, is_sparse
 from dmlr.data.blocks import Block, concat_blocks, make_block
+from dmlr.distributed.client import cluster_workers
 
 #: "auto" backend: data with at most this many stored values train in-process.
 LOCAL_MAX_VALUES = 2**22
@@ -560,7 +561,7 @@ class ClusterChunks(ChunkSet):
         """
         deadline = time.monotonic() + wait
         while True:
-            alive = set(self.client.scheduler_info()["workers"])
+            alive = set(cluster_workers(self.client))
             if any(a not in alive for a in self._actor_workers):
                 return True
             if time.monotonic() >= deadline:
@@ -810,7 +811,7 @@ def _aligned_bounds(n_rows: int, n_blocks: int, align_rows: int) -> list[tuple[i
 def placement_workers(client, workers=None) -> list:
     """The workers row blocks go to, sorted: ``workers`` (a group of the cluster's) that are
     alive, or every worker of the client when none is given or none of the group is left."""
-    alive = sorted(client.scheduler_info()["workers"])
+    alive = sorted(cluster_workers(client))
     if not alive:
         raise RuntimeError("the Dask cluster has no workers")
     chosen = [w for w in sorted(workers or ()) if w in alive]
@@ -819,7 +820,7 @@ def placement_workers(client, workers=None) -> list:
 
 def cluster_block_count(client, workers=None) -> int:
     """Row blocks of a fit over ``workers`` (default: the whole cluster): one per worker thread."""
-    info = client.scheduler_info()["workers"]
+    info = cluster_workers(client)
     return sum(info[w]["nthreads"] for w in placement_workers(client, workers))
 
 

@@ -91,6 +91,18 @@ def _close_local():
                 pass
 
 
+def cluster_workers(client) -> dict:
+    """The scheduler's record of each of ``client``'s workers (address -> info: ``nthreads``,
+    ``memory_limit``, ...), asked of the scheduler now.
+
+    Not ``client.scheduler_info()["workers"]``: that method refreshes the client's cached
+    identity and then returns the cache, which distributed's own periodic refresh overwrites
+    with a record that lists no worker (it asks for totals only). From another thread, or
+    between the two steps, the workers then read as none.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def get_client(address: str | None = None, *, quiet: bool = False):
     """Return the Dask client dmlr should use.
 

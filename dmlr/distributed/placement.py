@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dmlr.data.arrays import is_dask, is_sparse
+from dmlr.distributed.client import cluster_workers
 
 __all__ = [
     "MEMORY_HEADROOM",
@@ -98,7 +99,7 @@ def memory_limit(client=None) -> int:
 
     if client is None:
         return int(MEMORY_LIMIT)
-    limits = [int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()]
+    limits = [int(w.get("memory_limit") or 0) for w in cluster_workers(client).values()]
     limits = [m if m > 0 else int(MEMORY_LIMIT) for m in limits]
     return min(limits) if limits else int(MEMORY_LIMIT)
 
@@ -113,7 +114,7 @@ def worker_groups(client, nbytes: int) -> list[tuple[str, ...]]:
     spare (:data:`MEMORY_HEADROOM`, against the smallest worker's memory limit): as many
     groups as the workers make, in sorted address order (one group of all the workers when
     the data need them all)."""
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(cluster_workers(client))
     per_worker = max(memory_limit(client) // MEMORY_HEADROOM, 1)
     size = max(1, -(-int(nbytes) // per_worker))
     n_groups = max(1, len(workers) // size)
