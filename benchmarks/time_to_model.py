@@ -57,6 +57,7 @@ from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 import dmlr
+from dmlr.api import final_estimator
 from dmlr.datasets import staged_store, synthetic_store
 from dmlr.metrics import multilabel_metrics
 
@@ -75,8 +76,6 @@ def run_dmlr(store: Path) -> dict:
     search = getattr(model, "search_seconds_", 0.0)
     X, Y = dmlr.open_dataset(store).arrays("train")
     _, final_alone = timed(clone(model).fit, X, Y)
-    from dmlr.api import final_estimator
-
     final = final_estimator(model)
     iters = getattr(final, "n_iter_", None)
     values = dmlr.evaluate(model, store, metrics=list(METRICS))

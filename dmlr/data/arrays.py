@@ -82,7 +82,7 @@ def take_rows(chunk, rows):
     A pydata sparse chunk is cut in scipy (:func:`gcxs_meta` says why).
     """
     if hasattr(chunk, "to_scipy_sparse"):
-        return gcxs_from_csr(sp.csr_matrix(to_scipy(chunk))[rows])
+        return gcxs_from_csr(as_csr(chunk)[rows])
     return chunk[rows]
 
 

@@ -811,7 +811,13 @@ def _aligned_bounds(n_rows: int, n_blocks: int, align_rows: int) -> list[tuple[i
 def placement_workers(client, workers=None) -> list:
     """The workers row blocks go to, sorted: ``workers`` (a group of the cluster's) that are
     alive, or every worker of the client when none is given or none of the group is left."""
-    alive = sorted(cluster_workers(client))
+    return _placement(cluster_workers(client), workers)
+
+
+def _placement(info: dict, workers) -> list:
+    """:func:`placement_workers` from one reading of the cluster's workers (``info``:
+    :func:`~dmlr.distributed.client.cluster_workers`)."""
+    alive = sorted(info)
     if not alive:
         raise RuntimeError("the Dask cluster has no workers")
     chosen = [w for w in sorted(workers or ()) if w in alive]
@@ -820,8 +826,8 @@ def placement_workers(client, workers=None) -> list:
 
 def cluster_block_count(client, workers=None) -> int:
     """Row blocks of a fit over ``workers`` (default: the whole cluster): one per worker thread."""
-    info = cluster_workers(client)
-    return sum(info[w]["nthreads"] for w in placement_workers(client, workers))
+    info = cluster_workers(client)  # read once: the workers counted are the ones placed on
+    return sum(info[w]["nthreads"] for w in _placement(info, workers))
 
 
 def block_workers(workers: list, n_blocks: int) -> list:

@@ -97,9 +97,15 @@ def memory_limit(client=None) -> int:
     client, this machine's memory (``distributed.system.MEMORY_LIMIT``)."""
     from distributed.system import MEMORY_LIMIT
 
-    if client is None:
-        return int(MEMORY_LIMIT)
-    limits = [int(w.get("memory_limit") or 0) for w in cluster_workers(client).values()]
+    return int(MEMORY_LIMIT) if client is None else _smallest_limit(cluster_workers(client))
+
+
+def _smallest_limit(info: dict) -> int:
+    """:func:`memory_limit` from one reading of the cluster's workers (``info``:
+    :func:`~dmlr.distributed.client.cluster_workers`)."""
+    from distributed.system import MEMORY_LIMIT
+
+    limits = [int(w.get("memory_limit") or 0) for w in info.values()]
     limits = [m if m > 0 else int(MEMORY_LIMIT) for m in limits]
     return min(limits) if limits else int(MEMORY_LIMIT)
 
@@ -114,8 +120,9 @@ def worker_groups(client, nbytes: int) -> list[tuple[str, ...]]:
     spare (:data:`MEMORY_HEADROOM`, against the smallest worker's memory limit): as many
     groups as the workers make, in sorted address order (one group of all the workers when
     the data need them all)."""
-    workers = sorted(cluster_workers(client))
-    per_worker = max(memory_limit(client) // MEMORY_HEADROOM, 1)
+    info = cluster_workers(client)  # read once: the limit is that of the workers grouped
+    workers = sorted(info)
+    per_worker = max(_smallest_limit(info) // MEMORY_HEADROOM, 1)
     size = max(1, -(-int(nbytes) // per_worker))
     n_groups = max(1, len(workers) // size)
     if n_groups == 1:
