@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dask.config
 import pytest
 import yaml
 from packaging.requirements import Requirement
@@ -344,11 +345,15 @@ def test_dockerfile_runs_as_non_root_with_thread_and_cache_settings(kind):
     assert uid != 0, f"{DOCKERFILES[kind].name}: the image would run as root"
     env = env_of(final)
     assert env.get("OMP_NUM_THREADS") == "1"
-    if kind == "dask":  # the scheduler/worker image: the workers' malloc setting
+    if kind == "dask":  # the scheduler/worker image: the workers' malloc settings, given as dmlr's
+        # local clusters give them, through the nanny's pre-spawn environment (which it writes
+        # over the environment a worker is spawned with), as Dask reads it from this variable
         from dmlr.distributed.client import WORKER_ENVIRON
 
-        for key, value in WORKER_ENVIRON.items():
-            assert env.get(key) == value, f"{DOCKERFILES[kind].name}: {key} should be {value}"
+        name = "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"
+        assert name in env, f"{DOCKERFILES[kind].name}: {name} is not set"
+        given = dask.config.collect_env({name: env[name]})["distributed"]["nanny"]["pre_spawn_environ"]
+        assert given == WORKER_ENVIRON, f"{DOCKERFILES[kind].name}: {name} gives {given}, not {WORKER_ENVIRON}"
     cache = env.get("NUMBA_CACHE_DIR")
     assert cache and cache.startswith("/"), "NUMBA_CACHE_DIR must be an absolute path"
     runs = " ".join(final.all("RUN"))

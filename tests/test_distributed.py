@@ -171,9 +171,9 @@ def test_kernel_model_on_two_workers_equals_in_process(small_store, client2, ste
 
 
 def test_local_cluster_workers_get_the_malloc_setting(client2):
-    """dmlr's local workers start with a fixed mmap threshold (see WORKER_ENVIRON) beside Dask's
-    own trim setting. glibc reads them at process start, so the test reads the environment
-    the process was started with (/proc/self/environ), not os.environ."""
+    """dmlr's local workers start with its malloc thresholds (see WORKER_ENVIRON), the trim
+    threshold in place of the nanny's own. glibc reads them at process start, so the test
+    reads the environment the process was started with (/proc/self/environ), not os.environ."""
     from dmlr.distributed.client import WORKER_ENVIRON
 
     def start_environ():
@@ -185,8 +185,8 @@ def test_local_cluster_workers_get_the_malloc_setting(client2):
     seen = client2.run(start_environ)
     assert len(seen) == 2
     for env in seen.values():
-        assert env["MALLOC_MMAP_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"]
-        assert env["MALLOC_TRIM_THRESHOLD_"] is not None
+        assert env["MALLOC_MMAP_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_MMAP_THRESHOLD_"] == str(2**25)
+        assert env["MALLOC_TRIM_THRESHOLD_"] == WORKER_ENVIRON["MALLOC_TRIM_THRESHOLD_"] == str(2**26)
 
 
 def test_local_cluster_workers_run_without_the_statistical_profiler(client2):

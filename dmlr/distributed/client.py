@@ -32,15 +32,20 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 
 
 #: Environment of dmlr's worker processes (merged over Dask's own ``pre-spawn-environ``).
-#: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, and setting any malloc tunable turns off
-#: glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (a tile's
-#: scores, a CSR row slice, the output of ``X.T @ C``) would be a fresh ``mmap`` whose pages
-#: fault on first touch, which makes the kernels markedly slower on a worker than in one
-#: process (a search unit, a chunked fit's passes). The threshold is set back to 32 MiB, the
-#: ceiling glibc's dynamic threshold itself rises to on 64-bit systems, at the same peak
-#: worker memory as a 1 MiB threshold (``benchmarks/worker_malloc.py``). On a cluster that
-#: dmlr does not start, set the same variable in the workers' environment (``deploy/Dockerfile``).
-WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**25)}
+#: Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` to 64 KiB, and setting any malloc tunable turns
+#: off glibc's dynamic mmap threshold, leaving it at 128 KiB: every allocation above that (a
+#: tile's scores, a CSR row slice, the output of ``X.T @ C``) would be a fresh ``mmap`` whose
+#: pages fault on first touch, which makes the kernels markedly slower on a worker than in one
+#: process (a search unit, a chunked fit's passes). The mmap threshold is set back to 32 MiB,
+#: the ceiling glibc's dynamic threshold itself rises to on 64-bit systems, at the same peak
+#: worker memory as a 1 MiB threshold. The trim threshold goes with it to twice that, the
+#: pair glibc's dynamic rule keeps: at 64 KiB every free at the top of the heap hands the
+#: pages back to the system, and the next iteration's arrays fault them in again, which cost
+#: a chunked fit's passes several percent on two workers, for memory a worker keeps only
+#: between iterations (``benchmarks/worker_malloc.py``). On a cluster that dmlr does not
+#: start, give the workers the same variables through Dask's ``pre-spawn-environ``
+#: (``deploy/Dockerfile``).
+WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**25), "MALLOC_TRIM_THRESHOLD_": str(2**26)}
 
 
 def local_cluster(n_workers: int | None = None, threads_per_worker: int | None = None, **kwargs):
