@@ -40,11 +40,11 @@ def local_cluster_size(n_cores: int | None = None) -> tuple[int, int]:
 #: the ceiling glibc's dynamic threshold itself rises to on 64-bit systems, at the same peak
 #: worker memory as a 1 MiB threshold. The trim threshold goes with it to twice that, the
 #: pair glibc's dynamic rule keeps: at 64 KiB every free at the top of the heap hands the
-#: pages back to the system, and the next iteration's arrays fault them in again, which cost
-#: a chunked fit's passes several percent on two workers, for memory a worker keeps only
-#: between iterations (``benchmarks/worker_malloc.py``). On a cluster that dmlr does not
-#: start, give the workers the same variables through Dask's ``pre-spawn-environ``
-#: (``deploy/Dockerfile``).
+#: pages back to the system, and the next call's arrays fault them in again; a worker keeps
+#: instead up to the threshold of freed memory per malloc arena between calls
+#: (``benchmarks/worker_malloc.py`` measures the time and the memory of each setting). On a
+#: cluster that dmlr does not start, give the workers the same variables through Dask's
+#: ``pre-spawn-environ`` (``deploy/Dockerfile``).
 WORKER_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(2**25), "MALLOC_TRIM_THRESHOLD_": str(2**26)}
 
 
