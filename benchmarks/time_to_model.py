@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from _common import parser, peer_arrays, peer_scaler, stores, tee, timed, work_folder
+from rbrl_speed import ms_per_iteration
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
@@ -87,15 +88,10 @@ def run_dmlr(store: Path) -> dict:
         final=total - search,
         final_alone=final_alone,
         iters=iters,
-        ms_per_iter=_ms_per_iteration(getattr(final, "objective_seconds_", ())),
+        ms_per_iter=ms_per_iteration(final) if len(getattr(final, "objective_seconds_", ())) > 1 else None,
         choice=f"{type(model).__name__} {chosen} stages={rows}",
         **values,
     )
-
-
-def _ms_per_iteration(seconds) -> float | None:
-    """Milliseconds per iteration of the solver, from the times at which it recorded its objective."""
-    return 1e3 * (seconds[-1] - seconds[0]) / (len(seconds) - 1) if len(seconds) > 1 else None
 
 
 def run_sklearn(store: Path, scaling: str) -> dict:
