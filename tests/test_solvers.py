@@ -329,6 +329,35 @@ def test_a_warm_start_skips_lbfgs_only_where_many_directions_sit_at_the_kink(mon
     assert res.objective_history[-1] == pytest.approx(reference.objective_history[-1], rel=1e-9)
 
 
+def test_a_cold_start_hands_a_low_rank_optimum_to_apg_once_the_objective_stops_moving():
+    """From zero towards an optimum of rank 9 of 10, L-BFGS's smoothed nuclear-norm gradient
+    keeps a unit component along the direction at the kink, so its gradient test cannot hold:
+    once the objective's relative change is within ``tol`` there, L-BFGS returns unconverged
+    and APG finishes at the optimum. L-BFGS ran 201 oracle calls before a line search failed
+    when it kept going; it stops at 88 now."""
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(60, 12))
+    B = A @ rng.normal(size=(12, 10)) + 0.1 * rng.normal(size=(60, 10))
+    lam = 50.0
+    oracle, prox = least_squares_nuclear(A, B, lam)
+    reference = _tight_apg(oracle, prox, (12, 10))
+    s = np.linalg.svd(reference.x, compute_uv=False)
+    assert int((s > 1e-9 * s[0]).sum()) == 9
+    settings = dict(nuclear=lam, tol=1e-8, gradient_tol=1e-6, max_iter=5000)
+    part = lbfgs_module.lbfgs(oracle, np.zeros((12, 10)), **settings)
+    assert not part.converged and part.n_iter <= 120
+    res = lbfgs_module.lbfgs_then_apg(
+        oracle,
+        prox,
+        np.zeros((12, 10)),
+        rows=slice(None),
+        paper_lipschitz=lambda: float(np.linalg.norm(A, 2) ** 2),
+        **settings,
+    )
+    assert res.converged and res.n_iter < part.n_iter + 50
+    assert res.objective_history[-1] == pytest.approx(reference.objective_history[-1], rel=1e-9)
+
+
 def _tight_apg(oracle, prox, shape):
     kw = dict(lipschitz=1.0, max_iter=20000, tol=1e-15, gradient_tol=1e-12, backtracking=True, restart=True)
     return apg(oracle, prox, np.zeros(shape), **kw)

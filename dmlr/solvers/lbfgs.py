@@ -265,10 +265,13 @@ def lbfgs(
         best = [float(state.best_objective), float(state.best_smallest)]
         start = time.perf_counter() - (result.seconds[-1] if result.seconds else 0.0)
 
+    latest = [1.0]  # the smallest relative singular value at the latest oracle call's point
+
     def value_and_grad(w):
         W = w.reshape(shape)
         pending = oracle.submit(W[None], 0)  # the blocks compute f while the nuclear term is computed here
         norm, G, smallest = nuclear_value_and_grad(W[rows])
+        latest[0] = smallest
         values, g = pending()
         grad = np.array(g, dtype=np.float64)
         grad[rows] += nuclear * G
@@ -335,7 +338,10 @@ def lbfgs(
                     saved_at[0] = result.n_iter
                     save_state(snapshot(*args))
 
-        _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save)
+        def at_kink():
+            return nuclear > 0 and latest[0] <= CONVERGED_MIN_RELATIVE
+
+        _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save, at_kink)
     except StopIteration:  # the callback asked to stop
         pass
     if best[1] <= CONVERGED_MIN_RELATIVE:  # a direction near zero: not a smooth optimum
@@ -424,10 +430,20 @@ class Pairs:
         return -(gamma * g + S.T @ ps - gamma * (Y.T @ us))
 
 
-def _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save) -> None:
+def _iterate(
+    value_and_grad, x, f, g, pairs, step, reference, result, tol, gradient_tol, max_iter, save, at_kink
+) -> None:
     """The L-BFGS iterations from x (F(x) = f, gradient g); sets ``result.converged`` when the
     stopping test holds. ``pairs``: :class:`Pairs`; ``save``: called with the loop's variables
-    before each line search."""
+    before each line search; ``at_kink()``: whether the accepted point has directions at the
+    nuclear norm's kink.
+
+    When the objective's relative change holds the test but the gradient's does not, and the
+    point has directions at the kink, the run returns unconverged and the caller's proximal
+    method finishes (:func:`lbfgs_then_apg`): the smoothed norm's gradient keeps a unit
+    component along every such direction, so the gradient test cannot hold there, and the
+    quasi-Newton steps only creep towards the zero singular values the prox sets at once (a
+    cold start whose optimum is of low rank ran to ``max_iter``)."""
     while result.n_iter < max_iter:
         if save is not None:
             save(x, f, g, pairs, step, reference)
@@ -455,6 +471,8 @@ def _iterate(value_and_grad, x, f, g, pairs, step, reference, result, tol, gradi
         x, f, g, step = x_new, f_new, g_new, 1.0
         if changed and (gradient_tol is None or float(np.linalg.norm(g)) <= gradient_tol * reference):
             result.converged = True
+            return
+        if changed and at_kink():
             return
 
 
