@@ -14,8 +14,10 @@ as on smooth ones in practice (scikit-learn's squared-hinge linear models use
 it too).
 
 Where the optimum has lower rank the gradient jumps and the line search
-fails, or a singular value collapses toward zero: :func:`lbfgs` then stops
-without claiming convergence, and :func:`lbfgs_then_apg` continues with
+fails, or a singular value collapses toward zero and the objective stops
+moving while the smoothed gradient keeps its unit component along that
+direction: :func:`lbfgs` then stops without claiming convergence, and
+:func:`lbfgs_then_apg` continues with
 :func:`~dmlr.solvers.apg.apg` from its last point (``RBRL(solver="lbfgs")``
 uses it), whose proximal step handles the nonsmooth term exactly.
 :func:`scipy_lbfgs` wraps scipy's L-BFGS-B for smooth problems without a
