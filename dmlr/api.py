@@ -145,14 +145,18 @@ def fit(
         Dask client for this fit (as ``dmlr.config_context(client=...)``);
         by default the current one, the configured scheduler, or, for data
         too large for this process's memory, a local cluster (see Notes).
-    search : bool or None
+    search : bool, None or list of str
         Choose the regularization by ``cv``-fold cross-validation on the
         training rows (:func:`dmlr.tuning.search`), then refit on all of
         them. None (default): search the default parameters of the model's
         search space (its class's ``_search_space``, :func:`dmlr.tuning.search_space`) that ``params`` does
         not give, when ``model`` is a name; explicit values are kept and are not
         searched. True: also for an estimator instance (its values of the
-        searched parameters are replaced). False: no search.
+        searched parameters are replaced). False: no search. A list of
+        parameter names: search those, in the search space's order, the ones
+        searched only on request included (RBRL's ``"alpha_nuclear"``:
+        ``search=["alpha", "alpha_nuclear"]``; see the docs' "What is searched").
+        A name also given in ``params`` is an error.
         The fitted model carries ``best_params_`` (the chosen values),
         ``cv_results_`` (the CV table, scikit-learn's layout),
         ``search_seconds_`` and ``search_`` (:class:`dmlr.model_selection.SearchResult`).
@@ -222,7 +226,10 @@ def fit(
         est = make_model(model, **params)
     if search is None:
         search = not isinstance(model, BaseEstimator)
-    searched = [a.name for a in tuning.search_space(est) if a.default and a.name not in params] if search else []
+    if not isinstance(search, bool):
+        searched = _searched_names(est, search, params)
+    else:
+        searched = [a.name for a in tuning.search_space(est) if a.default and a.name not in params] if search else []
     if verbose > 1:  # what is about to run, before it runs
         plan = f", choosing {', '.join(searched)} by cross-validation" if searched else ""
         print(f"dmlr: fitting {est!r} on {int(X.shape[0])} training rows{plan}", flush=True)
@@ -262,6 +269,22 @@ def fit(
         est.search_seconds_ = result.seconds
         est.search_ = result
     return est
+
+
+def _searched_names(est, names, params: dict) -> list[str]:
+    """The parameters ``search=names`` asks for, in the order of ``est``'s search space."""
+    from dmlr import tuning
+
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"search must be True, False, None or a non-empty list of parameter names, got {names!r}")
+    space = [a.name for a in tuning.search_space(est)]
+    unknown = sorted(set(names) - set(space))
+    if unknown:
+        raise ValueError(f"{type(est).__name__} cannot search {unknown}; its search space is {space}")
+    given = sorted(set(names) & set(params))
+    if given:
+        raise ValueError(f"{given} given a value and asked to be searched: give one or the other")
+    return [name for name in space if name in names]
 
 
 def _fit_final(est, X, Y, checkpoint, checkpoint_every: int, resume: bool) -> None:

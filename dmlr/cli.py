@@ -107,7 +107,7 @@ def cmd_fit(args) -> int:
             _model_name(args),
             split=args.split,
             client=_client(args),
-            search=False if args.no_search else None,
+            search=False if args.no_search else args.search,
             verbose=2 if every else 0,  # a terminal that asked for lines gets them from the start
             **ckpt,
             **_model_params(args),
@@ -261,11 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--alpha", type=float, help="Frobenius (ridge) weight")
     f.add_argument("--alpha-rank", dest="alpha_rank", type=float, help="RBRL: pairwise ranking weight")
     f.add_argument("--alpha-nuclear", dest="alpha_nuclear", type=float, help="RBRL: nuclear-norm weight")
-    f.add_argument(
+    searched = f.add_mutually_exclusive_group()
+    searched.add_argument(
         "--no-search",
         dest="no_search",
         action="store_true",
         help="use the model's default regularization instead of choosing it by cross-validation",
+    )
+    searched.add_argument(
+        "--search",
+        type=lambda text: [name for name in text.split(",") if name],
+        metavar="NAMES",
+        help="parameters to choose by cross-validation, comma-separated (default: the model's own; "
+        "e.g. alpha,alpha_nuclear)",
     )
     f.add_argument("--max-iter", dest="max_iter", type=int, help="solver iterations at most (model's default)")
     f.add_argument("--tol", type=float, help="solver stopping tolerance (model's default)")

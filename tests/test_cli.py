@@ -39,6 +39,12 @@ def test_fit_without_values_searches_and_prints_the_choice(store, tmp_path, caps
     assert "model saved to" in out
     assert main(["fit", str(store), "--out", str(model), "--model", "rbrl", "--no-search", "--quiet"]) == 0
     assert "chose" not in capsys.readouterr().out and load_model(model).alpha == 1.0
+    args = ["fit", str(store), "--out", str(model), "--model", "rbrl", "--solver", "spectral", "--quiet"]
+    assert main([*args, "--search", "alpha,alpha_nuclear"]) == 0
+    out, fitted = capsys.readouterr().out, load_model(model)
+    assert f"chose alpha={fitted.alpha:.4g}, alpha_nuclear={fitted.alpha_nuclear:.4g} by 5-fold" in out
+    assert main([*args, "--search", "gamma"]) == 2
+    assert "cannot search ['gamma']" in capsys.readouterr().err
 
 
 def test_errors_are_reported_not_raised(store, tmp_path, capsys):

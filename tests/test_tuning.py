@@ -211,6 +211,45 @@ def test_fit_searches_by_default_and_explicit_values_skip_it():
     assert asked.alpha == auto.alpha
 
 
+def test_fit_searches_the_parameters_it_is_given_by_name(monkeypatch):
+    # search=[names] searches those axes, the ones searched only on request included, in the
+    # search space's order; the model is the refit at the chosen values
+    X, Y = _synthetic()
+    asked = []
+    searched = tuning.search
+
+    def recorded(*args, **kwargs):
+        asked.append(kwargs["params"])
+        return searched(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "search", recorded)
+    both = dmlr.fit((X, Y), "rbrl", search=["alpha_nuclear", "alpha"], **SOLVER)
+    assert asked == [["alpha", "alpha_nuclear"]]
+    assert set(both.best_params_) == {"alpha", "alpha_nuclear"}
+    assert [r["param"] for r in both.search_.results][0] == "alpha"  # alpha first, then alpha_nuclear
+    assert (both.alpha, both.alpha_nuclear) == (both.best_params_["alpha"], both.best_params_["alpha_nuclear"])
+    plain = RBRL(**SOLVER, alpha=both.alpha, alpha_nuclear=both.alpha_nuclear).fit(X, Y)
+    np.testing.assert_array_equal(both.coef_, plain.coef_)
+    # an instance's value of a named parameter is replaced, as with search=True
+    nuclear = dmlr.fit((X, Y), RBRL(alpha=2.0, alpha_nuclear=5.0, **SOLVER), search=["alpha_nuclear"])
+    assert set(nuclear.best_params_) == {"alpha_nuclear"} and nuclear.alpha == 2.0
+
+
+@pytest.mark.parametrize(
+    "search, params, message",
+    [
+        (["gamma"], {}, "cannot search"),
+        (["alpha"], {"alpha": 1.0}, "give one or the other"),
+        ([], {}, "non-empty list"),
+        ("alpha", {}, "non-empty list"),
+    ],
+)
+def test_fit_search_names_are_checked(search, params, message):
+    X, Y = _synthetic(n=40)
+    with pytest.raises(ValueError, match=message):
+        dmlr.fit((X, Y), "rbrl", search=search, **params)
+
+
 def test_fit_searches_rank_svm_alpha_by_default():
     # cross-validation picks a different alpha on every staged set (docs/models/ranksvm.md),
     # so no fixed default serves: dmlr.fit searches it unless it is given
