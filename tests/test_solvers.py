@@ -299,11 +299,8 @@ def test_a_warm_start_skips_lbfgs_only_where_many_directions_sit_at_the_kink(mon
     from dmlr.solvers.lbfgs import lbfgs_then_apg
 
     rng = np.random.default_rng(3)
-    A = rng.normal(size=(60, 12))
-    B = A @ rng.normal(size=(12, 10)) + 0.1 * rng.normal(size=(60, 10))
     lam = 2.0
-    oracle, prox = least_squares_nuclear(A, B, lam)
-    reference = _tight_apg(oracle, prox, (12, 10))
+    A, oracle, prox, reference = _nuclear_regression(rng, lam)
     U, _, Vt = np.linalg.svd(rng.normal(size=(12, 10)), full_matrices=False)
     x0 = (U * np.r_[np.ones(10 - at_kink), np.zeros(at_kink)]) @ Vt
     calls = []
@@ -333,14 +330,10 @@ def test_a_cold_start_hands_a_low_rank_optimum_to_apg_once_the_objective_stops_m
     """From zero towards an optimum of rank 9 of 10, L-BFGS's smoothed nuclear-norm gradient
     keeps a unit component along the direction at the kink, so its gradient test cannot hold:
     once the objective's relative change is within ``tol`` there, L-BFGS returns unconverged
-    and APG finishes at the optimum. L-BFGS ran 201 oracle calls before a line search failed
-    when it kept going; it stops at 88 now."""
-    rng = np.random.default_rng(3)
-    A = rng.normal(size=(60, 12))
-    B = A @ rng.normal(size=(12, 10)) + 0.1 * rng.normal(size=(60, 10))
+    (within 120 oracle calls; run on until a line search fails, it takes 201) and APG finishes
+    at the optimum."""
     lam = 50.0
-    oracle, prox = least_squares_nuclear(A, B, lam)
-    reference = _tight_apg(oracle, prox, (12, 10))
+    A, oracle, prox, reference = _nuclear_regression(np.random.default_rng(3), lam)
     s = np.linalg.svd(reference.x, compute_uv=False)
     assert int((s > 1e-9 * s[0]).sum()) == 9
     settings = dict(nuclear=lam, tol=1e-8, gradient_tol=1e-6, max_iter=5000)
@@ -356,6 +349,15 @@ def test_a_cold_start_hands_a_low_rank_optimum_to_apg_once_the_objective_stops_m
     )
     assert res.converged and res.n_iter < part.n_iter + 50
     assert res.objective_history[-1] == pytest.approx(reference.objective_history[-1], rel=1e-9)
+
+
+def _nuclear_regression(rng, lam):
+    """(A, oracle, prox, tight APG result) of min 1/2 ||A W - B||^2 + lam ||W||_*, W 12 x 10,
+    B = A W0 + noise."""
+    A = rng.normal(size=(60, 12))
+    B = A @ rng.normal(size=(12, 10)) + 0.1 * rng.normal(size=(60, 10))
+    oracle, prox = least_squares_nuclear(A, B, lam)
+    return A, oracle, prox, _tight_apg(oracle, prox, (12, 10))
 
 
 def _tight_apg(oracle, prox, shape):
