@@ -277,14 +277,10 @@ def _searched_names(est, names, params: dict) -> list[str]:
 
     if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
         raise ValueError(f"search must be True, False, None or a non-empty list of parameter names, got {names!r}")
-    space = [a.name for a in tuning.search_space(est)]
-    unknown = sorted(set(names) - set(space))
-    if unknown:
-        raise ValueError(f"{type(est).__name__} cannot search {unknown}; its search space is {space}")
     given = sorted(set(names) & set(params))
     if given:
         raise ValueError(f"{given} given a value and asked to be searched: give one or the other")
-    return [name for name in space if name in names]
+    return tuning.searchable(est, names)
 
 
 def _fit_final(est, X, Y, checkpoint, checkpoint_every: int, resume: bool) -> None:

@@ -123,6 +123,16 @@ def search_space(estimator) -> tuple:
     return tuple(getattr(type(estimator), "_search_space", ()))
 
 
+def searchable(estimator, params) -> list[str]:
+    """``params``, names of parameters, in the order of ``estimator``'s search space
+    (:func:`search_space`); a ``ValueError`` for a name the space lacks."""
+    known = [a.name for a in search_space(estimator)]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"{type(estimator).__name__} cannot search {unknown}; its search space is {known}")
+    return [name for name in known if name in params]
+
+
 def search(
     estimator,
     X,
@@ -217,10 +227,7 @@ def search(
         scoring, or a checkpoint written for another search.
     """
     start = time.perf_counter()
-    known = [a.name for a in search_space(estimator)]
-    unknown = sorted(set(params or ()) - set(known))
-    if unknown:
-        raise ValueError(f"{type(estimator).__name__} cannot search {unknown}; its search space is {known}")
+    searchable(estimator, params or ())
     if scoring not in METRIC_NAMES:
         raise ValueError(f"unknown scoring {scoring!r}; use one of {list(METRIC_NAMES)}")
     if halving not in (True, False, "auto"):
