@@ -141,10 +141,13 @@ def fit(
         Pipeline ending in one, too).
     split : str or None
         Named split of the store to train on (None or "all": every row).
-    client : distributed.Client, optional
+    client : distributed.Client, "local" or None
         Dask client for this fit (as ``dmlr.config_context(client=...)``);
         by default the current one, the configured scheduler, or, for data
         too large for this process's memory, a local cluster (see Notes).
+        "local": this process alone, whatever client is current (as
+        ``dmlr.config_context(backend="local")``; the search's units on its
+        threads, as :func:`dmlr.tuning.search`'s ``client="local"``).
     search : bool, None or list of str
         Choose the regularization by ``cv``-fold cross-validation on the
         training rows (:func:`dmlr.tuning.search`), then refit on all of
@@ -217,6 +220,13 @@ def fit(
 
     if isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0:
         raise ValueError(f"verbose must be an integer >= 0, got {verbose!r}")
+    if isinstance(client, str) and client != "local":
+        raise ValueError(
+            f"client must be a distributed.Client, 'local' or None, got {client!r}; "
+            "for a scheduler's address use dmlr.get_client(address)"
+        )
+    in_process = client == "local"
+    settings = {"backend": "local"} if in_process else {"client": client} if client is not None else {}
     X, Y = resolve_arrays(data, split, default_split="train")
     if verbose:
         progress.first_use_notice()
@@ -233,7 +243,7 @@ def fit(
     if verbose > 1:  # what is about to run, before it runs
         plan = f", choosing {', '.join(searched)} by cross-validation" if searched else ""
         print(f"dmlr: fitting {est!r} on {int(X.shape[0])} training rows{plan}", flush=True)
-    with config_context(**({"client": client} if client is not None else {})):
+    with config_context(**settings):
         result = None
         if searched:
             result = tuning.search(
@@ -244,6 +254,7 @@ def fit(
                 cv=cv,
                 scoring=scoring if scoring is not None else tuning.default_scoring(Y),
                 seed=seed,
+                client="local" if in_process else None,
                 checkpoint=Path(checkpoint) / "search" if checkpoint is not None else None,
                 resume=resume,
                 verbose=verbose,

@@ -10,7 +10,9 @@ Settings
 --------
 client : distributed.Client or None
     The client to run on; None: Dask's current client, else
-    :func:`dmlr.get_client`'s choice when the data need a cluster.
+    :func:`dmlr.get_client`'s choice when the data need a cluster. Anything
+    else (a scheduler's address, say) is a ``ValueError``: connect with
+    :func:`dmlr.get_client` and pass its client.
 backend : {"auto", "local", "dask"}
     Where training row blocks live (:func:`dmlr.distributed.chunks.make_chunkset`)
     and where streamed online loops run ("dask": on a worker; "local": in
@@ -74,6 +76,14 @@ def _check(settings: dict) -> None:
             and (isinstance(value, str) or not value or not all(isinstance(w, str) for w in value))
         ):
             raise ValueError(f"workers must be None or a non-empty sequence of worker addresses, got {value!r}")
+        if key == "client" and value is not None:
+            from distributed import Client
+
+            if not isinstance(value, Client):
+                raise ValueError(
+                    f"client must be a distributed.Client or None, got {value!r}; for a scheduler's address "
+                    "use dmlr.get_client(address), for this process alone backend='local'"
+                )
         positive = key in ("chunk_rows", "query_batch") or (key == "n_blocks" and value is not None)
         if positive and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise ValueError(f"{key} must be a positive integer, got {value!r}")

@@ -416,9 +416,10 @@ def grid_search_cv(
     seed : int or None
         Seed of the fold permutation.
     client : distributed.Client, "local" or None
-        Cluster to run the units on. None: the current Dask client if there
-        is one, else in this process (no cluster is started). "local": in
-        this process.
+        Cluster to run the units on. None: the configured client
+        (``dmlr.config_context(client=...)``), else the current Dask client if
+        there is one, else in this process (no cluster is started). "local":
+        in this process.
     n_jobs : int or None
         Without a cluster, threads running units side by side (None: one per
         core; 1: one unit at a time in this thread).
@@ -801,10 +802,11 @@ def _resolve_client(client):
         if client != "local":
             raise ValueError(f"client must be a distributed.Client, 'local' or None, got {client!r}")
         return None
-    if client is None:  # the current client; never start a cluster here
+    if client is None:  # the configured client, else the current one; never start a cluster here
+        from dmlr.config import get_config
         from dmlr.distributed.placement import current_client
 
-        return current_client()
+        return get_config()["client"] or current_client()
     return client
 
 

@@ -173,8 +173,9 @@ def search(
     seed : int or None
         Seed of the folds.
     client : distributed.Client, "local" or None
-        Where in-memory units run (None: the current client if there is
-        one, else this process).
+        Where in-memory units run (None: the configured client,
+        ``dmlr.config_context(client=...)``, else the current one if there is
+        one, else this process; "local": this process).
     patience : int or None
         Early abandonment: a path stops once its mean validation score (over
         the folds) has failed to beat its best for ``patience`` consecutive

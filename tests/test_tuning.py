@@ -699,3 +699,23 @@ def test_chunked_units_run_on_disjoint_worker_groups_with_the_same_scores(client
     assert {w for w, _ in seen} == {None}  # one fit at a time over every worker
     assert whole.best_params == grouped.best_params
     assert [r["fold_scores"] for r in whole.results] == [r["fold_scores"] for r in grouped.results]
+
+
+def test_fit_runs_where_its_client_argument_says(cluster2):
+    """``dmlr.fit(client=...)``: a client that is not current still gets the search's units
+    (the configured client comes before the current one); "local" keeps everything in this
+    process although a client is current; any other string fails at once, saying what to do."""
+    X, Y = _synthetic(n=200, d=8)
+    kwargs = dict(model="rbrl", cv=2, verbose=0, max_iter=30)
+    on_cluster = dmlr.fit((X, Y), client=cluster2, **kwargs)  # cluster2 is not current here
+    assert on_cluster.search_.backend == "dask"
+    with cluster2.as_current():
+        here = dmlr.fit((X, Y), client="local", **kwargs)
+    assert here.search_.backend == "local"
+    assert here.best_params_ == on_cluster.best_params_
+    np.testing.assert_allclose(here.coef_, on_cluster.coef_, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="dmlr.get_client"):
+        dmlr.fit((X, Y), client="tcp://127.0.0.1:8786", **kwargs)
+    with pytest.raises(ValueError, match="distributed.Client"):
+        with dmlr.config_context(client="tcp://127.0.0.1:8786"):
+            pass
