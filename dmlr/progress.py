@@ -401,7 +401,9 @@ class SearchProgress:
         self._staged = bool(staged)
         # planned work: (values, folds, rows) per stage and axis; a later stage walks ~3 values
         self._plan = {
-            (s, a.name): (len(a.exponents) if s == 0 else 3, int(folds), m) for s, m in enumerate(sizes) for a in space
+            (s, a.name): (len(a.path(staged)) if s == 0 else 3, int(folds), m)
+            for s, m in enumerate(sizes)
+            for a in space
         }
         self._done = dict.fromkeys(self._plan, 0)
         self._stage, self._axis = 0, None

@@ -302,7 +302,7 @@ def search(
                 setting = {a.name: chosen[a.name] for a in space if a.name in chosen and a.name != axis.name}
                 report.begin(stage, axis)
                 if stage == 0:
-                    _search_axis(ctx, axis, n_train, patience, widen_by, max_widen)
+                    _search_axis(ctx, axis, n_train, patience, widen_by, max_widen, staged)
                 else:
                     _refine_axis(ctx, axis, n_train, setting, _exponent(axis, chosen[axis.name], n_train))
                 best = chosen[axis.name] = result.best_params[axis.name]
@@ -419,13 +419,16 @@ class _Context:
     stage_nbytes: int = 0  # bytes of this stage's rows in memory (the chunked path's groups)
 
 
-def _search_axis(ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int) -> None:
-    """Search one parameter: a warm-started path in lock-step over the folds, widened at an edge."""
+def _search_axis(
+    ctx: _Context, axis: Axis, n_train: int, patience, widen_by: int, max_widen: int, staged: bool
+) -> None:
+    """Search one parameter: a warm-started path in lock-step over the folds, widened at an edge
+    (from :meth:`Axis.path`: a staged search's first stage may start lower)."""
     greater = ctx.scoring not in LOSS_METRICS
     setting = dict(ctx.result.best_params)
     scores: dict[float, list] = {}  # value -> fold scores
     iters: dict[float, list] = {}
-    exponents = sorted(set(axis.exponents), reverse=True)
+    exponents = axis.path(staged)
     value_of = dict(zip(axis.values(exponents, n_train), exponents))
     # The fold models at the smallest value fitted so far: where a downward widening resumes.
     low = _run_path(ctx, axis.name, setting, list(value_of), [None] * len(ctx.splits), None, scores, iters, patience)

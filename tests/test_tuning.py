@@ -554,6 +554,25 @@ def test_staged_search_walks_from_the_previous_choice(small_stages):
     assert staged.n_splits == 2 and set(cv) >= {"split0_test_score", "split1_test_score"}
 
 
+@pytest.mark.parametrize("best_exp, widened", [(0.0, ()), (1.5, (2.0, 1.5))])
+def test_a_staged_search_starts_its_path_at_the_axis_staged_top(monkeypatch, small_stages, best_exp, widened):
+    """The first stage's path starts at ``Axis.staged_top``, not the grid's top, and a best value
+    above it is still found: the grid widens upwards from there. Without stages, the whole grid."""
+    monkeypatch.setattr(KnownBest, "_search_space", (Axis("alpha", GRID, per_row=True, staged_top=1.0),), raising=False)
+    X, Y = _known_data(n=1600)
+    n_train = 50  # the first stage's 100 rows, in 2 folds
+    result = search(KnownBest(best=n_train * 10**best_exp), X, Y, n_jobs=1, patience=None)
+    assert result.n_rows[0] == 100
+    first = sorted((r["value"] for r in result.results if r["n_rows"] == 100), reverse=True)
+    expected = [*widened, *(e for e in GRID if e <= 1.0)]
+    assert first == pytest.approx([n_train * 10**e for e in expected])
+    assert result.n_widened == len(widened) // 2
+    whole = search(KnownBest(best=n_train * 10**best_exp), X, Y, n_jobs=1, patience=None, halving=False)
+    assert sorted((r["value"] for r in whole.results), reverse=True)[:2] == pytest.approx(
+        [1280 * 10**e for e in GRID[:2]]
+    )
+
+
 def test_staged_search_same_choice_on_threads_workers_and_chunks(small_stages, client2):
     import dask.array as da
     from distributed import Client, LocalCluster

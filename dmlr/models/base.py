@@ -29,6 +29,7 @@ version 2 files (one threshold for every label) load with their rule as
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -142,6 +143,15 @@ class Axis:
     default : bool
         Searched by :func:`dmlr.fit` when the caller does not give it; the
         other axes only when asked for (``search(params=...)``).
+    staged_top : float or None
+        The top exponent of a staged search's first stage, below the grid's
+        own (None: the grid's). A staged search's folds have thousands of
+        training rows (at least :data:`dmlr.tuning.HALVING_FIRST_ROWS` over
+        :data:`dmlr.tuning.HALVING_FOLDS`), and where the optimal weight varies
+        little with the rows (a loss summed over rows: the value a stage
+        chooses is carried to the next as it is), its per-row optimum there
+        lies far below the top that a few hundred rows need. A best value on
+        this top edge still widens the grid upwards.
     """
 
     name: str
@@ -149,10 +159,17 @@ class Axis:
     per_row: bool = False
     step: float = 0.5
     default: bool = True
+    staged_top: float | None = None
 
     def values(self, exponents, n_rows: int) -> list[float]:
         scale = float(n_rows) if self.per_row else 1.0
         return [scale * 10.0**e for e in sorted(exponents, reverse=True)]
+
+    def path(self, staged: bool) -> list[float]:
+        """The exponents of the first stage's path, largest first: the grid's, from
+        ``staged_top`` down in a staged search."""
+        top = self.staged_top if staged and self.staged_top is not None else math.inf
+        return sorted({e for e in self.exponents if e <= top}, reverse=True)
 
 
 def half_decades(hi: float, lo: float) -> tuple:

@@ -426,9 +426,12 @@ class RBRL(_RBRLBase):
     #: loss on sets of hundreds of labels, at up to 3 times the search's time:
     #: ``benchmarks/search_vs_default.py --search alpha,alpha_nuclear``). ``alpha``'s grid
     #: starts at 0.1 per row: a ridge weight as large as the data term's per-row scale leaves
-    #: W near zero, and a best value on the grid's top edge widens it upwards.
+    #: W near zero, and a best value on the grid's top edge widens it upwards. A staged search
+    #: (thousands of rows per fold) starts at 10**-1.5 per row: there the first stage chose
+    #: 10**-2.5 per row or less on every staged set, and the two values above 10**-1.5 were a
+    #: sixth of delicious's search iterations (``benchmarks/time_to_model.py``).
     _search_space = (
-        Axis("alpha", half_decades(-1.0, -4.0), per_row=True),
+        Axis("alpha", half_decades(-1.0, -4.0), per_row=True, staged_top=-1.5),
         Axis("alpha_rank", half_decades(1.0, -2.0), default=False),
         Axis("alpha_nuclear", half_decades(-1.0, -4.0), per_row=True, default=False),
     )
