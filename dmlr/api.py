@@ -84,7 +84,8 @@ def resolve_arrays(data, split: str | None, *, default_split: str):
     """(X, Y) for ``data``: a store path, a :class:`~dmlr.Dataset`, or an ``(X, Y)`` pair.
 
     A store without any split, asked for the default split, gives all its
-    rows (with a warning); asking for a split that a store lacks is an error.
+    rows (with a warning, :func:`resolve_split`); asking for a split that a
+    store lacks is an error.
     """
     ds = _as_dataset(data)
     if ds is None:
@@ -93,10 +94,16 @@ def resolve_arrays(data, split: str | None, *, default_split: str):
         except (TypeError, ValueError):
             raise TypeError("data must be a Zarr path, a dmlr Dataset, or an (X, Y) pair") from None
         return X, Y
+    return ds.arrays(resolve_split(ds, split, default_split=default_split, stacklevel=4))
+
+
+def resolve_split(ds: Dataset, split: str | None, *, default_split: str, stacklevel: int = 2) -> str | None:
+    """The split of ``ds`` that :func:`resolve_arrays` reads for ``split``: None (every row,
+    with a warning) for ``default_split`` when ``ds`` has no splits, else ``split``."""
     if split == default_split and not ds.splits:
-        warnings.warn(f"{ds.path} has no splits; using all {ds.n_samples} rows", stacklevel=3)
-        split = None
-    return ds.arrays(split)
+        warnings.warn(f"{ds.path} has no splits; using all {ds.n_samples} rows", stacklevel=stacklevel)
+        return None
+    return split
 
 
 def make_model(model, **params) -> BaseModel:

@@ -7,6 +7,7 @@ import ast
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from dmlr.errors import DmlrInputError
@@ -133,16 +134,18 @@ def cmd_fit(args) -> int:
 
 def cmd_evaluate(args) -> int:
     import dmlr
+    from dmlr.api import resolve_split
 
     model = dmlr.load(args.model)
-    metrics = dmlr.evaluate(model, args.data, split=args.split)
+    ds = dmlr.open_dataset(args.data)
+    split = resolve_split(ds, args.split, default_split="test")  # every row of a store without splits
+    metrics = dmlr.evaluate(model, ds, split=split)
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
-        ds = dmlr.open_dataset(args.data)
-        rows = ds.split_rows(args.split)
+        rows = ds.split_rows(split)
         n = ds.n_samples if rows is None else len(rows)
-        where = "every row" if rows is None else f"split {args.split!r}"
+        where = "every row" if rows is None else f"split {split!r}"
         print(f"{type(model).__name__} from {args.model} on {args.data}, {where} ({n} rows):")
         _print_metrics(metrics)
     return 0
@@ -353,12 +356,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+
+    shown = warnings.formatwarning  # warnings as one line, like the errors below (not a source excerpt)
+    warnings.formatwarning = lambda message, *_, **__: f"dmlr {args.command}: warning: {message}\n"
     try:
         return args.func(args)
     except (DmlrInputError, FileNotFoundError, FileExistsError, KeyError, ValueError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"dmlr {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":

@@ -208,15 +208,17 @@ def label_metrics(model, data, split: str | None = "test", *, bins: int = 50) ->
         :func:`report_statistics`' output plus ``split`` and ``label_names``
         (from the store, else None).
     """
-    from dmlr.api import _as_dataset, final_estimator, resolve_arrays
+    from dmlr.api import _as_dataset, final_estimator, resolve_arrays, resolve_split
 
     model = _as_model(model)
-    X, Y = resolve_arrays(data, split, default_split="test")
+    ds = _as_dataset(data)
+    if ds is not None:  # the split read: every row of a store without splits
+        split = resolve_split(ds, split, default_split="test", stacklevel=3)
+    X, Y = resolve_arrays(data if ds is None else ds, split, default_split="test")
     S = model.decision_function(X)
     final = final_estimator(model)
     out = report_statistics(Y, S, final.labels_from_scores(S), bins=bins)
     out["thresholds"] = _label_thresholds(final)
-    ds = _as_dataset(data)
     out["split"] = split
     out["label_names"] = list(ds.label_names) if ds is not None and ds.label_names else None
     return out
@@ -499,7 +501,7 @@ def write_report(model, data, path, split: str | None = "test", *, dpi: int = 10
     FigureCanvasAgg(fig)
     plot_report(model, stats, fig)
     source = "arrays" if isinstance(data, tuple) else Path(str(getattr(data, "path", data))).name
-    split_text = "all rows" if split in (None, "all") else f"split {split!r}"
+    split_text = "all rows" if stats["split"] in (None, "all") else f"split {stats['split']!r}"
     title = f"{type(model).__name__} on {source}, {split_text}: {stats['n_rows']:,} rows, {len(stats['f1'])} labels"
     fig.suptitle(f"{title}\n{headline(stats['metrics'])}", fontsize=10)
     path = Path(path)

@@ -1,6 +1,8 @@
 """The command line, end to end on a small synthetic store."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -148,3 +150,33 @@ def test_fit_says_what_it_fits_first_and_evaluate_says_on_which_rows(store, tmp_
     assert main(["evaluate", str(model), str(store)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "split 'test'" in first and "rows" in first
+
+
+def test_a_store_without_splits_is_fitted_evaluated_and_reported_on_every_row(tmp_path, capsys):
+    """No split: fit and evaluate use every row, each saying so in one warning line (not Python's
+    file:line excerpt), and evaluate prints its metrics (it used to fail after computing them,
+    asking the store for its missing 'test' split)."""
+    import numpy as np
+
+    from dmlr.data.store import write_dataset
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 6))
+    Y = (X[:, :3] + rng.normal(size=(120, 3)) > 0).astype(np.int8)
+    store = write_dataset(tmp_path / "nosplit.zarr", X, Y)
+    model = tmp_path / "m.npz"
+    with pytest.warns(UserWarning, match="has no splits; using all 120 rows"):
+        assert main(["fit", str(store), "--out", str(model), "--alpha", "1", "--max-iter", "20", "--quiet"]) == 0
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="has no splits; using all 120 rows"):
+        assert main(["evaluate", str(model), str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "every row (120 rows)" in out.splitlines()[0] and "ranking_loss" in out
+    # from the shell, the warning is one line
+    run = subprocess.run(
+        [sys.executable, "-m", "dmlr.cli", "evaluate", str(model), str(store)], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "every row (120 rows)" in run.stdout
+    assert run.stderr.splitlines() == [f"dmlr evaluate: warning: {store} has no splits; using all 120 rows"]
+    assert main(["evaluate", str(model), str(store), "--split", "valid"]) == 2  # a named split it lacks
+    assert "unknown split 'valid'" in capsys.readouterr().err

@@ -145,3 +145,17 @@ def test_labels_past_the_tick_limit_are_named_every_few():
     first = stats["order"][0]
     assert names[0] == f"tag{first} ({stats['n_positive'][first]})"
     assert "one named every 3" in axes[0].get_xlabel()
+
+
+def test_a_store_without_splits_is_reported_on_every_row(fitted, tmp_path):
+    """The report of a store without splits says "all rows" (the rows it read), not the
+    'test' split it was asked for by default."""
+    from dmlr.data.store import write_dataset
+
+    store, model = fitted
+    X, Y = (a.compute() for a in dmlr.open_dataset(store).arrays("test"))
+    bare = write_dataset(tmp_path / "bare.zarr", X, Y)
+    with pytest.warns(UserWarning, match="has no splits"):
+        stats = label_metrics(model, bare)
+    assert stats["split"] is None and stats["n_rows"] == len(X)
+    assert label_metrics(model, store)["split"] == "test"
