@@ -32,6 +32,8 @@ def cmd_convert(args) -> int:
         overwrite=args.overwrite,
         keep_identifiers=args.keep_identifiers,
         labels=args.labels.split(",") if args.labels else args.label_prefix,
+        test_size=args.test_size,
+        seed=args.seed,
         **({"drop_truncated_last_line": True} if args.drop_truncated_last_line else {}),
     )
     return cmd_info(argparse.Namespace(data=str(dst), json=False))
@@ -231,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--labels", help="CSV with a header: the label columns' names, comma-separated")
     labels.add_argument("--label-prefix", help="CSV with a header: the label columns are those whose name starts so")
     c.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
+    c.add_argument(
+        "--test-size",
+        type=float,
+        help="an input without splits: split its rows at random into 'train' and 'test', this fraction in test",
+    )
+    c.add_argument("--seed", type=int, default=0, help="seed of --test-size's split (default 0)")
     c.add_argument(
         "--keep-identifiers",
         action="store_true",

@@ -180,3 +180,23 @@ def test_a_store_without_splits_is_fitted_evaluated_and_reported_on_every_row(tm
     assert run.stderr.splitlines() == [f"dmlr evaluate: warning: {store} has no splits; using all 120 rows"]
     assert main(["evaluate", str(model), str(store), "--split", "valid"]) == 2  # a named split it lacks
     assert "unknown split 'valid'" in capsys.readouterr().err
+
+
+def test_convert_splits_one_file_for_fit_and_evaluate(tmp_path, capsys):
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix(rng.random((80, 6)) * (rng.random((80, 6)) < 0.5))
+    sp.save_npz(tmp_path / "d_X.npz", X)
+    sp.save_npz(tmp_path / "d_Y.npz", sp.csr_matrix((X[:, :3].toarray() > 0.3).astype(np.int8)))
+    store = tmp_path / "d.zarr"
+    assert main(["convert", str(tmp_path / "d_X.npz"), str(store), "--test-size", "0.25", "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(store), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["splits"] == {"test": 20, "train": 60}
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(store), "--out", str(model), "--alpha", "1", "--max-iter", "20", "--quiet"]) == 0
+    assert main(["evaluate", str(model), str(store)]) == 0
+    out, err = capsys.readouterr()
+    assert "split 'test' (20 rows)" in out and "warning" not in err

@@ -703,6 +703,38 @@ def test_npz_pairs(tmp_path):
         np.testing.assert_array_equal(Ys, Y.toarray())
 
 
+def test_test_size_splits_an_input_without_splits(tmp_path, toy_dense):
+    """``test_size``: a seeded train/test split of an input that gives none, ceil(test_size * n)
+    test rows as scikit-learn counts; the same seed, the same rows; an input with its own splits,
+    or a size that is not a fraction leaving rows on both sides, is an error before anything is
+    written."""
+    X = sp.random(40, 5, density=0.3, format="csr", random_state=1)
+    Y = sp.csr_matrix((np.arange(80).reshape(40, 2) % 3 == 0).astype(np.int8))
+    sp.save_npz(tmp_path / "s_X.npz", X)
+    sp.save_npz(tmp_path / "s_Y.npz", Y)
+    ds = open_dataset(convert(tmp_path / "s_X.npz", tmp_path / "a", test_size=0.25, seed=3))
+    train, test = ds.splits["train"], ds.splits["test"]
+    assert len(test) == 10 and len(train) == 30
+    np.testing.assert_array_equal(np.union1d(train, test), np.arange(40))
+    again = open_dataset(convert(tmp_path / "s_X.npz", tmp_path / "b", test_size=0.25, seed=3))
+    np.testing.assert_array_equal(again.splits["test"], test)
+    other = open_dataset(convert(tmp_path / "s_X.npz", tmp_path / "c", test_size=0.25, seed=4))
+    assert not np.array_equal(other.splits["test"], test)
+    assert len(open_dataset(convert(tmp_path / "s_X.npz", tmp_path / "d", test_size=0.21)).splits["test"]) == 9
+    for bad in (0.0, 1.0, 10, True, "0.2"):
+        with pytest.raises(ValueError, match="test_size must be a fraction"):
+            convert(tmp_path / "s_X.npz", tmp_path / "e", test_size=bad)
+    with pytest.raises(ValueError, match="leaves no training or no test row"):
+        convert(tmp_path / "s_X.npz", tmp_path / "e", test_size=0.999)
+    parts = [tmp_path / "p-train.npz", tmp_path / "p-test.npz"]
+    for path in parts:
+        sp.save_npz(path, X)
+        sp.save_npz(path.with_name(path.stem + "_Y.npz"), Y)
+    with pytest.raises(ValueError, match=r"gives its own splits \(train, test\)"):
+        convert([(p, p.with_name(p.stem + "_Y.npz")) for p in parts], tmp_path / "e", test_size=0.2)
+    assert not (tmp_path / "e").exists()
+
+
 def test_npz_row_mismatch_and_naming(tmp_path):
     sp.save_npz(tmp_path / "m_X.npz", sp.random(6, 5, density=0.3, format="csr"))
     sp.save_npz(tmp_path / "m_Y.npz", sp.csr_matrix(np.ones((5, 2))))

@@ -10,12 +10,14 @@ the destination unless the whole conversion succeeds.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -410,8 +412,9 @@ _OPENERS = {
 # ---------------------------------------------------------------------------
 
 
-def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
-    """Stream every part of ``source`` into a new store at ``dst``."""
+def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype, test_size=None, seed=0) -> None:
+    """Stream every part of ``source`` into a new store at ``dst`` (with ``test_size``: a seeded
+    "train"/"test" split of its rows, :func:`test_rows`)."""
     block_rows = max(1, min(BLOCK_ROWS, _LABEL_BLOCK_BYTES // max(source.n_labels, 1)))
     files = [f for p in source.parts for f in p.files]
     input_path = files[0] if len(files) == 1 else ", ".join(str(f) for f in files)
@@ -438,7 +441,21 @@ def _write(source: _Source, dst: Path, *, overwrite, chunk_rows, dtype) -> None:
                 total += Y.shape[0]
             if len(source.parts) > 1:
                 writer.add_split(part.name, np.arange(start, total))
+        if test_size is not None:
+            test = test_rows(total, test_size, seed)
+            writer.add_split("train", np.setdiff1d(np.arange(total), test))
+            writer.add_split("test", test)
         writer.source = source.description()  # now including any dropped lines
+
+
+def test_rows(n: int, test_size: float, seed) -> np.ndarray:
+    """The sorted rows of a seeded test split of ``n`` rows: ``ceil(test_size * n)`` of them (as
+    scikit-learn's ``train_test_split`` counts), drawn by ``numpy.random.default_rng(seed)``.
+    Both parts must keep a row."""
+    n_test = math.ceil(test_size * n)
+    if not 0 < n_test < n:
+        raise ValueError(f"test_size={test_size} leaves no training or no test row of {n} rows")
+    return np.sort(np.random.default_rng(seed).permutation(n)[:n_test])
 
 
 def convert(
@@ -456,6 +473,8 @@ def convert(
     overwrite=False,
     chunk_rows=None,
     dtype="float64",
+    test_size=None,
+    seed=0,
 ) -> Path:
     """Convert a multi-label data set to a dmlr Zarr store.
 
@@ -520,6 +539,14 @@ def convert(
         Stored rows per chunk (default: about 8 MiB of X per chunk).
     dtype : {"float64", "float32"}
         Stored feature dtype.
+    test_size : float in (0, 1), optional
+        An input that gives no splits (one file, or one (X, Y) pair): split
+        its rows at random into ``"train"`` and ``"test"``, the test split
+        ``ceil(test_size * n)`` rows, as scikit-learn's ``train_test_split``
+        (what :func:`dmlr.fit` trains on and :func:`dmlr.evaluate` scores by
+        default). An input that gives splits is an error.
+    seed : int or None
+        Seed of that split (``numpy.random.default_rng``).
 
     Returns
     -------
@@ -547,6 +574,10 @@ def convert(
     )
     if fmt != "npz" and any(isinstance(it, tuple) for it in items):
         raise ValueError(f"(X, Y) path pairs are only for npz input, not {fmt}")
+    if test_size is not None and (
+        isinstance(test_size, bool) or not isinstance(test_size, Real) or not 0.0 < test_size < 1.0
+    ):
+        raise ValueError(f"test_size must be a fraction of the rows in (0, 1), got {test_size!r}")
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
@@ -564,5 +595,9 @@ def convert(
         raise DmlrInputError(
             f"n_labels={n_labels} but the input has {source.n_labels} labels", path=source.parts[0].files[0]
         )
-    _write(source, dst, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype)
+    if test_size is not None and len(source.parts) > 1:
+        _name_parts(source.parts)
+        names = ", ".join(p.name for p in source.parts)
+        raise ValueError(f"test_size: the input gives its own splits ({names}); leave test_size out")
+    _write(source, dst, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, test_size=test_size, seed=seed)
     return dst
