@@ -320,3 +320,41 @@ def test_progress_clock_runs_on_through_the_handover_to_apg(capsys):
     assert len(seconds) >= model.n_iter_  # every iteration shown (verbose=1)
     assert all(b >= a for a, b in zip(seconds, seconds[1:])), seconds
     assert np.all(np.diff(model.objective_seconds_) >= 0)
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "adaptive"])
+def test_columns_empty_in_the_training_rows_are_left_out_exactly(monkeypatch, solver):
+    """A column with no value in the training rows gets a zero row of W, and the solver leaves it
+    out (``_active_columns``): the same model as with every column, up to summation order, on
+    scipy, dense and dask input alike, and from a warm start."""
+    import dask.array as da
+
+    from dmlr.data.arrays import gcxs_from_csr
+    from dmlr.models import rbrl as rbrl_module
+
+    rng = np.random.default_rng(0)
+    X = sp.random(300, 60, density=0.08, format="csr", random_state=1)
+    X = sp.csr_matrix(X.multiply(np.arange(60) % 3 != 0))  # every third column empty
+    X.eliminate_zeros()
+    Y = (X[:, 1:9].toarray() + 0.05 * rng.normal(size=(300, 8)) > 0.02).astype(np.int8)
+    params = dict(alpha=0.5, alpha_nuclear=0.2, solver=solver, tol=1e-9, max_iter=3000, scaling="maxabs")
+    assert np.array_equal(rbrl_module._active_columns(X), np.flatnonzero(np.arange(60) % 3))
+    left_out = RBRL(**params).fit(X, Y)
+    monkeypatch.setattr(rbrl_module, "_active_columns", lambda X: None)
+    every = RBRL(**params).fit(X, Y)
+    monkeypatch.undo()
+    assert left_out.coef_.shape == every.coef_.shape == (61, 8)
+    assert not left_out.coef_[:60][::3].any()  # the empty columns' rows, exactly zero
+    np.testing.assert_allclose(left_out.coef_, every.coef_, rtol=1e-5, atol=1e-7)
+    assert left_out.objective_history_[-1] == pytest.approx(every.objective_history_[-1], rel=1e-9)
+    dense = RBRL(**params).fit(X.toarray(), Y)
+    np.testing.assert_allclose(dense.coef_, left_out.coef_, rtol=1e-5, atol=1e-7)
+    chunks = [gcxs_from_csr(X[i : i + 100]) for i in range(0, 300, 100)]
+    lazy = da.concatenate([da.from_array(c, chunks=c.shape, asarray=False) for c in chunks])
+    on_dask = RBRL(**params).fit(lazy, da.from_array(Y, chunks=(100, -1)))
+    np.testing.assert_allclose(on_dask.coef_, left_out.coef_, rtol=1e-5, atol=1e-7)
+    warm = RBRL(**params, warm_start=True).fit(X, Y)
+    warm.set_params(alpha=0.4).fit(X, Y)
+    cold = RBRL(**{**params, "alpha": 0.4}).fit(X, Y)
+    assert warm.objective_history_[-1] == pytest.approx(cold.objective_history_[-1], rel=1e-8)
+    assert not warm.coef_[:60][::3].any()

@@ -26,10 +26,11 @@ import time
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config
-from dmlr.data.arrays import as_matrix
+from dmlr.data.arrays import as_matrix, gcxs_from_csr, is_dask, to_scipy
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.oracle import ChunkOracle
 from dmlr.errors import DmlrInputError
@@ -457,6 +458,10 @@ class RBRL(_RBRLBase):
         store_params(self, locals())
 
     def _fit_arrays(self, X, Y, ckpt):
+        n_features = X.shape[1]
+        active = _active_columns(X)
+        if active is not None:  # only the columns with a value in these rows (see _active_columns)
+            X = _take_columns(X, active)
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
         lam1, lam2 = float(self.alpha), float(self.alpha_rank)
         try:
@@ -481,10 +486,15 @@ class RBRL(_RBRLBase):
                 (lam2,),
                 finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=self._penalized_rows()),
             )
-            x0 = self._warm_start_point("coef_", (d, int(np.shape(Y)[1])))
+            kept = None if active is None else np.append(active, n_features) if self.fit_intercept else active
+            x0 = self._warm_start_point("coef_", (n_features + int(self.fit_intercept), int(np.shape(Y)[1])))
+            x0 = x0 if kept is None else x0[kept]
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
             self.coef_ = res.x
+            if kept is not None:
+                self.coef_ = np.zeros((n_features + int(self.fit_intercept), res.x.shape[1]))
+                self.coef_[kept] = res.x
             self._learn_threshold(X, Y, blocks=(chunks, block_linear_scores, res.x))  # the rows in hand
         finally:
             chunks.close()
@@ -500,6 +510,50 @@ class RBRL(_RBRLBase):
     def _scores_block(self, X):
         """``[X, 1] @ W`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
+
+
+def _active_columns(X) -> np.ndarray | None:
+    """The columns of X (numpy, scipy.sparse, or a dask array of them or of pydata sparse
+    chunks: counted chunk by chunk where the chunks are) holding a value, where some do not
+    (None: every column does, or none does).
+
+    W's row of a column with no value in the training rows has no data gradient, and the
+    ridge and nuclear norms only grow with it, so the optimum (and every iterate from a zero
+    start) has it zero: the solver can leave it out, exactly. On sparse high-dimensional
+    data (text), most columns of a fold's rows can be empty, and the solver's work on W (its
+    quasi-Newton pairs, the nuclear norm's Gram products) then follows the columns used.
+    """
+    if is_dask(X):
+        import dask
+
+        parts = [dask.delayed(_column_counts)(b) for b in X.to_delayed().ravel()]
+        counts = np.sum(dask.compute(*parts), axis=0) if parts else np.zeros(X.shape[1])
+    else:
+        counts = _column_counts(X)
+    active = np.flatnonzero(counts)
+    return active if 0 < active.size < X.shape[1] else None
+
+
+def _column_counts(block) -> np.ndarray:
+    """Stored values per column of one row block (numpy, scipy or pydata sparse)."""
+    block = to_scipy(block)
+    if sp.issparse(block):
+        return np.bincount(sp.csr_matrix(block).indices, minlength=block.shape[1])
+    return np.count_nonzero(np.asarray(block), axis=0)
+
+
+def _take_columns(X, columns: np.ndarray):
+    """X's ``columns`` (sorted), of the same kind: a dask array's chunk by chunk (pydata sparse
+    chunks through scipy, whose column indexing needs no compilation)."""
+    if not is_dask(X):
+        return X[:, columns]
+    return X.map_blocks(_block_columns, columns, chunks=(X.chunks[0], (len(columns),)), meta=X._meta)
+
+
+def _block_columns(block, columns):
+    if sp.issparse(block) or isinstance(block, np.ndarray):
+        return block[:, columns]
+    return gcxs_from_csr(sp.csr_matrix(to_scipy(block))[:, columns])
 
 
 @register_model(name="kernel_rbrl")
