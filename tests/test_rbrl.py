@@ -358,3 +358,16 @@ def test_columns_empty_in_the_training_rows_are_left_out_exactly(monkeypatch, so
     cold = RBRL(**{**params, "alpha": 0.4}).fit(X, Y)
     assert warm.objective_history_[-1] == pytest.approx(cold.objective_history_[-1], rel=1e-8)
     assert not warm.coef_[:60][::3].any()
+
+
+def test_unused_columns_are_found_in_dask_input_chunked_along_columns():
+    import dask.array as da
+
+    X = np.zeros((40, 9))
+    X[:, [1, 4, 8]] = np.random.default_rng(0).normal(size=(40, 3))
+    Y = (X[:, [1, 4]] > 0).astype(np.int8)
+    params = dict(alpha=0.5, tol=1e-10, max_iter=2000, scaling="maxabs")
+    here = RBRL(**params).fit(X, Y)
+    lazy = RBRL(**params).fit(da.from_array(X, chunks=(10, 3)), da.from_array(Y, chunks=(10, -1)))
+    assert not here.coef_[[0, 2, 3, 5, 6, 7]].any()
+    np.testing.assert_allclose(lazy.coef_, here.coef_, rtol=1e-6, atol=1e-8)

@@ -459,6 +459,8 @@ class RBRL(_RBRLBase):
 
     def _fit_arrays(self, X, Y, ckpt):
         n_features = X.shape[1]
+        if is_dask(X) and len(X.chunks[1]) > 1:
+            X = X.rechunk({1: -1})  # row blocks, as the chunk set holds them
         active = _active_columns(X)
         if active is not None:  # only the columns with a value in these rows (see _active_columns)
             X = _take_columns(X, active)
