@@ -8,7 +8,7 @@ from pathlib import Path
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
-from dmlr.config import config_context
+from dmlr.config import check_config, config_context
 from dmlr.data.arrays import is_dask, is_sparse
 from dmlr.data.store import Dataset, open_dataset
 from dmlr.models import RBRL, KernelRBRL
@@ -227,13 +227,9 @@ def fit(
 
     if isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0:
         raise ValueError(f"verbose must be an integer >= 0, got {verbose!r}")
-    if isinstance(client, str) and client != "local":
-        raise ValueError(
-            f"client must be a distributed.Client, 'local' or None, got {client!r}; "
-            "for a scheduler's address use dmlr.get_client(address)"
-        )
-    in_process = client == "local"
+    in_process = isinstance(client, str) and client == "local"
     settings = {"backend": "local"} if in_process else {"client": client} if client is not None else {}
+    check_config(**settings)  # any other client (a scheduler's address, say) fails here, saying what to do
     X, Y = resolve_arrays(data, split, default_split="train")
     if verbose:
         progress.first_use_notice()

@@ -64,7 +64,8 @@ def get_config() -> dict:
     return dict(_config())
 
 
-def _check(settings: dict) -> None:
+def check_config(**settings) -> None:
+    """A ``ValueError`` (``TypeError`` for an unknown name) for settings :func:`set_config` would refuse."""
     for key, value in settings.items():
         if key not in _DEFAULTS:
             raise TypeError(f"unknown dmlr setting {key!r}; settings: {sorted(_DEFAULTS)}")
@@ -82,7 +83,8 @@ def _check(settings: dict) -> None:
             if not isinstance(value, Client):
                 raise ValueError(
                     f"client must be a distributed.Client or None, got {value!r}; for a scheduler's address "
-                    "use dmlr.get_client(address), for this process alone backend='local'"
+                    "use dmlr.get_client(address); for this process alone backend='local' "
+                    "(dmlr.fit: client='local')"
                 )
         positive = key in ("chunk_rows", "query_batch") or (key == "n_blocks" and value is not None)
         if positive and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -91,7 +93,7 @@ def _check(settings: dict) -> None:
 
 def set_config(**settings) -> None:
     """Change execution settings for the rest of this thread (see :func:`config_context`)."""
-    _check(settings)
+    check_config(**settings)
     _config().update(settings)
 
 
@@ -105,7 +107,7 @@ def config_context(**settings):
     >>> with dmlr.config_context(backend="local", n_blocks=2):
     ...     pass  # fits here keep their row blocks in this process, in 2 blocks
     """
-    _check(settings)
+    check_config(**settings)
     old = get_config()
     set_config(**settings)
     try:
