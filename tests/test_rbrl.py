@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from dmlr.data.blocks import make_block
+from dmlr.distributed.chunks import make_chunkset
 from dmlr.models import RBRL
 from dmlr.models.base import NotFittedError
 from dmlr.objectives import rbrl as objective
@@ -338,9 +339,10 @@ def test_columns_empty_in_the_training_rows_are_left_out_exactly(monkeypatch, so
     X.eliminate_zeros()
     Y = (X[:, 1:9].toarray() + 0.05 * rng.normal(size=(300, 8)) > 0.02).astype(np.int8)
     params = dict(alpha=0.5, alpha_nuclear=0.2, solver=solver, tol=1e-9, max_iter=3000, scaling="maxabs")
-    assert np.array_equal(rbrl_module._active_columns(X), np.flatnonzero(np.arange(60) % 3))
+    chunks = make_chunkset(X, Y, fit_intercept=True, backend="local")
+    assert np.array_equal(rbrl_module._active_columns(chunks), np.flatnonzero(np.r_[np.arange(60) % 3, 1]))
     left_out = RBRL(**params).fit(X, Y)
-    monkeypatch.setattr(rbrl_module, "_active_columns", lambda X: None)
+    monkeypatch.setattr(rbrl_module, "_active_columns", lambda chunks: None)
     every = RBRL(**params).fit(X, Y)
     monkeypatch.undo()
     assert left_out.coef_.shape == every.coef_.shape == (61, 8)
@@ -358,6 +360,29 @@ def test_columns_empty_in_the_training_rows_are_left_out_exactly(monkeypatch, so
     cold = RBRL(**{**params, "alpha": 0.4}).fit(X, Y)
     assert warm.objective_history_[-1] == pytest.approx(cold.objective_history_[-1], rel=1e-8)
     assert not warm.coef_[:60][::3].any()
+
+
+def test_a_fit_on_dask_input_reads_each_chunk_once():
+    """The chunk set reads the input's chunks once, where its blocks are built; the unused
+    columns are counted on the blocks, not by a read pass of their own."""
+    import dask
+    import dask.array as da
+
+    X = np.zeros((60, 9))
+    X[:, [1, 4, 8]] = np.random.default_rng(0).normal(size=(60, 3))
+    Y = (X[:, [1, 4]] > 0).astype(np.int8)
+    reads = []
+
+    def chunk(i):
+        reads.append(i)
+        return X[20 * i : 20 * (i + 1)]
+
+    lazy = da.concatenate([da.from_delayed(dask.delayed(chunk)(i), (20, 9), dtype=np.float64) for i in range(3)])
+    model = RBRL(alpha=0.5, tol=1e-8, scaling=None).fit(lazy, da.from_array(Y, chunks=(20, -1)))
+    assert sorted(reads) == [0, 1, 2]
+    assert not model.coef_[[0, 2, 3, 5, 6, 7]].any()
+    here = RBRL(alpha=0.5, tol=1e-8, scaling=None).fit(X, Y)
+    np.testing.assert_allclose(model.coef_, here.coef_, rtol=1e-6, atol=1e-8)
 
 
 def test_unused_columns_are_found_in_dask_input_chunked_along_columns():

@@ -30,7 +30,8 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config
-from dmlr.data.arrays import as_matrix, gcxs_from_csr, is_dask, to_scipy
+from dmlr.data.arrays import as_matrix
+from dmlr.data.blocks import Block
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.oracle import ChunkOracle
 from dmlr.errors import DmlrInputError
@@ -459,15 +460,15 @@ class RBRL(_RBRLBase):
 
     def _fit_arrays(self, X, Y, ckpt):
         n_features = X.shape[1]
-        if is_dask(X) and len(X.chunks[1]) > 1:
-            X = X.rechunk({1: -1})  # row blocks, as the chunk set holds them
-        active = _active_columns(X)
-        if active is not None:  # only the columns with a value in these rows (see _active_columns)
-            X = _take_columns(X, active)
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
         lam1, lam2 = float(self.alpha), float(self.alpha_rank)
         try:
-            d = X.shape[1] + int(self.fit_intercept)
+            kept = _active_columns(chunks)
+            if kept is not None:  # only the columns with a value in these rows (see _active_columns)
+                narrowed = chunks.transform(_block_columns, kept)
+                chunks.close()
+                chunks = narrowed
+            d = n_features + int(self.fit_intercept) if kept is None else len(kept)
 
             def paper_L():
                 x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
@@ -488,7 +489,6 @@ class RBRL(_RBRLBase):
                 (lam2,),
                 finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=self._penalized_rows()),
             )
-            kept = None if active is None else np.append(active, n_features) if self.fit_intercept else active
             x0 = self._warm_start_point("coef_", (n_features + int(self.fit_intercept), int(np.shape(Y)[1])))
             x0 = x0 if kept is None else x0[kept]
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
@@ -514,48 +514,47 @@ class RBRL(_RBRLBase):
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
-def _active_columns(X) -> np.ndarray | None:
-    """The columns of X (numpy, scipy.sparse, or a dask array of them or of pydata sparse
-    chunks: counted chunk by chunk where the chunks are) holding a value, where some do not
-    (None: every column does, or none does).
+def _active_columns(chunks) -> np.ndarray | None:
+    """The columns of a chunk set's blocks (the bias column included) holding a value, where
+    some do not (None: every column does, or none does), counted where the blocks are.
 
     W's row of a column with no value in the training rows has no data gradient, and the
     ridge and nuclear norms only grow with it, so the optimum (and every iterate from a zero
     start) has it zero: the solver can leave it out, exactly. On sparse high-dimensional
     data (text), most columns of a fold's rows can be empty, and the solver's work on W (its
     quasi-Newton pairs, the nuclear norm's Gram products) then follows the columns used.
+    Counted on the blocks, not on the input: a dask input's chunks are read once, by the
+    chunk set.
     """
-    if is_dask(X):
-        import dask
-
-        parts = [dask.delayed(_column_counts)(b) for b in X.to_delayed().ravel()]
-        counts = np.sum(dask.compute(*parts), axis=0) if parts else np.zeros(X.shape[1])
-    else:
-        counts = _column_counts(X)
+    counts = chunks.map_reduce(_column_counts)
     active = np.flatnonzero(counts)
-    return active if 0 < active.size < X.shape[1] else None
+    return active if 0 < active.size < counts.size else None
 
 
 def _column_counts(block) -> np.ndarray:
-    """Stored values per column of one row block (numpy, scipy or pydata sparse)."""
-    block = to_scipy(block)
-    if sp.issparse(block):
-        return np.bincount(sp.csr_matrix(block).indices, minlength=block.shape[1])
-    return np.count_nonzero(np.asarray(block), axis=0)
+    """Stored values per column of a block's X (an explicitly stored zero counts: the
+    column is kept), int64 (d,)."""
+    X = block.X
+    if sp.issparse(X):
+        return np.bincount(X.indices, minlength=X.shape[1]).astype(np.int64)
+    return np.count_nonzero(X, axis=0).astype(np.int64)
 
 
-def _take_columns(X, columns: np.ndarray):
-    """X's ``columns`` (sorted), of the same kind: a dask array's chunk by chunk (pydata sparse
-    chunks through scipy, whose column indexing needs no compilation)."""
-    if not is_dask(X):
-        return X[:, columns]
-    return X.map_blocks(_block_columns, columns, chunks=(X.chunks[0], (len(columns),)), meta=X._meta)
+def _block_columns(block, bounds, columns) -> Block:
+    """The block with X's ``columns`` (sorted) only, a chunk set's ``transform``.
 
-
-def _block_columns(block, columns):
-    if sp.issparse(block) or isinstance(block, np.ndarray):
-        return block[:, columns]
-    return gcxs_from_csr(sp.csr_matrix(to_scipy(block))[:, columns])
+    Every stored value of a CSR X lies in ``columns`` (:func:`_active_columns`), so its
+    column indices are renumbered and its values and row pointers shared with the
+    block's, not copied: the new block costs its column indices alone beside the old.
+    """
+    X = block.X
+    if sp.issparse(X):
+        position = np.zeros(X.shape[1], dtype=X.indices.dtype)
+        position[columns] = np.arange(len(columns), dtype=X.indices.dtype)
+        X = sp.csr_matrix((X.data, position[X.indices], X.indptr), shape=(X.shape[0], len(columns)), copy=False)
+    else:
+        X = np.ascontiguousarray(X[:, columns])
+    return Block(X=X, Y=block.Y)
 
 
 @register_model(name="kernel_rbrl")
