@@ -459,7 +459,7 @@ class RBRL(_RBRLBase):
         store_params(self, locals())
 
     def _fit_arrays(self, X, Y, ckpt):
-        n_features = X.shape[1]
+        shape = (X.shape[1] + int(self.fit_intercept), int(np.shape(Y)[1]))  # W's, every column
         chunks = make_chunkset(X, Y, fit_intercept=self.fit_intercept, **chunk_options())
         lam1, lam2 = float(self.alpha), float(self.alpha_rank)
         try:
@@ -468,7 +468,7 @@ class RBRL(_RBRLBase):
                 narrowed = chunks.transform(_block_columns, kept)
                 chunks.close()
                 chunks = narrowed
-            d = n_features + int(self.fit_intercept) if kept is None else len(kept)
+            d = shape[0] if kept is None else len(kept)
 
             def paper_L():
                 x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
@@ -489,13 +489,13 @@ class RBRL(_RBRLBase):
                 (lam2,),
                 finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=self._penalized_rows()),
             )
-            x0 = self._warm_start_point("coef_", (n_features + int(self.fit_intercept), int(np.shape(Y)[1])))
+            x0 = self._warm_start_point("coef_", shape)
             x0 = x0 if kept is None else x0[kept]
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
             res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
             self.coef_ = res.x
             if kept is not None:
-                self.coef_ = np.zeros((n_features + int(self.fit_intercept), res.x.shape[1]))
+                self.coef_ = np.zeros(shape)
                 self.coef_[kept] = res.x
             self._learn_threshold(X, Y, blocks=(chunks, block_linear_scores, res.x))  # the rows in hand
         finally:
