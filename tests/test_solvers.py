@@ -474,10 +474,31 @@ def test_lbfgs_compact_direction_is_the_two_loop_recursions(memory):
     for k in range(6):
         s = rng.normal(size=n)
         pairs.append((s, H @ s))
-        buffers.add(s, H @ s)
+        zero = np.zeros(n)
+        assert buffers.push(s, zero, H @ s, zero)  # the pair (s - 0, H s - 0)
         g = rng.normal(size=n)
         expected = -_two_loop(g, pairs[-memory:])
         np.testing.assert_allclose(buffers.direction(g), expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
     assert buffers.count == min(6, memory)
     buffers.reset()
     np.testing.assert_array_equal(buffers.direction(g), -g)
+
+
+def test_lbfgs_pairs_without_curvature_are_not_kept():
+    from importlib import import_module
+
+    Pairs = import_module("dmlr.solvers.lbfgs").Pairs
+    rng = np.random.default_rng(3)
+    n, zero = 30, np.zeros(30)
+    buffers = Pairs.empty(2, n)
+    for _ in range(2):  # full: the next pair kept would overwrite the oldest
+        s = rng.normal(size=n)
+        assert buffers.push(s, zero, 2.0 * s, zero)
+    g = rng.normal(size=n)
+    before, S, Y = buffers.direction(g), buffers.S.copy(), buffers.Y.copy()
+    s = rng.normal(size=n)
+    assert not buffers.push(s, zero, -s, zero)  # s . y < 0
+    assert not buffers.push(zero, zero, s, zero)  # s = 0
+    np.testing.assert_array_equal(buffers.S, S)
+    np.testing.assert_array_equal(buffers.Y, Y)
+    np.testing.assert_array_equal(buffers.direction(g), before)

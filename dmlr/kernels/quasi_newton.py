@@ -1,10 +1,14 @@
-"""Numba kernel of the L-BFGS model's small algebra (:class:`dmlr.solvers.lbfgs.Pairs`).
+"""Numba kernels of the L-BFGS model's algebra (:class:`dmlr.solvers.lbfgs.Pairs`).
 
-The compact form of the L-BFGS inverse Hessian needs, besides 4 BLAS
+The compact form of the L-BFGS inverse Hessian needs, besides 2 BLAS
 matrix-vector products over the m stored pairs, two triangular solves and a
 product with m x m matrices. As numpy and scipy calls from Python these cost
 more than their flops for the pair counts RBRL uses (m <= 100): compiled, they
-take a few microseconds.
+take a few microseconds (:func:`compact_coefficients`). The passes over
+vectors of W's size are compiled too (:func:`compact_step`,
+:func:`pair_products`): for a wide model (thousands of features times
+hundreds of labels) they are memory-bound, and numpy's expressions would
+read and write temporary vectors of that size several times per iteration.
 """
 
 from __future__ import annotations
@@ -67,3 +71,47 @@ def compact_coefficients(a, b, SY, YY, order):
         ps[order[i]] = p[i]
         us[order[i]] = u[i]
     return ps, us, gamma
+
+
+@njit(cache=True, nogil=True)
+def compact_step(g, S, Y, p, q, gamma, out):
+    """``out = -(gamma g + S^T p + Y^T q)``, the compact form's product (``q = -gamma u``).
+
+    One pass over the c pairs and g, where BLAS's two transposed products and
+    numpy's sums would write a vector of W's size five times: the pairs of
+    a wide model do not fit in cache, and their product is memory-bound.
+
+    Parameters
+    ----------
+    g : float64 (n,)
+    S, Y : float64 (c, n)
+        The pairs, by slot.
+    p, q : float64 (c,)
+        By slot (:func:`compact_coefficients`'s ``p`` and ``-gamma u``).
+    gamma : float
+    out : float64 (n,)
+        Written.
+    """
+    c = p.shape[0]
+    for i in range(g.shape[0]):
+        acc = gamma * g[i]
+        for j in range(c):
+            acc += p[j] * S[j, i] + q[j] * Y[j, i]
+        out[i] = -acc
+
+
+@njit(cache=True, nogil=True)
+def pair_products(x_new, x, g_new, g):
+    """``(s . y, s . s, y . y)`` for ``s = x_new - x`` and ``y = g_new - g`` (float64 (n,) each),
+    in one pass that forms neither s nor y: what L-BFGS needs to decide whether to keep the pair
+    before it writes the pair over the oldest one."""
+    sy = 0.0
+    ss = 0.0
+    yy = 0.0
+    for i in range(x.shape[0]):
+        s = x_new[i] - x[i]
+        y = g_new[i] - g[i]
+        sy += s * y
+        ss += s * s
+        yy += y * y
+    return sy, ss, yy

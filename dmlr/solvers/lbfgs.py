@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dmlr.kernels.quasi_newton import compact_coefficients
+from dmlr.kernels.quasi_newton import compact_coefficients, compact_step, pair_products
 from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
 
@@ -276,7 +276,8 @@ def lbfgs(
         latest[0] = smallest
         values, g = pending()
         grad = np.array(g, dtype=np.float64)
-        grad[rows] += nuclear * G
+        G *= nuclear
+        grad[rows] += G
         obj = float(values[0]) + nuclear * norm
         result.n_oracle_calls += 1
         result.objective_history.append(obj)
@@ -284,7 +285,7 @@ def lbfgs(
         result.n_iter = len(result.objective_history)
         if obj < best[0]:
             best[:] = [obj, smallest]
-            result.x = W.copy()
+            result.x = W  # not a copy: the iterations never write into a point they evaluated
         if callback is not None and callback(result.n_iter, obj, result.seconds[-1]):
             raise StopIteration
         return obj, grad.ravel()
@@ -400,15 +401,26 @@ class Pairs:
         """Forget every pair (H = I)."""
         self.newest, self.count = -1, 0
 
-    def add(self, s_k: np.ndarray, y_k: np.ndarray) -> None:
-        """Keep the pair (overwriting the oldest when full) and its inner products with the others."""
+    def push(self, x_new: np.ndarray, x: np.ndarray, g_new: np.ndarray, g: np.ndarray) -> bool:
+        """Keep the pair ``s = x_new - x``, ``y = g_new - g`` (overwriting the oldest when full)
+        and its inner products with the others, if it has curvature (``s . y > 0``, relative
+        to rounding); returns whether it was kept.
+
+        The pair is written into its slot directly: for a wide model, vectors of W's size
+        made and copied each iteration cost more than the products.
+        """
+        sy, ss, yy = pair_products(x_new, x, g_new, g)
+        if not sy > 1e-12 * math.sqrt(ss) * math.sqrt(yy):
+            return False
         memory = len(self.S)
         self.newest = (self.newest + 1) % memory
         self.count = min(self.count + 1, memory)
         k, c = self.newest, self.count
-        self.S[k], self.Y[k] = s_k, y_k
+        np.subtract(x_new, x, out=self.S[k])
+        y_k = np.subtract(g_new, g, out=self.Y[k])
         self.SY[:c, k] = self.S[:c] @ y_k
         self.YY[:c, k] = self.YY[k, :c] = self.Y[:c] @ y_k
+        return True
 
     def direction(self, g: np.ndarray) -> np.ndarray:
         """-H g for the L-BFGS inverse-Hessian model, H0 = (s.y / y.y) I from the newest pair.
@@ -419,9 +431,10 @@ class Pairs:
 
         with R the upper triangle of S^T Y (pairs oldest first) and D its
         diagonal: the same H as the two-loop recursion (Nocedal & Wright,
-        Algorithm 7.4), from 4 passes of BLAS matrix-vector products over the
-        pairs, where the recursion's 4 passes are dependent vector updates
-        (several times slower for large pairs, which do not fit in cache).
+        Algorithm 7.4), from 2 BLAS matrix-vector products over the pairs and one
+        compiled pass (:func:`~dmlr.kernels.quasi_newton.compact_step`), where the
+        recursion's 4 passes are dependent vector updates (several times slower
+        for large pairs, which do not fit in cache).
         """
         c = self.count
         if c == 0:
@@ -429,7 +442,9 @@ class Pairs:
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
         ps, us, gamma = compact_coefficients(S @ g, Y @ g, self.SY, self.YY, order)
-        return -(gamma * g + S.T @ ps - gamma * (Y.T @ us))
+        out = np.empty_like(g)
+        compact_step(g, S, Y, ps, -gamma * us, gamma, out)
+        return out
 
 
 def _iterate(
@@ -456,7 +471,8 @@ def _iterate(
             d, slope = -g, -float(g @ g)
         t = step
         for _ in range(MAX_BACKTRACKS):
-            x_new = x + t * d
+            x_new = np.multiply(d, t)  # x + t d, a new array: value_and_grad keeps it as the best point
+            x_new += x
             f_new, g_new = value_and_grad(x_new)
             if f_new <= f + ARMIJO * t * slope or result.n_iter >= max_iter:
                 break
@@ -465,10 +481,7 @@ def _iterate(
             return  # no decrease along a descent direction: a kink, handed to the caller
         if f_new > f + ARMIJO * t * slope:
             return  # max_iter inside the line search
-        s_k, y_k = x_new - x, g_new - g
-        sy = float(s_k @ y_k)
-        if sy > 1e-12 * float(np.linalg.norm(s_k)) * float(np.linalg.norm(y_k)):  # curvature: keep the pair
-            pairs.add(s_k, y_k)
+        pairs.push(x_new, x, g_new, g)
         changed = relative_change(f_new, f) <= tol
         x, f, g, step = x_new, f_new, g_new, 1.0
         if changed and (gradient_tol is None or float(np.linalg.norm(g)) <= gradient_tol * reference):
