@@ -1,14 +1,13 @@
 """Numba kernels of the L-BFGS model's algebra (:class:`dmlr.solvers.lbfgs.Pairs`).
 
-The compact form of the L-BFGS inverse Hessian needs, besides 2 BLAS
+The compact form of the L-BFGS inverse Hessian needs, besides 4 BLAS
 matrix-vector products over the m stored pairs, two triangular solves and a
 product with m x m matrices. As numpy and scipy calls from Python these cost
 more than their flops for the pair counts RBRL uses (m <= 100): compiled, they
-take a few microseconds (:func:`compact_coefficients`). The passes over
-vectors of W's size are compiled too (:func:`compact_step`,
-:func:`pair_products`): for a wide model (thousands of features times
-hundreds of labels) they are memory-bound, and numpy's expressions would
-read and write temporary vectors of that size several times per iteration.
+take a few microseconds (:func:`compact_coefficients`). A new pair's
+curvature test is compiled too (:func:`pair_products`): for a wide model
+(thousands of features times hundreds of labels) it is memory-bound, and
+numpy's expressions would make and read two vectors of W's size for it.
 """
 
 from __future__ import annotations
@@ -71,33 +70,6 @@ def compact_coefficients(a, b, SY, YY, order):
         ps[order[i]] = p[i]
         us[order[i]] = u[i]
     return ps, us, gamma
-
-
-@njit(cache=True, nogil=True)
-def compact_step(g, S, Y, p, q, gamma, out):
-    """``out = -(gamma g + S^T p + Y^T q)``, the compact form's product (``q = -gamma u``).
-
-    One pass over the c pairs and g, where BLAS's two transposed products and
-    numpy's sums would write a vector of W's size five times: the pairs of
-    a wide model do not fit in cache, and their product is memory-bound.
-
-    Parameters
-    ----------
-    g : float64 (n,)
-    S, Y : float64 (c, n)
-        The pairs, by slot.
-    p, q : float64 (c,)
-        By slot (:func:`compact_coefficients`'s ``p`` and ``-gamma u``).
-    gamma : float
-    out : float64 (n,)
-        Written.
-    """
-    c = p.shape[0]
-    for i in range(g.shape[0]):
-        acc = gamma * g[i]
-        for j in range(c):
-            acc += p[j] * S[j, i] + q[j] * Y[j, i]
-        out[i] = -acc
 
 
 @njit(cache=True, nogil=True)

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dmlr.kernels.quasi_newton import compact_coefficients, compact_step, pair_products
+from dmlr.kernels.quasi_newton import compact_coefficients, pair_products
 from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
 
@@ -431,10 +431,9 @@ class Pairs:
 
         with R the upper triangle of S^T Y (pairs oldest first) and D its
         diagonal: the same H as the two-loop recursion (Nocedal & Wright,
-        Algorithm 7.4), from 2 BLAS matrix-vector products over the pairs and one
-        compiled pass (:func:`~dmlr.kernels.quasi_newton.compact_step`), where the
-        recursion's 4 passes are dependent vector updates (several times slower
-        for large pairs, which do not fit in cache).
+        Algorithm 7.4), from 4 passes of BLAS matrix-vector products over the
+        pairs, where the recursion's 4 passes are dependent vector updates
+        (several times slower for large pairs, which do not fit in cache).
         """
         c = self.count
         if c == 0:
@@ -442,9 +441,10 @@ class Pairs:
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
         ps, us, gamma = compact_coefficients(S @ g, Y @ g, self.SY, self.YY, order)
-        out = np.empty_like(g)
-        compact_step(g, S, Y, ps, -gamma * us, gamma, out)
-        return out
+        d = ps @ S  # the sums in place: each temporary of W's size costs a pass over memory
+        d -= (gamma * us) @ Y
+        d += gamma * g
+        return np.negative(d, out=d)
 
 
 def _iterate(
