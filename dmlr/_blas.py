@@ -1,4 +1,4 @@
-"""Single-threaded BLAS for a block of code, without rescanning the process's libraries.
+"""BLAS helpers: single-threaded BLAS for a block of code, and an in-place scaled sum.
 
 ``threadpoolctl.threadpool_limits`` builds a new controller at every call, which
 lists every shared library the process has loaded (2,000+ modules after
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 import threading
+
+import numpy as np
 
 _lock = threading.Lock()
 _controller = [None, -1]  # the ThreadpoolController, len(sys.modules) when it was built
@@ -31,3 +33,33 @@ def single_threaded_blas():
     """A context manager that limits every loaded BLAS to one thread (and restores it after),
     as ``threadpoolctl.threadpool_limits(limits=1, user_api="blas")``."""
     return _current_controller().limit(limits=1, user_api="blas")
+
+
+def add_scaled(y: np.ndarray, alpha: float, x: np.ndarray) -> None:
+    """``y += alpha * x`` in place, by BLAS's axpy where both are C-contiguous float64.
+
+    numpy's expression first makes ``alpha * x``, a temporary of x's size: for a
+    gradient of a model's d x l weights, written each oracle call, making and
+    reading it costs several times the sum itself.
+
+    Parameters
+    ----------
+    y : float64 ndarray, written
+    alpha : float
+    x : ndarray of y's shape
+    """
+    from scipy.linalg.blas import daxpy
+
+    if np.shape(x) != y.shape:
+        raise ValueError(f"x has shape {np.shape(x)}, y {y.shape}")
+    if (
+        y.dtype == np.float64
+        and isinstance(x, np.ndarray)
+        and x.dtype == np.float64
+        and y.flags.c_contiguous
+        and x.flags.c_contiguous
+        and 0 < y.size < 2**31  # BLAS's 32-bit length
+    ):
+        daxpy(x.reshape(-1), y.reshape(-1), a=float(alpha))  # writes into y's memory
+    else:
+        y += alpha * x

@@ -15,7 +15,7 @@ DMLR = Path(__file__).resolve().parents[1] / "dmlr"
 #: Solvers of any model: they see an oracle (and a prox) and nothing else.
 GENERIC_SOLVERS = ("apg", "lbfgs", "prox", "vr", "result", "checkpoint")
 #: What a generic solver may import from dmlr besides dmlr.solvers.<generic>.
-GENERIC_SOLVER_DEPENDENCIES = {"dmlr", "dmlr.kernels.quasi_newton"}
+GENERIC_SOLVER_DEPENDENCIES = {"dmlr", "dmlr._blas", "dmlr.kernels.quasi_newton"}
 
 
 def imported_modules(path: Path) -> set[str]:

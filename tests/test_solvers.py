@@ -502,3 +502,31 @@ def test_lbfgs_pairs_without_curvature_are_not_kept():
     np.testing.assert_array_equal(buffers.S, S)
     np.testing.assert_array_equal(buffers.Y, Y)
     np.testing.assert_array_equal(buffers.direction(g), before)
+
+
+def test_add_scaled_adds_in_place_as_numpy_does():
+    from dmlr._blas import add_scaled
+
+    rng = np.random.default_rng(4)
+    base, x = rng.normal(size=(7, 6)), rng.normal(size=(7, 6))
+    cases = [
+        (slice(None), slice(None)),  # C-contiguous: BLAS's axpy
+        (slice(0, 6), slice(None)),  # leading rows: still contiguous
+        (slice(None), slice(0, 6, 2)),  # strided: numpy
+    ]
+    for rows, cols in cases:
+        y = base.copy()
+        expected = base.copy()
+        expected[rows, cols] += 0.3 * x[rows, cols]
+        view = y[rows, cols]
+        add_scaled(view, 0.3, x[rows, cols])
+        # BLAS may fuse the multiply and the add: the same sum up to one rounding of each term
+        np.testing.assert_allclose(y, expected, rtol=0, atol=1e-15 * (np.abs(base) + np.abs(x)).max())
+        assert not np.array_equal(y, base)
+    y = base.copy()
+    add_scaled(y, 2.0, x.astype(np.float32))  # another dtype: numpy's sum
+    np.testing.assert_array_equal(y, base + 2.0 * x.astype(np.float32))
+    empty = np.zeros((0, 3))
+    add_scaled(empty, 1.0, np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        add_scaled(base.copy(), 1.0, x[:3])

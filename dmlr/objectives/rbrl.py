@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from dmlr._blas import add_scaled
 from dmlr.data.blocks import Block
 from dmlr.kernels.blocks import product_tile_rows
 from dmlr.kernels.gram import row_sq_norms
@@ -472,5 +473,5 @@ def add_ridge(values: np.ndarray, grad, points, grad_point: int, lambda1: float,
     values = values + 0.5 * lambda1 * np.array([np.vdot(P[rows], P[rows]) for P in points])
     if grad is not None:
         grad = np.array(grad, dtype=np.float64)  # the reduced gradient may be shared with a cache
-        grad[rows] += lambda1 * points[grad_point][rows]
+        add_scaled(grad[rows], lambda1, points[grad_point][rows])
     return values, grad

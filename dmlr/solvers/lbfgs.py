@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dmlr._blas import add_scaled
 from dmlr.kernels.quasi_newton import compact_coefficients, pair_products
 from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
@@ -276,8 +277,7 @@ def lbfgs(
         latest[0] = smallest
         values, g = pending()
         grad = np.array(g, dtype=np.float64)
-        G *= nuclear
-        grad[rows] += G
+        add_scaled(grad[rows], nuclear, G)
         obj = float(values[0]) + nuclear * norm
         result.n_oracle_calls += 1
         result.objective_history.append(obj)
