@@ -441,9 +441,9 @@ class Pairs:
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
         ps, us, gamma = compact_coefficients(S @ g, Y @ g, self.SY, self.YY, order)
-        d = ps @ S  # the sums in place: each temporary of W's size costs a pass over memory
+        d = ps @ S  # summed in place: each temporary of W's size costs a pass over memory
         d -= (gamma * us) @ Y
-        d += gamma * g
+        add_scaled(d, gamma, g)
         return np.negative(d, out=d)
 
 
