@@ -167,11 +167,18 @@ def test_lbfgs_resumed_from_a_state_repeats_the_uninterrupted_run_bit_for_bit(me
         {"SY": state.SY * (1 + 1e-6)},
         {"YY": state.YY * (1 + 1e-6)},
         {"S": state.S * (1 + 1e-6)},
+        {"products": state.products * (1 + 1e-6)},
         {"step": state.step / 2},
         {"reference": state.reference * 1e6},
     ):
         bad = lbfgs(oracle, x0, state=dataclasses.replace(state, **changed), **kw)
         assert bad.objective_history != full.objective_history, sorted(changed)
+    # a state saved without the direction's products (an earlier dmlr's) resumes, computing them
+    again = lbfgs(oracle, x0, state=dataclasses.replace(state, products=None), **kw)
+    n = min(again.n_iter, full.n_iter)
+    assert again.converged and np.allclose(again.objective_history[:n], full.objective_history[:n])
+    with pytest.raises(ValueError, match="products"):
+        lbfgs(oracle, x0, state=dataclasses.replace(state, products=state.products[:, 1:]), **kw)
     with pytest.raises(ValueError, match="max_iter"):
         lbfgs(oracle, x0, state=state, **{**kw, "max_iter": state.n_iter})
     with pytest.raises(ValueError, match="shape"):

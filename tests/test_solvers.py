@@ -484,6 +484,35 @@ def test_lbfgs_compact_direction_is_the_two_loop_recursions(memory):
     np.testing.assert_array_equal(buffers.direction(g), -g)
 
 
+@pytest.mark.parametrize("memory", [3, 8])
+def test_lbfgs_direction_from_the_pushed_products_is_the_two_loop_recursions(memory):
+    """Along a run (each push's g the latest direction's), the next direction takes its
+    products with the new gradient from the push; it must stay the two-loop recursion's,
+    through a full buffer and a rejected pair."""
+    from importlib import import_module
+
+    Pairs = import_module("dmlr.solvers.lbfgs").Pairs
+    rng = np.random.default_rng(5)
+    n = 40
+    A = rng.normal(size=(n, n))
+    H, b = A @ A.T + n * np.eye(n), rng.normal(size=n)
+    x = rng.normal(size=n)
+    g, pairs, buffers = H @ x - b, [], Pairs.empty(memory, n)
+    for k in range(10):
+        d = buffers.direction(g)
+        expected = -_two_loop(g, pairs[-memory:]) if pairs else -g
+        np.testing.assert_allclose(d, expected, rtol=1e-9, atol=1e-11 * np.abs(expected).max())
+        x_new = x + 0.5 * d
+        g_new = H @ x_new - b
+        if k == 6:  # a pair without curvature: refused, and the next direction computes its products
+            assert not buffers.push(x, x_new, g_new, g)
+        else:
+            assert buffers.push(x_new, x, g_new, g)
+            pairs.append((x_new - x, g_new - g))
+        x, g = x_new, g_new
+    assert buffers.count == memory
+
+
 def test_lbfgs_pairs_without_curvature_are_not_kept():
     from importlib import import_module
 

@@ -74,16 +74,21 @@ def compact_coefficients(a, b, SY, YY, order):
 
 @njit(cache=True, nogil=True)
 def pair_products(x_new, x, g_new, g):
-    """``(s . y, s . s, y . y)`` for ``s = x_new - x`` and ``y = g_new - g`` (float64 (n,) each),
-    in one pass that forms neither s nor y: what L-BFGS needs to decide whether to keep the pair
-    before it writes the pair over the oldest one."""
+    """``(s . y, s . s, y . y, s . g_new, y . g_new)`` for ``s = x_new - x`` and ``y = g_new - g``
+    (float64 (n,) each), in one pass that forms neither s nor y: what L-BFGS needs to decide
+    whether to keep the pair before it writes the pair over the oldest one, and the new pair's
+    products with the new gradient, which the next direction needs."""
     sy = 0.0
     ss = 0.0
     yy = 0.0
+    sg = 0.0
+    yg = 0.0
     for i in range(x.shape[0]):
         s = x_new[i] - x[i]
         y = g_new[i] - g[i]
         sy += s * y
         ss += s * s
         yy += y * y
-    return sy, ss, yy
+        sg += s * g_new[i]
+        yg += y * g_new[i]
+    return sy, ss, yy, sg, yg

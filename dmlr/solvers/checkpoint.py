@@ -354,6 +354,8 @@ class Checkpoint:
         if a.get("solver") == "lbfgs":
             arrays = {name: _read_array(g, name, where) for name in LBFGS_ARRAYS}
             arrays["objective_history"], arrays["seconds"] = hist, seconds
+            # a state written before L-BFGS kept its direction's products has none: computed again
+            arrays["products"] = _read_array(g, "products", where) if "products" in g else None
             return LBFGSState(
                 n_iter=t,
                 f=float(a["f"]),
@@ -511,6 +513,8 @@ class Checkpoint:
             if not math.isfinite(attrs[key]):
                 raise ValueError(f"cannot checkpoint a non-finite {key} ({attrs[key]})")
         arrays = {name: np.asarray(getattr(state, name)) for name in LBFGS_ARRAYS}
+        if state.products is not None:
+            arrays["products"] = np.asarray(state.products)
         self._write_state(state.n_iter, arrays, attrs)
 
     def save_final(self, result: APGResult, max_iter: int) -> None:

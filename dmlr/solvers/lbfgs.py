@@ -164,6 +164,10 @@ class LBFGSState:
         F at each oracle call and the wall time since the start (on resume the
         clock continues from ``seconds[-1]``).
     n_oracle_calls : int
+    products : float64 (2, m) or None
+        ``s_i . grad`` and ``y_i . grad`` by slot, the next direction's products
+        (:meth:`Pairs.products`); None (a state saved without them): computed
+        again on resume.
     """
 
     n_iter: int
@@ -183,6 +187,7 @@ class LBFGSState:
     objective_history: list
     seconds: list
     n_oracle_calls: int
+    products: np.ndarray | None = None
 
 
 def lbfgs(
@@ -309,6 +314,7 @@ def lbfgs(
             objective_history=list(result.objective_history),
             seconds=list(result.seconds),
             n_oracle_calls=result.n_oracle_calls,
+            products=np.stack(pairs.products(g)),
         )
 
     try:
@@ -331,6 +337,9 @@ def lbfgs(
             pairs.S[:count], pairs.Y[:count] = state.S, state.Y
             pairs.SY[:count, :count], pairs.YY[:count, :count] = state.SY, state.YY
             pairs.newest = int(state.newest)
+            if state.products is not None:  # the uninterrupted run's, not computed again
+                pairs.Sg[:count], pairs.Yg[:count] = state.products
+                pairs._g = g
             step, reference = float(state.step), float(state.reference)
         save = None
         if checkpoint is not None:
@@ -363,11 +372,13 @@ def _check_state(state: LBFGSState, shape, memory: int, max_iter: int) -> None:
         or np.shape(state.Y) != (count, size)
         or np.shape(state.SY) != (count, count)
         or np.shape(state.YY) != (count, count)
+        or (state.products is not None and np.shape(state.products) != (2, count))
         or not (-1 <= state.newest < count and (state.newest == count - 1 or count == memory))
     ):
         raise ValueError(
             f"L-BFGS state holds {count} pairs of shapes {np.shape(state.S)}, {np.shape(state.Y)}, "
-            f"newest in slot {state.newest}; this run keeps at most {memory} pairs of {size} floats"
+            f"products {np.shape(state.products)}, newest in slot {state.newest}; "
+            f"this run keeps at most {memory} pairs of {size} floats"
         )
 
 
@@ -386,10 +397,15 @@ class Pairs:
     the pairs are slots ``0 .. count - 1`` (a contiguous view for BLAS).
     ``SY[i, j] = s_i . y_j`` for pair i not newer than pair j (the
     compact form needs no other) and ``YY[i, j] = y_i . y_j``, by slot.
+    ``Sg`` and ``Yg`` hold ``s_i . g`` and ``y_i . g``, by slot, for the gradient
+    ``g`` of the latest :meth:`direction` or :meth:`push` (``g_new``), or for
+    none (``_g`` None).
     """
 
     def __init__(self, S, Y, SY, YY, newest, count):
         self.S, self.Y, self.SY, self.YY, self.newest, self.count = S, Y, SY, YY, newest, count
+        self.Sg, self.Yg = np.zeros(len(S)), np.zeros(len(S))
+        self._g = None
 
     @classmethod
     def empty(cls, memory: int, size: int) -> Pairs:
@@ -399,7 +415,7 @@ class Pairs:
 
     def reset(self) -> None:
         """Forget every pair (H = I)."""
-        self.newest, self.count = -1, 0
+        self.newest, self.count, self._g = -1, 0, None
 
     def push(self, x_new: np.ndarray, x: np.ndarray, g_new: np.ndarray, g: np.ndarray) -> bool:
         """Keep the pair ``s = x_new - x``, ``y = g_new - g`` (overwriting the oldest when full)
@@ -407,10 +423,14 @@ class Pairs:
         to rounding); returns whether it was kept.
 
         The pair is written into its slot directly: for a wide model, vectors of W's size
-        made and copied each iteration cost more than the products.
+        made and copied each iteration cost more than the products. The next direction's
+        products with ``g_new`` follow from those with ``g`` (the latest direction's):
+        ``s_i . g_new = s_i . g + s_i . y``, the second term being the new column of ``SY``
+        (likewise for ``Y``), which saves that direction a pass over every pair.
         """
-        sy, ss, yy = pair_products(x_new, x, g_new, g)
+        sy, ss, yy, sg, yg = pair_products(x_new, x, g_new, g)
         if not sy > 1e-12 * math.sqrt(ss) * math.sqrt(yy):
+            self._g = None
             return False
         memory = len(self.S)
         self.newest = (self.newest + 1) % memory
@@ -420,7 +440,24 @@ class Pairs:
         y_k = np.subtract(g_new, g, out=self.Y[k])
         self.SY[:c, k] = self.S[:c] @ y_k
         self.YY[:c, k] = self.YY[k, :c] = self.Y[:c] @ y_k
+        if self._g is g or c == 1:  # the others' products with g are known (or there are none)
+            self.Sg[:c] += self.SY[:c, k]
+            self.Yg[:c] += self.YY[:c, k]
+            self.Sg[k], self.Yg[k] = sg, yg
+            self._g = g_new
+        else:
+            self._g = None
         return True
+
+    def products(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(S g, Y g)``, float64 (count,) each by slot: from :meth:`push` when ``g`` is its
+        ``g_new``, else by BLAS."""
+        c = self.count
+        if self._g is not g:
+            np.matmul(self.S[:c], g, out=self.Sg[:c])
+            np.matmul(self.Y[:c], g, out=self.Yg[:c])
+            self._g = g
+        return self.Sg[:c], self.Yg[:c]
 
     def direction(self, g: np.ndarray) -> np.ndarray:
         """-H g for the L-BFGS inverse-Hessian model, H0 = (s.y / y.y) I from the newest pair.
@@ -433,14 +470,15 @@ class Pairs:
         diagonal: the same H as the two-loop recursion (Nocedal & Wright,
         Algorithm 7.4), from 4 passes of BLAS matrix-vector products over the
         pairs, where the recursion's 4 passes are dependent vector updates
-        (several times slower for large pairs, which do not fit in cache).
+        (several times slower for large pairs, which do not fit in cache); 2
+        passes when :meth:`push` has the products with ``g`` already.
         """
         c = self.count
         if c == 0:
             return -g
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
-        ps, us, gamma = compact_coefficients(S @ g, Y @ g, self.SY, self.YY, order)
+        ps, us, gamma = compact_coefficients(*self.products(g), self.SY, self.YY, order)
         d = ps @ S  # summed in place: each temporary of W's size costs a pass over memory
         d -= (gamma * us) @ Y
         add_scaled(d, gamma, g)
@@ -471,8 +509,12 @@ def _iterate(
             d, slope = -g, -float(g @ g)
         t = step
         for _ in range(MAX_BACKTRACKS):
-            x_new = np.multiply(d, t)  # x + t d, a new array: value_and_grad keeps it as the best point
-            x_new += x
+            # x + t d, a new array: value_and_grad keeps it as the best point
+            if t == 1.0:  # the usual step, in one pass (the same bits as d * 1 + x)
+                x_new = np.add(x, d)
+            else:
+                x_new = np.multiply(d, t)
+                x_new += x
             f_new, g_new = value_and_grad(x_new)
             if f_new <= f + ARMIJO * t * slope or result.n_iter >= max_iter:
                 break
