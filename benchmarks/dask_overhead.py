@@ -59,6 +59,15 @@ apply), per oracle call, in ms, medians over the calls of ``--rounds`` fits
   the line search's vector updates);
 * Dask + client: step - pass.
 
+Last, what a round trip costs when the cores were idle before it: tree calls
+(:meth:`~dmlr.distributed.chunks.ClusterChunks.map_reduce`, W out, a d x l
+result back, as an oracle call) whose blocks sleep 0, 20, 50 or 150 ms before
+they answer, each wait's calls back to back; the ms above the wait. A pass leaves the
+client idle, and the client's own work leaves the workers idle: where the
+operating system halts an idle core (a virtual machine's vCPU, here), each
+message that wakes a process waits for its core, which a call repeated at
+once does not show.
+
 The machine has 2 cores shared with other jobs: the timings are noisy, hence
 the medians and the turns; the ratios between paths in one run are the
 figures to read.
@@ -238,6 +247,38 @@ def transport_table(client, X, Y, ranks, repeats):
     return chunks
 
 
+#: Milliseconds the block calls of the idle table wait before they answer (the pass they stand for).
+IDLE_MS = (0, 20, 50, 150)
+
+
+def _idle_call(block, point, idle_ms):
+    """A block call that waits ``idle_ms`` (sleeping, the cores left idle) and returns a d x l matrix."""
+    time.sleep(idle_ms / 1000)
+    return np.zeros(point.shape[1:])
+
+
+def idle_table(chunks, d: int, l: int, repeats: int) -> None:
+    """Tree calls (:meth:`~dmlr.distributed.chunks.ClusterChunks.map_reduce`, W out and a d x l
+    result back, as an oracle call) whose blocks wait before they answer, each wait's in a row:
+    the ms above the wait is what a call costs beside its pass when the machine's cores were
+    idle meanwhile (see the module)."""
+    W = np.random.default_rng(0).normal(size=(1, d, l))
+    # each wait's calls back to back (the first two left out): in turns, every call would
+    # follow a long wait
+    times = {
+        ms: [1000 * s for s in seconds_of(lambda ms=ms: chunks.map_reduce(_idle_call, W, ms), repeats + 2)[2:]]
+        for ms in IDLE_MS
+    }
+    print(
+        f"\n| tree call on {chunks.n_blocks} workers, W out and back, blocks waiting (idle), each wait's calls "
+        f"back to back, median of {repeats} | wait ms | ms | ms above the wait |"
+    )
+    print("|---|---|---|---|")
+    for ms in IDLE_MS:
+        med = float(np.median(times[ms]))
+        print(f"| | {ms} | {med:.2f} | {med - ms:.2f} |")
+
+
 def _expand_ms(block, point) -> float:
     """Milliseconds a block call takes to form W from the factors it received."""
     t = time.perf_counter()
@@ -340,6 +381,7 @@ def run(X, Y, alphas, args):
         print(f"| alpha_nuclear=0.1 | {len(lbfgs_steps)} | " + " | ".join(f"{v:.1f}" for v in med) + " |")
         chunks = transport_table(client, X, Y, ranks.values(), args.repeats)
         serialization_table(chunks, X.shape[1] + 1, Y.shape[1], ranks.values(), args.repeats)
+        idle_table(chunks, X.shape[1] + 1, Y.shape[1], args.repeats)
         chunks.close()
         for a in alphas:  # one path per fit: the models must agree
             for p, fraction in PATHS.items():
