@@ -339,7 +339,7 @@ def lbfgs(
             pairs.newest = int(state.newest)
             if state.products is not None:  # the uninterrupted run's, not computed again
                 pairs.Sg[:count], pairs.Yg[:count] = state.products
-                pairs._g = g
+                pairs.products_of = g
             step, reference = float(state.step), float(state.reference)
         save = None
         if checkpoint is not None:
@@ -398,14 +398,14 @@ class Pairs:
     ``SY[i, j] = s_i . y_j`` for pair i not newer than pair j (the
     compact form needs no other) and ``YY[i, j] = y_i . y_j``, by slot.
     ``Sg`` and ``Yg`` hold ``s_i . g`` and ``y_i . g``, by slot, for the gradient
-    ``g`` of the latest :meth:`direction` or :meth:`push` (``g_new``), or for
-    none (``_g`` None).
+    ``products_of`` (the latest :meth:`direction`'s ``g`` or :meth:`push`'s ``g_new``;
+    None: for none).
     """
 
     def __init__(self, S, Y, SY, YY, newest, count):
         self.S, self.Y, self.SY, self.YY, self.newest, self.count = S, Y, SY, YY, newest, count
         self.Sg, self.Yg = np.zeros(len(S)), np.zeros(len(S))
-        self._g = None
+        self.products_of = None
 
     @classmethod
     def empty(cls, memory: int, size: int) -> Pairs:
@@ -415,7 +415,7 @@ class Pairs:
 
     def reset(self) -> None:
         """Forget every pair (H = I)."""
-        self.newest, self.count, self._g = -1, 0, None
+        self.newest, self.count, self.products_of = -1, 0, None
 
     def push(self, x_new: np.ndarray, x: np.ndarray, g_new: np.ndarray, g: np.ndarray) -> bool:
         """Keep the pair ``s = x_new - x``, ``y = g_new - g`` (overwriting the oldest when full)
@@ -430,7 +430,7 @@ class Pairs:
         """
         sy, ss, yy, sg, yg = pair_products(x_new, x, g_new, g)
         if not sy > 1e-12 * math.sqrt(ss) * math.sqrt(yy):
-            self._g = None
+            self.products_of = None
             return False
         memory = len(self.S)
         self.newest = (self.newest + 1) % memory
@@ -440,23 +440,23 @@ class Pairs:
         y_k = np.subtract(g_new, g, out=self.Y[k])
         self.SY[:c, k] = self.S[:c] @ y_k
         self.YY[:c, k] = self.YY[k, :c] = self.Y[:c] @ y_k
-        if self._g is g or c == 1:  # the others' products with g are known (or there are none)
+        if self.products_of is g or c == 1:  # the others' products with g are known (or there are none)
             self.Sg[:c] += self.SY[:c, k]
             self.Yg[:c] += self.YY[:c, k]
             self.Sg[k], self.Yg[k] = sg, yg
-            self._g = g_new
+            self.products_of = g_new
         else:
-            self._g = None
+            self.products_of = None
         return True
 
     def products(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(S g, Y g)``, float64 (count,) each by slot: from :meth:`push` when ``g`` is its
         ``g_new``, else by BLAS."""
         c = self.count
-        if self._g is not g:
+        if self.products_of is not g:
             np.matmul(self.S[:c], g, out=self.Sg[:c])
             np.matmul(self.Y[:c], g, out=self.Yg[:c])
-            self._g = g
+            self.products_of = g
         return self.Sg[:c], self.Yg[:c]
 
     def direction(self, g: np.ndarray) -> np.ndarray:
