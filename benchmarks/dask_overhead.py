@@ -59,7 +59,7 @@ apply), per oracle call, in ms, medians over the calls of ``--rounds`` fits
   the line search's vector updates);
 * Dask + client: step - pass.
 
-Last, what a round trip costs when the cores were idle before it: tree calls
+After the serialization table, what a round trip costs when the cores were idle before it: tree calls
 (:meth:`~dmlr.distributed.chunks.ClusterChunks.map_reduce`, W out, a d x l
 result back, as an oracle call) whose blocks sleep 0, 20, 50 or 150 ms before
 they answer, each wait's calls back to back; the ms above the wait. A pass leaves the
