@@ -432,7 +432,7 @@ class RBRL(_RBRLBase):
     #: (thousands of rows per fold) starts at 10**-1.5 per row: there the first stage chose
     #: 10**-2.5 per row or less on every staged set, and the two values above 10**-1.5 were a
     #: sixth of delicious's search iterations (``benchmarks/time_to_model.py``). The same holds
-    #: for the nuclear-norm weight: its first stage chose 10**-2.25 per row or less on the
+    #: for the nuclear-norm weight: its first stage chose 10**-2 per row or less on the
     #: staged sets, and its top value, the worst, was its path's costliest fit.
     _search_space = (
         Axis("alpha", half_decades(-1.0, -4.0), per_row=True, staged_top=-1.5),
