@@ -433,7 +433,8 @@ class RBRL(_RBRLBase):
     #: 10**-2.5 per row or less on every staged set, and the two values above 10**-1.5 were a
     #: sixth of delicious's search iterations (``benchmarks/time_to_model.py``). The same holds
     #: for the nuclear-norm weight: its first stage chose 10**-2 per row or less on the
-    #: staged sets, and its top value, the worst, was its path's costliest fit.
+    #: staged sets, where its top value scored worst and could be the path's costliest fit
+    #: (mediamill: a rank-3 optimum that L-BFGS approaches slowly from zero).
     _search_space = (
         Axis("alpha", half_decades(-1.0, -4.0), per_row=True, staged_top=-1.5),
         Axis("alpha_rank", half_decades(1.0, -2.0), default=False),
