@@ -280,9 +280,7 @@ def cluster_measure(X, Y, client, iters) -> ClusterFigures:
 
 
 #: The block calls a fit can have timed: APG's speculative call and L-BFGS's oracle call.
-_BLOCK_CALLS = {
-    name: getattr(objective, name) for name in ("block_extrapolated_value_and_grad", "block_value_and_grad")
-}
+_BLOCK_CALLS = ("block_extrapolated_value_and_grad", "block_value_and_grad")
 
 
 def _timed_block_call(name):
@@ -290,13 +288,15 @@ def _timed_block_call(name):
 
     The list lives on a module of the worker process because the call runs
     on a worker's executor thread, which has no Dask worker context to hang
-    it on, and the fit releases its blocks when it ends.
+    it on, and the fit releases its blocks when it ends. The call itself is
+    the one :func:`_install_timed` saved in the process it runs in (the
+    wrapper travels from worker to worker down the summation tree).
     """
-    call = _BLOCK_CALLS[name]
 
     def timed(block, *args):
         from dmlr.objectives import rbrl as module
 
+        call = module.__dict__["_benchmark_originals"][name]
         t = time.perf_counter()
         out = call(block, *args)
         module.__dict__.setdefault("_benchmark_pass_seconds", []).append(time.perf_counter() - t)
@@ -309,6 +309,25 @@ def _pop_pass_seconds():
     from dmlr.objectives import rbrl as module
 
     return module.__dict__.pop("_benchmark_pass_seconds", [])
+
+
+def _install_timed(name) -> None:
+    """``objective.<name>`` timed (:func:`_timed_block_call`) in this process: here, for a
+    solver run here, and on the workers, for a solver run on one of them
+    (:mod:`dmlr.distributed.root`) and the block calls it sends on."""
+    from dmlr.objectives import rbrl as module
+
+    module.__dict__.setdefault("_benchmark_originals", {}).setdefault(name, getattr(module, name))
+    setattr(module, name, _timed_block_call(name))
+
+
+def _remove_timed(name) -> None:
+    """Undo :func:`_install_timed` in this process."""
+    from dmlr.objectives import rbrl as module
+
+    originals = module.__dict__.get("_benchmark_originals", {})
+    if name in originals:
+        setattr(module, name, originals.pop(name))
 
 
 def fit_with_pass_times(X, Y, client, iters, per_call=False, timed="block_extrapolated_value_and_grad", **params):
@@ -328,14 +347,27 @@ def fit_with_pass_times(X, Y, client, iters, per_call=False, timed="block_extrap
     minute to minute (one Bookmarks block: 206 ms best of 5 alone, then 351
     ms median within the next fit, for the same call).
     """
-    client.run(_pop_pass_seconds)
-    setattr(objective, timed, _timed_block_call(timed))
+    import sys
+
+    import cloudpickle
+
+    if timed not in _BLOCK_CALLS:
+        raise ValueError(f"timed must be one of {_BLOCK_CALLS}, got {timed!r}")
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)  # its functions run on the workers
     try:
-        with dmlr.config_context(backend="dask", client=client):
-            model = RBRL(**{"max_iter": iters, "tol": 0.0, "scaling": None, **params}).fit(X, Y)
+        client.run(_pop_pass_seconds)
+        _install_timed(timed)
+        client.run(_install_timed, timed)
+        try:
+            with dmlr.config_context(backend="dask", client=client):
+                model = RBRL(**{"max_iter": iters, "tol": 0.0, "scaling": None, **params}).fit(X, Y)
+        finally:
+            _remove_timed(timed)
+            client.run(_remove_timed, timed)
+        per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
     finally:
-        setattr(objective, timed, _BLOCK_CALLS[timed])
-    per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]
+        cloudpickle.unregister_pickle_by_value(module)
     if not per_worker:
         raise RuntimeError(f"the fit made no timed block calls: RBRL no longer looks up objective.{timed} when it fits")
     calls = min(len(v) for v in per_worker)

@@ -1,12 +1,17 @@
 """Scaling out linear RBRL: the client's bytes and time per L-BFGS oracle call on 1 to 8 workers.
 
-Two designs of an oracle call on the Dask backend, side by side (``--designs``):
+Designs of a fit's iterations on the Dask backend, side by side (``--designs``):
 
-* ``tree`` (dmlr's, :meth:`dmlr.distributed.chunks.ClusterChunks.map_reduce`):
-  the client sends W (d x l float64) once, to block 0's actor; it travels
-  down a fixed binary tree of the blocks, the blocks' gradients are summed
-  up the same tree on the workers, and the client receives one d x l result;
-* ``tree-wait``: the same tree, with the solver's nuclear-norm term
+* ``root`` (dmlr's, :mod:`dmlr.distributed.root`): the solver runs on the
+  worker of block 0 in segments of about 2 s, and calls the summation tree
+  below from there: the client only starts segments and receives their
+  progress (and, now and then, a copy of the solver's state);
+* ``tree`` (:meth:`dmlr.distributed.chunks.ClusterChunks.map_reduce`, the
+  solver on the client): the client sends W (d x l float64) once per call,
+  to block 0's actor; it travels down a fixed binary tree of the blocks, the
+  blocks' gradients are summed up the same tree on the workers, and the
+  client receives one d x l result;
+* ``tree-wait``: ``tree``, with the solver's nuclear-norm term
   computed after the call returned (as before :meth:`dmlr.solvers.apg.Oracle.submit`);
   ``tree`` computes it while the call is out;
 * ``client-sum`` (the design before the tree): the client sends W to every
@@ -37,10 +42,12 @@ on the store's dask arrays (one block per worker), as
 of the fit (the first two, the blocks' loading and first exchange, left out):
 
 * client MB in / out: the bytes the client process received and sent on its
-  sockets during the call (:class:`dmlr.distributed.traffic.CommBytes`);
+  sockets during the call (:class:`dmlr.distributed.traffic.CommBytes`; for
+  ``root``, those of all the segments over the calls);
   ``out/W`` is the bytes sent over W's bytes (d = features + 1, the
   intercept): the copies of W the client sent;
-* ms: from one oracle call's start to the next one's;
+* ms: from one oracle call's start to the next one's (for ``root``, from one
+  call's end to the next one's, on the solver's clock: ``objective_seconds_``);
 * pass: the call's block calls timed on the workers, the slowest worker
   (``benchmarks/rbrl_speed.py``'s ``fit_with_pass_times``);
 * Dask + client: ms - pass (the round trip, the client's sum, the solver's
@@ -55,7 +62,7 @@ The machine has 2 cores: 4 and 8 workers add traffic and round trips, not
 compute (the pass time is shared), which is what the byte columns show.
 
 Usage: python benchmarks/scale_out.py [--workers 1 2 4 8] [--shapes bookmarks,bookmarks4x]
-       [--designs client-sum,tree-wait,tree] [--iters 30] [--quick] [--workdir DIR] [--docs]
+       [--designs client-sum,tree-wait,tree,root] [--iters 30] [--quick] [--workdir DIR] [--docs]
 
 ``--docs`` also writes the tables to ``docs/benchmarks/scale_out.txt``.
 """
@@ -76,10 +83,11 @@ SHAPES = {
     "bookmarks4x": dict(n_samples=4 * 87856, **_BOOKMARKS),
     "quick": dict(n_samples=6000, n_features=500, n_labels=40, cardinality=2.0, sparse=True, density=0.02),
 }
-#: How a call's block results are summed: on the workers along the tree (dmlr's), or gathered
-#: to the client and summed there (the design before it, for the side-by-side table); and
-#: whether the solver's nuclear term is computed while the call is out (dmlr's) or after it.
-DESIGNS = ("client-sum", "tree-wait", "tree")
+#: Where the solver runs: on block 0's worker (dmlr's) or on the client; how a call's block
+#: results are summed: on the workers along the tree, or gathered to the client and summed
+#: there (the designs before, for the side-by-side table); and whether the solver's nuclear
+#: term is computed while the call is out or after it.
+DESIGNS = ("client-sum", "tree-wait", "tree", "root")
 SKIP = 2  # oracle calls left out of the medians: the blocks' loading and first exchange
 MB = 1e6
 
@@ -113,14 +121,19 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
     from dmlr.distributed.oracle import ChunkOracle
     from dmlr.distributed.traffic import CommBytes
 
+    if design != "root":  # the solver here, calling the blocks (the designs before dmlr.distributed.root)
+        import dmlr.models.rbrl as rbrl_module
+
+        rbrl_module.solve_on_root = _solve_here
     if design == "client-sum":  # the blocks' results gathered and summed here, as before the tree
         ClusterChunks.map_reduce = ChunkSet.map_reduce
     if design in ("client-sum", "tree-wait"):  # the call made and waited for, then the nuclear term
         ClusterChunks.map_reduce_async = ChunkSet.map_reduce_async
     counter = CommBytes.of_address(address).__enter__()  # counts until this child process ends
     cloudpickle.register_pickle_by_value(rbrl_speed)  # its timed block call runs on the workers
-    events = []  # (start, end, bytes before, bytes after) per oracle call
-    submit = ChunkOracle.submit  # L-BFGS starts each call (Oracle.submit), then waits for it
+    events = []  # (start, end, bytes before, bytes after) per oracle call made here
+    segments = []  # (bytes before, bytes after) per segment of a solver on block 0's worker
+    submit, run_on_root = ChunkOracle.submit, ClusterChunks.run_on_root  # L-BFGS starts each call, then waits
 
     def counted(self, *args):
         before, t = counter.totals(), time.perf_counter()
@@ -133,9 +146,15 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
 
         return result
 
+    def counted_segment(self, *args):
+        before = counter.totals()
+        out = run_on_root(self, *args)
+        segments.append((before, counter.totals()))
+        return out
+
     with Client(address) as client:
         X, Y = dmlr.open_dataset(store).arrays("train")
-        ChunkOracle.submit = counted
+        ChunkOracle.submit, ClusterChunks.run_on_root = counted, counted_segment
         try:
             before, t = counter.totals(), time.perf_counter()
             model, passes = rbrl_speed.fit_with_pass_times(
@@ -143,11 +162,18 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
             )
             wall, after = time.perf_counter() - t, counter.totals()
         finally:
-            ChunkOracle.submit = submit
+            ChunkOracle.submit, ClusterChunks.run_on_root = submit, run_on_root
         wrapper = len(cloudpickle.dumps(rbrl_speed._timed_block_call("block_value_and_grad")))
-    if len(passes) != len(events):
-        raise RuntimeError(f"{len(passes)} timed passes for {len(events)} oracle calls")
+    calls = model.n_iter_
+    if len(passes) != calls or (design != "root" and len(events) != calls):
+        raise RuntimeError(f"{len(passes)} timed passes and {len(events)} calls seen here for {calls} oracle calls")
     rows = []
+    if design == "root":  # the calls' ends on the solver's clock; the client's bytes of the segments over the calls
+        ends = np.asarray(model.objective_seconds_)
+        moved = sum(b - a for a, b in segments) / calls
+        for k in range(SKIP, calls - 1):
+            step = 1000 * (ends[k + 1] - ends[k])
+            rows.append((step, passes[k + 1], step - passes[k + 1], *(moved / MB)))
     for k in range(SKIP, len(events) - 1):
         step = 1000 * (events[k + 1][0] - events[k][0])
         moved = events[k][3] - events[k][2]
@@ -155,13 +181,18 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
     return {
         "shape": X.shape,
         "labels": Y.shape[1],
-        "calls": len(events),
+        "calls": calls,
         "n_iter": int(model.n_iter_),
         "median": np.median(np.array(rows), axis=0).tolist(),  # ms, pass, Dask + client, MB w in/out, s in/out
         "fit": ((after - before) / MB).tolist(),
         "wall": wall,
         "wrapper_bytes": wrapper,
     }
+
+
+def _solve_here(chunks, solve, **kwargs):
+    """The solver in this process, calling the blocks (in place of ``dmlr.distributed.root.solve_on_root``)."""
+    return solve(chunks, **kwargs)
 
 
 # -- in this process ---------------------------------------------------------------------------
@@ -240,7 +271,8 @@ def main(argv=None):
         "--designs",
         type=names,
         default=",".join(DESIGNS),
-        help="tree (dmlr's), tree-wait (nuclear term after the call), client-sum (before issue 49)",
+        help="root (dmlr's), tree (the solver on the client), tree-wait (nuclear term after the call), "
+        "client-sum (before issue 49)",
     )
     ap.add_argument("--quick", action="store_true", help="smoke run: shape quick, 1 and 2 workers, 6 calls")
     args = ap.parse_args(argv)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from worker_probes import factored_points, record_factored_points, run_on_workers, set_max_factor_fraction
 
 import dmlr
 from dmlr.data.blocks import make_block
@@ -292,10 +293,8 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
 @pytest.mark.parametrize(("kernel", "sparse"), [(None, False), (None, True), ("rbf", False)])
 def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, client2, monkeypatch):
     # on worker processes, W's factors travel in place of W when the prox formed W from them;
-    # the workers form W by the same product: the same fit as shipping W whole
-    from dmlr.distributed.extrapolation import ExtrapolationCache
-    from dmlr.distributed.oracle import ChunkOracle
-
+    # the workers form W by the same product: the same fit as shipping W whole. The solver runs
+    # on a worker (dmlr.distributed.root): the workers count the points formed from factors
     X, Y = problem(sparse, seed=6, n=400 if kernel else 900, d=40, l=16)
     params = dict(
         alpha=0.5, alpha_rank=0.3, alpha_nuclear=100.0 if kernel else 300.0, max_iter=60, tol=0.0, solver="adaptive"
@@ -304,23 +303,25 @@ def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, c
     def model():
         return KernelRBRL(kernel, **params) if kernel else RBRL(**params)
 
-    factored = []
-    cache_call = ExtrapolationCache.__call__
+    def n_expanded():
+        return sum(len(t) for t in run_on_workers(client2, factored_points).values())
 
-    def recording_call(self, W, W_prev, momentum, G, low_rank=None):
-        factored.append(low_rank is not None)
-        if low_rank is not None:
-            assert low_rank.size <= 0.5 * W.size and np.array_equal(low_rank.expand(), W)
-        return cache_call(self, W, W_prev, momentum, G, low_rank)
-
-    monkeypatch.setattr(ExtrapolationCache, "__call__", recording_call)
-    with dmlr.config_context(backend="dask", client=client2):
-        shipped = model().fit(X, Y)
-        n_factored = sum(factored)
-        monkeypatch.setattr(ChunkOracle, "max_factor_fraction", 0.0)
-        whole = model().fit(X, Y)
-    assert n_factored > len(factored) // 4, factored
-    assert not any(factored[len(factored) - whole.n_iter_ :])
+    run_on_workers(client2, record_factored_points)
+    try:
+        with dmlr.config_context(backend="dask", client=client2):
+            shipped = model().fit(X, Y)
+            n_factored = n_expanded()
+            previous = run_on_workers(client2, set_max_factor_fraction, 0.0)
+            try:
+                whole = model().fit(X, Y)
+            finally:
+                run_on_workers(client2, set_max_factor_fraction, next(iter(previous.values())))
+            n_whole = n_expanded()
+    finally:
+        run_on_workers(client2, factored_points)
+    # each block forms W from factors in a call that ships them: both blocks, a quarter of the calls
+    assert n_factored > 2 * shipped.n_iter_ // 4, n_factored
+    assert n_whole == 0
     assert shipped.n_iter_ == whole.n_iter_ == 60
     np.testing.assert_allclose(shipped.objective_history_, whole.objective_history_, rtol=1e-12, atol=0)
     a, b = (getattr(m, "dual_coef_" if kernel else "coef_") for m in (shipped, whole))

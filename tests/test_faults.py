@@ -20,10 +20,12 @@ scipy.sparse arrays (scattered from this process, rebuilt from the arrays
 the chunk set keeps) and the exact kernel model's rows of K (rebuilt by
 building the feature block again and its rows of K from it).
 
-The triggers hook only the chunk set's calls over its blocks
-(``ClusterChunks.map_reduce`` and ``map_blocks``) and the per-block
-loss/gradient functions that the fit ships to the workers, so they do not
-depend on how a call reaches the blocks or where their results are summed. The
+The triggers hook only the chunk set's calls over its blocks from this process
+(``ClusterChunks.map_reduce`` and ``map_blocks``, and ``run_on_root``: the
+solver's segments on block 0's worker, one iteration each here, see
+``_one_iteration_segments``) and the per-block loss/gradient functions that
+the fit ships to the workers, so they do not depend on how a call reaches
+the blocks or where their results are summed. The
 rebuilt block holds none of the APG's state (its last point and scores), so
 the fit also goes through the path that sends it again.
 """
@@ -32,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections import Counter
 
 import cloudpickle
@@ -42,9 +45,11 @@ import scipy.sparse as sp
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import key_split
+from worker_probes import factored_points, record_factored_points, run_on_workers
 
 import dmlr
 from dmlr.datasets import make_multilabel
+from dmlr.distributed import root
 from dmlr.distributed.chunks import ClusterChunks
 from dmlr.distributed.client import cluster_workers
 
@@ -70,6 +75,13 @@ class _BlockCounter(SchedulerPlugin):
     def transition(self, key, start, finish, *args, **kwargs):
         if finish == "memory" and key_split(key) in self.computed:
             self.computed[key_split(key)][key] += 1
+
+
+@pytest.fixture(autouse=True)
+def _one_iteration_segments(monkeypatch):
+    """The solver's segments on block 0's worker (:mod:`dmlr.distributed.root`) one iteration
+    long after the first: a kill "between calls" then falls between two iterations."""
+    monkeypatch.setattr(root, "SEGMENT_SECONDS", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +178,7 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
         calls[0] += 1
         if calls[0] == KILL_AT:
             victim, block = _sole_block_holder(self.client, task)
-            killed.update(addr=victim, block=block)
+            killed.update(addr=victim, block=block, time=time.time())
             if how == "between_calls":
                 os.kill(pids[victim], signal.SIGKILL)
             else:
@@ -177,7 +189,7 @@ def _kill_at(monkeypatch, how, pids, task=BLOCK_TASK) -> dict:
                 finally:
                     cloudpickle.unregister_pickle_by_value(module)
 
-    for name in ("map_reduce", "map_reduce_async", "map_blocks"):
+    for name in ("map_reduce", "map_reduce_async", "map_blocks", "run_on_root"):
         original = getattr(ClusterChunks, name)
 
         def counting(self, fn, *args, _original=original, **kwargs):
@@ -241,7 +253,7 @@ def test_fit_survives_every_worker_killed_at_once(store, local_model, cluster3, 
 
         return call
 
-    for name in ("map_reduce", "map_reduce_async"):  # L-BFGS starts its calls (Oracle.submit)
+    for name in ("map_reduce", "map_reduce_async", "run_on_root"):
         monkeypatch.setattr(ClusterChunks, name, killing(getattr(ClusterChunks, name)))
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(store, "rbrl", client=client, **PARAMS)
@@ -269,6 +281,37 @@ def test_lbfgs_fit_survives_a_killed_worker(store, cluster3, monkeypatch):
     _assert_same_model(model, reference)
 
 
+@pytest.mark.parametrize("backup", ["each segment", "none"])
+def test_lbfgs_fit_survives_losing_the_worker_that_runs_its_solver(store, cluster3, monkeypatch, backup):
+    """The worker of block 0, where the solver runs (``dmlr.distributed.root``), SIGKILLed
+    between two segments: the solver goes on from this process's copy of its state (the last
+    segment's, or with no copy yet the start) on the new worker of block 0, to the model of the
+    in-process fit on the same blocks."""
+    params = {**PARAMS, "solver": "lbfgs"}
+    with dmlr.config_context(backend="local", n_blocks=N_WORKERS):
+        reference = dmlr.fit(store, "rbrl", **params)
+    cluster, client, counter = cluster3
+    pids = client.run(os.getpid)
+    monkeypatch.setattr(root, "BACKUP_SECONDS", 0.0 if backup == "each segment" else float("inf"))
+    killed, segments = {}, [0]
+    run_on_root = ClusterChunks.run_on_root
+
+    def killing(self, *args):
+        segments[0] += 1
+        if segments[0] == 4:  # the first segment has 5 iterations, the others one
+            victim = self._actors[0]._address
+            killed.update(addr=victim)
+            os.kill(pids[victim], signal.SIGKILL)
+        return run_on_root(self, *args)
+
+    monkeypatch.setattr(ClusterChunks, "run_on_root", killing)
+    with dmlr.config_context(backend="dask"):
+        model = dmlr.fit(store, "rbrl", client=client, **params)
+    _assert_victim_gone(client, pids, killed)
+    assert segments[0] > 8  # the fit went on for several segments after the kill
+    _assert_same_model(model, reference)
+
+
 #: A nuclear weight that leaves W of rank <= 2 of 10 labels through the fit, so that its
 #: speculative calls ship W's low-rank factors (``ChunkOracle.max_factor_fraction``).
 LOW_RANK_PARAMS = {**PARAMS, "alpha_nuclear": 3000.0}
@@ -276,7 +319,6 @@ LOW_RANK_PARAMS = {**PARAMS, "alpha_nuclear": 3000.0}
 
 @pytest.mark.parametrize("how", ["between_calls", "inside_oracle"])
 def test_fit_shipping_low_rank_factors_survives_a_killed_worker(store, cluster3, monkeypatch, how):
-    from dmlr.distributed.extrapolation import ExtrapolationCache
 
     # the reference sums over the same 3 blocks: at this weight, singular values and the adaptive
     # rule's curvature sit near their thresholds, where 1 and 3 blocks' roundings part ways
@@ -285,19 +327,14 @@ def test_fit_shipping_low_rank_factors_survives_a_killed_worker(store, cluster3,
     cluster, client, counter = cluster3
     pids = client.run(os.getpid)
     killed = _kill_at(monkeypatch, how, pids)
-    factored = []  # per speculative call: whether it shipped factors
-    cache_call = ExtrapolationCache.__call__
-
-    def recording_call(self, W, W_prev, momentum, G, low_rank=None):
-        factored.append(low_rank is not None)
-        return cache_call(self, W, W_prev, momentum, G, low_rank)
-
-    monkeypatch.setattr(ExtrapolationCache, "__call__", recording_call)
+    run_on_workers(client, record_factored_points)
     with dmlr.config_context(backend="dask"):
         model = dmlr.fit(store, "rbrl", client=client, **LOW_RANK_PARAMS)
 
     _assert_victim_gone(client, pids, killed)
-    assert any(factored[: KILL_AT - 2]) and any(factored[KILL_AT:]), factored
+    # the speculative calls' points reached the surviving workers as factors before the kill and after
+    factored = [t for times in run_on_workers(client, factored_points).values() for t in times]
+    assert any(t < killed["time"] for t in factored) and any(t > killed["time"] for t in factored), factored
     assert counter.computed[BLOCK_TASK][killed["block"]] >= 2
     _assert_same_model(model, reference)
 

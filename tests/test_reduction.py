@@ -180,3 +180,81 @@ def test_blocks_in_this_process_run_on_their_threads_while_the_caller_goes_on(ar
     np.testing.assert_array_equal(values, expected_values)
     np.testing.assert_array_equal(grad, expected_grad)
     chunks.close()
+
+
+@pytest.fixture
+def wide(client4):
+    """A problem whose W (201 x 40 float64, 64 KB) dwarfs a call's other messages."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1200, 200))
+    Y = (rng.random((1200, 40)) < 0.15).astype(np.int8)
+    return X, Y
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "adaptive"])
+def test_a_fit_on_the_workers_leaves_the_client_out_of_its_iterations(client4, wide, solver, monkeypatch):
+    """The solver runs on block 0's worker (``dmlr.distributed.root``): 60 more iterations add
+    no call over the blocks from the client and less than one W to its traffic either way
+    (driven from the client, each iteration sent W out and received a gradient back)."""
+    from dmlr.distributed import root
+    from dmlr.distributed.chunks import ClusterChunks
+
+    monkeypatch.setattr(root, "BACKUP_SECONDS", float("inf"))  # no copies of the state here
+    X, Y = wide
+    W_bytes = 8 * (X.shape[1] + 1) * Y.shape[1]
+    calls = [0]
+
+    def counting(original):
+        def call(self, *args, **kwargs):
+            calls[0] += 1
+            return original(self, *args, **kwargs)
+
+        return call
+
+    for name in ("map_reduce", "map_reduce_async", "map_blocks"):
+        monkeypatch.setattr(ClusterChunks, name, counting(getattr(ClusterChunks, name)))
+    params = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, tol=0.0, solver=solver)
+    moved, n_calls = {}, {}
+    with CommBytes.of_client(client4) as counter, dmlr.config_context(backend="dask", client=client4, n_blocks=4):
+        for iters in (20, 80):
+            before, calls[0] = counter.totals(), 0
+            model = RBRL(max_iter=iters, **params).fit(X, Y)
+            assert model.backend_ == "dask" and model.n_iter_ == iters
+            moved[iters], n_calls[iters] = (counter.totals() - before)[:2], calls[0]
+    assert n_calls[80] == n_calls[20], n_calls
+    received, sent = moved[80] - moved[20]
+    assert received < W_bytes and sent < W_bytes, (moved, W_bytes)
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "adaptive"])
+def test_segments_of_one_iteration_give_the_same_bits(client4, arrays, solver, monkeypatch):
+    """The solver resumed from its state at every iteration on the workers (one-iteration
+    segments, the state copied to the client after each) ends at the bits of one long segment."""
+    from dmlr.distributed import root
+
+    X, Y = arrays
+    params = dict(alpha=1.0, alpha_rank=0.01, alpha_nuclear=0.1, max_iter=40, tol=0.0, solver=solver)
+    with dmlr.config_context(backend="dask", client=client4, n_blocks=N_BLOCKS):
+        monkeypatch.setattr(root, "FIRST_SEGMENT", 1000)
+        whole = RBRL(**params).fit(X, Y)
+        monkeypatch.setattr(root, "FIRST_SEGMENT", 1)
+        monkeypatch.setattr(root, "SEGMENT_SECONDS", 0.0)
+        monkeypatch.setattr(root, "BACKUP_SECONDS", 0.0)
+        segmented = RBRL(**params).fit(X, Y)
+    assert whole.n_iter_ == segmented.n_iter_ == params["max_iter"]
+    np.testing.assert_array_equal(segmented.objective_history_, whole.objective_history_)
+    np.testing.assert_array_equal(segmented.coef_, whole.coef_)
+
+
+def test_a_fit_on_the_workers_reports_its_progress(client4, arrays, monkeypatch, capsys):
+    """The iterations run on a worker; their progress lines appear here, in order."""
+    import re
+
+    from dmlr.distributed import root
+
+    monkeypatch.setattr(root, "SEGMENT_SECONDS", 0.0)
+    X, Y = arrays
+    with dmlr.config_context(backend="dask", client=client4):
+        RBRL(alpha=1.0, max_iter=30, tol=0.0, verbose=10).fit(X, Y)
+    shown = [int(t) for t in re.findall(r"iter\s+(\d+)", capsys.readouterr().out)]
+    assert shown == [1, 10, 20, 30], shown

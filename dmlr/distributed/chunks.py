@@ -45,6 +45,7 @@ import copy
 import functools
 import time
 import uuid
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -253,6 +254,14 @@ class LocalChunks(ChunkSet):
 PROCESS_TOKEN = uuid.uuid4().hex
 
 
+class Resident(NamedTuple):
+    """A task's result kept on the workers (``future``) and this process's copy of it
+    (``value``), for :meth:`ClusterChunks.run_on_root`."""
+
+    future: object
+    value: object
+
+
 class PeerLost(RuntimeError):
     """A worker could not reach the worker of another block while summing a call's results."""
 
@@ -369,6 +378,8 @@ MAX_RECOVERIES = 3
 #: Seconds to wait, after an actor call failed to reach its worker, for the scheduler to
 #: register that worker's death (its connection may close a moment after ours did).
 LOST_WORKER_WAIT = 30.0
+#: Seconds between a task's checks on block 0's worker for a lost worker (:meth:`ClusterChunks.run_on_root`).
+ROOT_POLL = 1.0
 #: Seconds :meth:`ClusterChunks.close` waits at most for the workers to let go of the set's
 #: blocks and actors (it returns then, the release still under way).
 RELEASE_WAIT = 10.0
@@ -602,6 +613,58 @@ class ClusterChunks(ChunkSet):
                 sent = functools.partial(_reraise, e)
         return lambda: self._call(lambda actors: send(actors).result(), sent)
 
+    def run_on_root(self, task, summary, *args):
+        """``task((peers, sizes), *args)`` as a task on block 0's worker: (its future, finished,
+        and ``summary`` of its result, computed there and received here).
+
+        ``peers`` are the blocks' (worker address, actor key) and ``sizes`` their rows
+        (:class:`dmlr.distributed.root.RootChunks`); the result stays on the worker until the
+        future is released or its result asked for. An argument that is a :class:`Resident`
+        is passed as its future (a result already on the workers, not sent again) on the
+        first attempt, as its value after a lost worker; other arguments are sent to the
+        root directly (not in the task's graph, through the scheduler). A lost worker is
+        recovered from as :meth:`map_reduce` recovers (the lost blocks built again, the
+        actors rebuilt and the task run again), the task's own errors raised as they are.
+        The root's death leaves its tasks waiting for a worker that will not return: the
+        wait checks every :data:`ROOT_POLL` seconds whether a worker of the blocks left.
+        """
+        from distributed import Future, wait
+
+        attempts = []
+
+        def call(actors):
+            peers = [(a._address, a.key) for a in actors]
+            root = peers[0][0]
+            resident = not attempts  # after a failure, a result on the workers may be lost
+            attempts.append(root)
+            values = [_resolved(a, resident) for a in args]
+            sent = [i for i, v in enumerate(values) if not isinstance(v, Future)]
+            scattered = self.client.scatter([values[i] for i in sent], workers=[root], direct=self._direct, hash=False)
+            for i, f in zip(sent, scattered):
+                values[i] = f
+            on_root = dict(workers=[root], allow_other_workers=False, pure=False)
+            future = self.client.submit(task, (peers, self._block_sizes()), *values, **on_root)
+            brief = self.client.submit(summary, future, **on_root)
+            try:
+                while True:
+                    try:
+                        with made_current(self.client):
+                            wait(brief, timeout=ROOT_POLL)
+                        break
+                    except TimeoutError:
+                        if self._lost_worker():
+                            raise PeerLost("a worker of the blocks left during the task on block 0") from None
+                return future, brief.result()  # raises the task's error
+            except BaseException:
+                future.cancel()
+                raise
+            finally:
+                brief.cancel()
+                for i in sent:
+                    values[i].release()
+
+        return self._call(call)
+
     def _call(self, call, sent=None):
         """``call(actors)`` with the blocks' actors, built first (again after a worker was lost).
 
@@ -710,6 +773,13 @@ class ClusterChunks(ChunkSet):
         self._held = ()
         if keys:
             _wait_released(self.client, keys, RELEASE_WAIT)
+
+
+def _resolved(arg, resident: bool):
+    """A :class:`Resident`'s future (where ``resident`` and it has one) or value; other arguments as they are."""
+    if not isinstance(arg, Resident):
+        return arg
+    return arg.future if resident and arg.future is not None else arg.value
 
 
 def _reraise(error: BaseException):

@@ -27,6 +27,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from dmlr.config import chunk_options, get_config
@@ -34,6 +35,7 @@ from dmlr.data.arrays import as_matrix
 from dmlr.data.blocks import Block
 from dmlr.distributed.chunks import make_chunkset
 from dmlr.distributed.oracle import ChunkOracle
+from dmlr.distributed.root import solve_on_root
 from dmlr.errors import DmlrInputError
 from dmlr.kernels import warm_up
 from dmlr.kernels.approx import KernelFeatureMap, nystroem_features
@@ -169,30 +171,15 @@ class _RBRLBase(BaseModel):
             return np.array(prev, dtype=np.float64)
         return np.zeros(shape)
 
-    def _solve(self, chunks, oracle, x0, paper_L, spectral_L, ckpt=None, data_fp=None):
-        """APG with this estimator's step rule; returns the :class:`~dmlr.solvers.apg.APGResult`.
+    def _solve(self, chunks, problem, x0, ckpt=None, data_fp=None):
+        """The solver (``solver``) on ``problem``; returns its :class:`~dmlr.solvers.result.SolverResult`.
 
-        With ``ckpt = (path, every, resume)``: checkpoints, and resuming from
-        one (``data_fp``: :func:`dmlr.solvers.checkpoint.data_fingerprint` of
-        the training data).
+        ``problem(chunks) -> (oracle, paper_L, spectral_L)`` builds the objective's oracle and
+        step bounds on a chunk set (picklable: on a Dask cluster the solver runs on the worker
+        of block 0, :func:`dmlr.distributed.root.solve_on_root`, and builds them there).
+        With ``ckpt = (path, every, resume)``: checkpoints, and resuming from one
+        (``data_fp``: :func:`dmlr.solvers.checkpoint.data_fingerprint` of the training data).
         """
-        lam3 = float(self.alpha_nuclear)
-        restart = self.solver != "paper" if self.restart is None else bool(self.restart)
-        gradient_tol = self.gradient_tol
-        if gradient_tol == "auto":
-            gradient_tol = _AUTO_GRADIENT_TOL[self.solver](float(self.tol))
-
-        rows = self._penalized_rows()
-
-        def prox(V, scaling):
-            Z, penalty, low_rank = prox_nuclear_norm(V[rows], lam3, scaling, factors=True)
-            if rows != slice(None):  # the bias row passes through, below the low-rank part
-                tail = V[rows.stop :]
-                Z = np.vstack([Z, tail])
-                low_rank = None if low_rank is None else low_rank._replace(tail=tail)
-            oracle.note_factors(Z, low_rank)
-            return Z, penalty
-
         run = ckpt_store.CheckpointRun(
             ckpt,
             lambda: ckpt_store.make_fingerprint(
@@ -211,17 +198,41 @@ class _RBRLBase(BaseModel):
             if self.verbose
             else None
         )
+        # the parameters only: the estimator travels to the root with each segment
+        solve = functools.partial(_run_solver, clone(self), problem, x0)
         with run, chunks.solver_context():
-            if self.solver == "lbfgs":
-                res = self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, run.hook)
+            if chunks.backend == "dask":
+                res = solve_on_root(chunks, solve, state=state, checkpoint=run.hook, callback=callback)
             else:
-                res = self._solve_apg(
-                    oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, run.hook
-                )
+                res = solve(chunks, state=state, checkpoint=run.hook, callback=callback)
         if callback is not None:
             callback.finish(res.converged)
         run.finish(res)
         return res
+
+    def _solve_with(self, oracle, x0, paper_L, spectral_L, *, state, checkpoint, callback):
+        """This estimator's solver with ``oracle`` from ``x0`` (or ``state``)."""
+        lam3 = float(self.alpha_nuclear)
+        restart = self.solver != "paper" if self.restart is None else bool(self.restart)
+        gradient_tol = self.gradient_tol
+        if gradient_tol == "auto":
+            gradient_tol = _AUTO_GRADIENT_TOL[self.solver](float(self.tol))
+        rows = self._penalized_rows()
+
+        def prox(V, scaling):
+            Z, penalty, low_rank = prox_nuclear_norm(V[rows], lam3, scaling, factors=True)
+            if rows != slice(None):  # the bias row passes through, below the low-rank part
+                tail = V[rows.stop :]
+                Z = np.vstack([Z, tail])
+                low_rank = None if low_rank is None else low_rank._replace(tail=tail)
+            oracle.note_factors(Z, low_rank)
+            return Z, penalty
+
+        if self.solver == "lbfgs":
+            return self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint)
+        return self._solve_apg(
+            oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint
+        )
 
     def _solve_apg(self, oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint):
         """APG with this estimator's step rule (not ``"lbfgs"``), from ``state`` if given."""
@@ -472,30 +483,11 @@ class RBRL(_RBRLBase):
                 chunks.close()
                 chunks = narrowed
             d = shape[0] if kept is None else len(kept)
-
-            def paper_L():
-                x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
-                return objective.paper_lipschitz(x_fro2, A, B, lam1, lam2)
-
-            def spectral_L():
-                return objective.spectral_lipschitz(
-                    lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1
-                )
-
-            oracle = ChunkOracle(
-                chunks,
-                (
-                    objective.block_value_and_grad,
-                    objective.block_extrapolated_value_and_grad,
-                    objective.block_wants_pair,
-                ),
-                (lam2,),
-                finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=self._penalized_rows()),
-            )
+            problem = functools.partial(_linear_problem, lam1, lam2, self._penalized_rows(), d)
             x0 = self._warm_start_point("coef_", shape)
             x0 = x0 if kept is None else x0[kept]
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            res = self._solve(chunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
+            res = self._solve(chunks, problem, x0, ckpt, data_fp)
             self.coef_ = res.x
             if kept is not None:
                 self.coef_ = np.zeros(shape)
@@ -515,6 +507,59 @@ class RBRL(_RBRLBase):
     def _scores_block(self, X):
         """``[X, 1] @ W`` (see :meth:`~dmlr.models.BaseModel.decision_function`)."""
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
+
+
+def _run_solver(estimator, problem, x0, chunks, *, state, checkpoint, callback):
+    """``estimator``'s solver on ``problem(chunks)`` (see :meth:`_RBRLBase._solve`)."""
+    oracle, paper_L, spectral_L = problem(chunks)
+    return estimator._solve_with(oracle, x0, paper_L, spectral_L, state=state, checkpoint=checkpoint, callback=callback)
+
+
+def _linear_problem(lam1: float, lam2: float, rows: slice, d: int, chunks):
+    """(oracle, paper_L, spectral_L) of the linear RBRL (eq. 17) on ``chunks``: W of ``d``
+    rows, the ridge on ``rows``."""
+
+    def paper_L():
+        x_fro2, A, B = chunks.map_reduce(objective.block_lipschitz_stats)
+        return objective.paper_lipschitz(x_fro2, A, B, lam1, lam2)
+
+    def spectral_L():
+        return objective.spectral_lipschitz(
+            lambda v: chunks.map_reduce(objective.block_curvature_matvec, v, lam2), d, shift=lam1
+        )
+
+    oracle = ChunkOracle(
+        chunks,
+        (objective.block_value_and_grad, objective.block_extrapolated_value_and_grad, objective.block_wants_pair),
+        (lam2,),
+        finish=functools.partial(objective.add_ridge, lambda1=lam1, rows=rows),
+    )
+    return oracle, paper_L, spectral_L
+
+
+def _kernel_problem(lam1: float, lam2: float, n: int, chunks):
+    """(oracle, paper_L, spectral_L) of the kernel RBRL (eq. 12) on ``chunks`` of rows of K
+    (``n`` training rows)."""
+
+    def paper_L():
+        k_fro2, A, B = chunks.map_reduce(kernel_objective.block_lipschitz_stats)
+        return objective.paper_lipschitz(k_fro2, A, B, lam1, lam2, ridge_scale2=k_fro2)
+
+    def spectral_L():
+        return objective.spectral_lipschitz(
+            lambda v: chunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n
+        )
+
+    oracle = ChunkOracle(
+        chunks,
+        (
+            kernel_objective.block_value_and_grad,
+            kernel_objective.block_extrapolated_value_and_grad,
+            kernel_objective.block_wants_pair,
+        ),
+        (lam1, lam2),
+    )
+    return oracle, paper_L, spectral_L
 
 
 def _active_columns(chunks) -> np.ndarray | None:
@@ -682,27 +727,9 @@ class KernelRBRL(_RBRLBase):
         finally:
             chunks.close()
         try:
-
-            def paper_L():
-                k_fro2, A, B = kchunks.map_reduce(kernel_objective.block_lipschitz_stats)
-                return objective.paper_lipschitz(k_fro2, A, B, lam1, lam2, ridge_scale2=k_fro2)
-
-            def spectral_L():
-                return objective.spectral_lipschitz(
-                    lambda v: kchunks.map_reduce(kernel_objective.block_curvature_matvec, v, lam1, lam2), n
-                )
-
-            oracle = ChunkOracle(
-                kchunks,
-                (
-                    kernel_objective.block_value_and_grad,
-                    kernel_objective.block_extrapolated_value_and_grad,
-                    kernel_objective.block_wants_pair,
-                ),
-                (lam1, lam2),
-            )
+            problem = functools.partial(_kernel_problem, lam1, lam2, n)
             x0 = self._warm_start_point("dual_coef_", (n, int(np.shape(Y)[1])))
-            res = self._solve(kchunks, oracle, x0, paper_L, spectral_L, ckpt, data_fp)
+            res = self._solve(kchunks, problem, x0, ckpt, data_fp)
         finally:
             kchunks.close()
         self.dual_coef_ = res.x
