@@ -3,17 +3,18 @@
 What one APG iteration of linear RBRL on the Dask backend does (dmlr/models/rbrl.py,
 dmlr/distributed/chunks.py, dmlr/objectives/rbrl.py):
 
-1. the client sends W (d x l float64) once, to block 0's actor; it travels down a fixed
-   binary tree of the blocks from worker to worker (ceil(log2 w) levels; the previous
-   point stays on each block under a key);
+1. the solver, on the worker of block 0 (dmlr/distributed/root.py), sends W (d x l
+   float64) down a fixed binary tree of the blocks from worker to worker (ceil(log2 w)
+   levels; the previous point stays on each block under a key);
 2. each worker runs the fused sparse pass over its rows: scores at W and at the
    extrapolated point G in one sweep over the stored values (2 l per stored value),
    the row losses (the BR hinge and the pairwise ranking hinge, O(|P| l) per row),
    and grad += X_b^T C (l per stored value); it returns (values, grad d x l);
-3. the gradients are summed up the same tree on the workers, and the client receives
+3. the gradients are summed up the same tree on the workers, and the solver receives
    one d x l result, whatever w; it runs the nuclear-norm prox (an eigendecomposition
    of the l x l Gram matrix W^T W, or W W^T when W is wide: d l min(d, l)
-   multiply-adds) and APG's d x l bookkeeping.
+   multiply-adds) and APG's d x l bookkeeping. The client only starts the solver's
+   segments (a few seconds each) and receives their progress.
 
 So the model of the median iteration's wall time, in ms, fitted by non-negative
 least squares on the relative error (scipy.optimize.nnls) over every measured
@@ -24,12 +25,12 @@ totals alone cannot tell them apart):
     t = a  * nnz l / p          fused pass over the stored values (p = min(w, p_eff))
       + a2 * n l (1 + card) / p row losses (BR hinge, pairwise hinge O(|P| l) per row,
                                 card = mean |P|)
-      + b0 * d l                model-sized work once per iteration (client APG
-                                bookkeeping, its one W out and one result in, a
-                                worker's pair update and (de)serialization)
+      + b0 * d l                model-sized work once per iteration (the solver's APG
+                                bookkeeping, a worker's pair update and
+                                (de)serialization)
       + b  * d l h              the tree's levels, h = ceil(log2 w): W down a level and
                                 a gradient up it (and summed), each on the critical path
-      + c  * d l min(d, l)      the client's prox (Gram matrix + eigh + apply)
+      + c  * d l min(d, l)      the solver's prox (Gram matrix + eigh + apply)
       + e0 + e1 * h             round-trip latency, one call per tree level
       + a_mem * nnz l / p * min(1, s 3 d l 8 B / LLC)
                                 the pass's cache misses: each stored value reads a row of
@@ -58,8 +59,8 @@ Then the fitted model extrapolates: the Bookmarks shape (87,856 x 2,150 sparse,
 1% dense, 208 labels) on 2 workers (the shape measured by
 ``benchmarks/rbrl_speed.py``), 100x its rows on 64 workers, and 10^4 and 10^5
 labels: time per iteration by term, the memory W takes on each worker and on the
-client, the client's prox, and the volume along the tree's critical path and
-through the client per iteration (with its time at an assumed 10 Gb/s link, which
+solver's (block 0's) worker, the solver's prox, and the volume along the tree's
+critical path per iteration (with its time at an assumed 10 Gb/s link, which
 replaces the loopback-fitted transfer term when larger). Finally the same shapes under the
 design past this one (W sharded by labels, a randomized SVD for the prox; see
 docs/cost_model.md), estimated with the same fitted coefficients.
@@ -96,7 +97,7 @@ from dmlr.solvers.prox import prox_nuclear_norm
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "cost_model.txt"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-#: Bytes per second of the client's link in the extrapolation (10 Gb/s).
+#: Bytes per second of a link between workers in the extrapolation (10 Gb/s).
 LINK_BYTES_PER_S = 10e9 / 8
 #: Bytes of a float64.
 F8 = 8
@@ -317,7 +318,7 @@ TERMS = (
     ("a2", "n l (1 + card) / p", "row losses"),
     ("b0", "d l", "model-sized work"),
     ("b", "d l h", "tree levels: W down, grads up"),
-    ("c", "d l min(d,l)", "client prox"),
+    ("c", "d l min(d,l)", "solver prox"),
     ("e0", "1", "round trip"),
     ("e1", "h", "latency per tree level"),
     ("a_mem", "nnz l / p * min(1, s 3 d l 8 B / LLC)", "pass's cache misses"),
@@ -515,10 +516,11 @@ def per_worker_memory(d, l):
     return 3 * d * l * F8
 
 
-def client_memory(d, l):
-    """Bytes of model-sized arrays on the client: APG's W, G, grad, W_new, G_next and the
-    prox's work array, plus the one summed gradient it receives."""
-    return 7 * d * l * F8
+def solver_memory(d, l):
+    """Bytes of model-sized arrays on the solver's worker (block 0's): APG's W, G, grad,
+    W_new, G_next and the prox's work array, the one summed gradient it receives, and its
+    block's (:func:`per_worker_memory`)."""
+    return 7 * d * l * F8 + per_worker_memory(d, l)
 
 
 def extrapolation_shapes():
@@ -536,27 +538,26 @@ def extrapolation_shapes():
 def extrapolation_table(coef, log):
     log(
         "\n## Extrapolation of this design (W whole on every worker, gradients summed along a tree among the "
-        "workers, client prox)\n"
+        "workers, the solver on the tree's root worker)\n"
         "\nTimes per iteration by term from the fitted coefficients, with one core per worker (p = w),\n"
         f"{WORKERS_PER_HOST} workers per host sharing a {LLC_BYTES / 2**20:.0f} MiB last-level cache (this machine's), "
         "and links at\n10 Gb/s. 'tree' is the larger of the fitted term of the tree's h = ceil(log2 w) levels and "
-        "their bytes\nover such links (W down and a gradient up each level); 'client' the larger of the fitted "
-        "model-sized\nwork and the client's bytes (one W out, one result in) over its link. Memory is float64.\n"
+        "their bytes\nover such links (W down and a gradient up each level); 'solver' the fitted model-sized work "
+        "on the\nroot worker (the client sends and receives nothing per iteration). Memory is float64.\n"
     )
     log(
-        "| shape | workers | nnz | pass + rows | tree (bytes on its path) | client (bytes through it) "
-        "| prox on client | latency | total | W memory per worker | client memory | bottleneck |"
+        "| shape | workers | nnz | pass + rows | tree (bytes on its path) | solver "
+        "| prox | latency | total | W memory per worker | solver's worker memory | bottleneck |"
     )
     log("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n, d0, l, nnz_row, w in extrapolation_shapes():
         d, nnz = d0 + 1, int(n * nnz_row)
         f = features(n, d, l, nnz, w, w, BOOKMARKS_CARD, sharing=min(w, WORKERS_PER_HOST)) * coef
-        client_bytes = 2 * d * l * F8
         tree_bytes = 2 * tree_levels(w) * d * l * F8
         terms = {
             "pass + rows": f[0] + f[1] + f[7],
             "tree": max(f[3], 1000 * tree_bytes / LINK_BYTES_PER_S),
-            "client": max(f[2], 1000 * client_bytes / LINK_BYTES_PER_S),
+            "solver": f[2],
             "prox": f[4],
             "latency": f[5] + f[6],
         }
@@ -564,9 +565,9 @@ def extrapolation_table(coef, log):
         worst = max(terms, key=terms.get)
         log(
             f"| {name} ({n:,} x {d0:,}, {l:,} labels) | {w} | {nnz:.3g} | {fmt_ms(terms['pass + rows'])} "
-            f"| {fmt_ms(terms['tree'])} ({fmt_bytes(tree_bytes)}) | {fmt_ms(terms['client'])} "
-            f"({fmt_bytes(client_bytes)}) | {fmt_ms(terms['prox'])} | {fmt_ms(terms['latency'])} | {fmt_ms(total)} "
-            f"| {fmt_bytes(per_worker_memory(d, l))} | {fmt_bytes(client_memory(d, l))} "
+            f"| {fmt_ms(terms['tree'])} ({fmt_bytes(tree_bytes)}) | {fmt_ms(terms['solver'])} "
+            f"| {fmt_ms(terms['prox'])} | {fmt_ms(terms['latency'])} | {fmt_ms(total)} "
+            f"| {fmt_bytes(per_worker_memory(d, l))} | {fmt_bytes(solver_memory(d, l))} "
             f"| {worst} ({100 * terms[worst] / total:.0f}%) |"
         )
 
@@ -591,7 +592,7 @@ def sharded_table(coef, log, rank=100, oversample=10, power_iters=2, worker_mode
       d x k in one place. Exact when rank(prox(W)) < k, which the run can check on the
       (k+1)-th singular value estimate and grow k when not.
 
-    Multiply-adds are costed at the fitted prox rate c (the client's, one thread).
+    Multiply-adds are costed at the fitted prox rate c (the solver's, one thread).
     """
     c, a, a2, b0, a_mem = coef[4], coef[0], coef[1], coef[2], coef[7]
     k = rank + oversample

@@ -190,9 +190,9 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
     }
 
 
-def _solve_here(chunks, solve, **kwargs):
+def _solve_here(chunks, solve, x0, **kwargs):
     """The solver in this process, calling the blocks (in place of ``dmlr.distributed.root.solve_on_root``)."""
-    return solve(chunks, **kwargs)
+    return solve(chunks, x0, **kwargs)
 
 
 # -- in this process ---------------------------------------------------------------------------

@@ -105,16 +105,19 @@ def _listed(block, fn, *args) -> list:
     return [fn(block, *args)]
 
 
-def solve_on_root(chunks, solve, *, state=None, checkpoint=None, callback=None):
+def solve_on_root(chunks, solve, x0, *, state=None, checkpoint=None, callback=None):
     """Run ``solve`` on the worker of ``chunks``'s block 0, segment after segment (see the module).
 
     Parameters
     ----------
     chunks : ClusterChunks
     solve : callable
-        ``solve(chunkset, state=, checkpoint=, callback=) -> SolverResult``, picklable: builds
-        the oracle on the chunk set it is given and runs the solver from ``state`` (None:
-        from the start) with the solvers' ``checkpoint`` and ``callback`` arguments.
+        ``solve(chunkset, x0, state=, checkpoint=, callback=) -> SolverResult``, picklable:
+        builds the oracle on the chunk set it is given and runs the solver from ``x0`` or
+        ``state`` with the solvers' ``checkpoint`` and ``callback`` arguments. ``x0`` is None
+        when there is a state (which holds the point: not sent again with each segment).
+    x0 : ndarray
+        The start, where there is no state.
     state : optional
         The solver's state to start from (a resumed checkpoint).
     checkpoint : (every, write), optional
@@ -128,7 +131,8 @@ def solve_on_root(chunks, solve, *, state=None, checkpoint=None, callback=None):
     SolverResult
     """
     every = FIRST_SEGMENT if checkpoint is None else int(checkpoint[0])
-    previous = Resident(None, ("state", state, []))  # what a segment returns, as the next one takes it
+    # what a segment resumes from, as a segment returns it: the start (x0, or the state given)
+    previous = Resident(None, ("start", x0, []) if state is None else ("state", state, []))
     backed_up = time.perf_counter()
     try:
         while True:
@@ -161,10 +165,11 @@ def _summary(outcome) -> tuple:
 
 
 def _segment(where, solve, previous, every: int):
-    """One segment, as a task on block 0's worker, from the state in ``previous`` (the last
-    segment's return): ("state", the solver's state, calls) at the first checkpoint after
-    ``every`` iterations, or ("result", SolverResult, calls); ``calls`` are the callback's
-    (t, objective, seconds) of the segment."""
+    """One segment, as a task on block 0's worker, from ``previous``: the last segment's
+    return, ("state", the solver's state, calls), or the fit's start, ("start", x0, []).
+    Returns ("state", the solver's state, calls) at the first checkpoint after ``every``
+    iterations, or ("result", SolverResult, calls); ``calls`` are the callback's (t,
+    objective, seconds) of the segment."""
     from distributed import secede
 
     secede()  # the blocks' calls on this worker run on its task threads: leave them one
@@ -178,9 +183,9 @@ def _segment(where, solve, previous, every: int):
     def end(state):
         raise SegmentEnd(state)
 
-    state = previous[1]
+    x0, state = (previous[1], None) if previous[0] == "start" else (None, previous[1])
     try:
-        result = solve(chunks, state=state, checkpoint=(every, end), callback=record)
+        result = solve(chunks, x0, state=state, checkpoint=(every, end), callback=record)
     except SegmentEnd as e:
         return "state", e.state, calls
     return "result", result, calls

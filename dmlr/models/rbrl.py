@@ -199,12 +199,12 @@ class _RBRLBase(BaseModel):
             else None
         )
         # the parameters only: the estimator travels to the root with each segment
-        solve = functools.partial(_run_solver, clone(self), problem, x0)
+        solve = functools.partial(_run_solver, clone(self), problem, x0.shape)
         with run, chunks.solver_context():
             if chunks.backend == "dask":
-                res = solve_on_root(chunks, solve, state=state, checkpoint=run.hook, callback=callback)
+                res = solve_on_root(chunks, solve, x0, state=state, checkpoint=run.hook, callback=callback)
             else:
-                res = solve(chunks, state=state, checkpoint=run.hook, callback=callback)
+                res = solve(chunks, x0, state=state, checkpoint=run.hook, callback=callback)
         if callback is not None:
             callback.finish(res.converged)
         run.finish(res)
@@ -509,8 +509,12 @@ class RBRL(_RBRLBase):
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
-def _run_solver(estimator, problem, x0, chunks, *, state, checkpoint, callback):
-    """``estimator``'s solver on ``problem(chunks)`` (see :meth:`_RBRLBase._solve`)."""
+def _run_solver(estimator, problem, shape, chunks, x0, *, state, checkpoint, callback):
+    """``estimator``'s solver on ``problem(chunks)`` from ``x0`` or ``state`` (see
+    :meth:`_RBRLBase._solve`); ``x0`` None: zeros of ``shape``, which resuming a state takes
+    only the shape of."""
+    if x0 is None:
+        x0 = np.zeros(shape)
     oracle, paper_L, spectral_L = problem(chunks)
     return estimator._solve_with(oracle, x0, paper_L, spectral_L, state=state, checkpoint=checkpoint, callback=callback)
 
