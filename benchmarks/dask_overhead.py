@@ -1,7 +1,11 @@
 """Dask and client time per iteration of linear RBRL on the Bookmarks shape, by part.
 
 On a 2-worker local cluster (processes, 1 thread each), the Bookmarks-shaped
-synthetic train split (87,856 x 2,150 sparse, 208 labels).
+synthetic train split (87,856 x 2,150 sparse, 208 labels). The solver runs on
+the client here (``fit_with_pass_times(solver_here=True)``), as it did before
+:mod:`dmlr.distributed.root` moved it to the worker of block 0, so that its
+calls can be timed by part from this process; ``benchmarks/scale_out.py``
+puts the two designs side by side.
 
 APG (``solver="adaptive"``): fits of
 ``--iters`` iterations (``tol=0``, ``scaling=None``)
@@ -158,7 +162,7 @@ def measure(X, Y, client, iters, alpha_nuclear):
     """({path: [(step, pass, round trip, prox, bookkeeping, Dask + client) ms per step]}, model, rank of W)."""
     with ClientTimer() as timer:
         model, passes = rbrl_speed.fit_with_pass_times(
-            X, Y, client, iters, per_call=True, alpha_nuclear=alpha_nuclear, solver="adaptive"
+            X, Y, client, iters, per_call=True, solver_here=True, alpha_nuclear=alpha_nuclear, solver="adaptive"
         )
     steps = timer.steps()
     n_calls = sum(e[0] == "call" for e in timer.events)
@@ -197,7 +201,15 @@ def measure_lbfgs(X, Y, client, iters, skip=2):
     rbrl_module.ChunkOracle.submit, lbfgs_module.nuclear_value_and_grad = timed_submit, timed_nuclear
     try:
         model, passes = rbrl_speed.fit_with_pass_times(
-            X, Y, client, iters, per_call=True, timed="block_value_and_grad", alpha_nuclear=0.1, solver="lbfgs"
+            X,
+            Y,
+            client,
+            iters,
+            per_call=True,
+            timed="block_value_and_grad",
+            solver_here=True,
+            alpha_nuclear=0.1,
+            solver="lbfgs",
         )
     finally:
         rbrl_module.ChunkOracle.submit, lbfgs_module.nuclear_value_and_grad = submit, nuclear

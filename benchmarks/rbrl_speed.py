@@ -330,10 +330,21 @@ def _remove_timed(name) -> None:
         setattr(module, name, originals.pop(name))
 
 
-def fit_with_pass_times(X, Y, client, iters, per_call=False, timed="block_extrapolated_value_and_grad", **params):
+def _solve_here(chunks, solve, x0, **kwargs):
+    """The solver in this process, calling the blocks (in place of
+    :func:`dmlr.distributed.root.solve_on_root`)."""
+    return solve(chunks, x0, **kwargs)
+
+
+def fit_with_pass_times(
+    X, Y, client, iters, per_call=False, timed="block_extrapolated_value_and_grad", solver_here=False, **params
+):
     """(model, median ms of the fit's fused passes, slowest worker per call).
 
     ``params`` are RBRL's, over ``max_iter=iters, tol=0, scaling=None``.
+    ``solver_here``: the solver runs in this process and calls the blocks (the design
+    before :mod:`dmlr.distributed.root`, whose oracle calls a timer here can see), not on
+    the worker of block 0.
     ``timed`` names the block call timed: APG's speculative call (default) or
     ``"block_value_and_grad"``, L-BFGS's oracle call.
     With ``per_call``, the second item is the array of the slowest worker's
@@ -359,10 +370,16 @@ def fit_with_pass_times(X, Y, client, iters, per_call=False, timed="block_extrap
         client.run(_pop_pass_seconds)
         _install_timed(timed)
         client.run(_install_timed, timed)
+        import dmlr.models.rbrl as rbrl_module
+
+        solve_on_root = rbrl_module.solve_on_root
+        if solver_here:
+            rbrl_module.solve_on_root = _solve_here
         try:
             with dmlr.config_context(backend="dask", client=client):
                 model = RBRL(**{"max_iter": iters, "tol": 0.0, "scaling": None, **params}).fit(X, Y)
         finally:
+            rbrl_module.solve_on_root = solve_on_root
             _remove_timed(timed)
             client.run(_remove_timed, timed)
         per_worker = [np.asarray(v) for v in client.run(_pop_pass_seconds).values() if len(v)]

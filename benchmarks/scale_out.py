@@ -121,10 +121,6 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
     from dmlr.distributed.oracle import ChunkOracle
     from dmlr.distributed.traffic import CommBytes
 
-    if design != "root":  # the solver here, calling the blocks (the designs before dmlr.distributed.root)
-        import dmlr.models.rbrl as rbrl_module
-
-        rbrl_module.solve_on_root = _solve_here
     if design == "client-sum":  # the blocks' results gathered and summed here, as before the tree
         ClusterChunks.map_reduce = ChunkSet.map_reduce
     if design in ("client-sum", "tree-wait"):  # the call made and waited for, then the nuclear term
@@ -158,7 +154,15 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
         try:
             before, t = counter.totals(), time.perf_counter()
             model, passes = rbrl_speed.fit_with_pass_times(
-                X, Y, client, iters, per_call=True, timed="block_value_and_grad", solver="lbfgs", alpha_nuclear=0.1
+                X,
+                Y,
+                client,
+                iters,
+                per_call=True,
+                timed="block_value_and_grad",
+                solver_here=design != "root",  # the designs before dmlr.distributed.root
+                solver="lbfgs",
+                alpha_nuclear=0.1,
             )
             wall, after = time.perf_counter() - t, counter.totals()
         finally:
@@ -188,11 +192,6 @@ def client_fit(address: str, store: str, iters: int, design: str) -> dict:
         "wall": wall,
         "wrapper_bytes": wrapper,
     }
-
-
-def _solve_here(chunks, solve, x0, **kwargs):
-    """The solver in this process, calling the blocks (in place of ``dmlr.distributed.root.solve_on_root``)."""
-    return solve(chunks, x0, **kwargs)
 
 
 # -- in this process ---------------------------------------------------------------------------

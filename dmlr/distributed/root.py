@@ -16,10 +16,16 @@ task that resumes the solver from the state the previous one ended at (the
 solvers' checkpoint states, from which a run continues with the same iterates)
 and ends at the first step after ``every`` iterations where the solver offers
 a checkpoint, returning that state, or the result when the fit ends. Between
-segments the client replays the segment's progress to the fit's callback,
-writes the fit's checkpoint, and, when a worker was lost, rebuilds the lost
-blocks and repeats the segment from the same state, as it repeats a lost
+segments the client replays the segment's progress to the fit's callback and
+writes the fit's checkpoint. The state stays on the worker for the next
+segment; the client fetches a copy with each checkpoint, or every
+:data:`BACKUP_SECONDS` otherwise. When a worker was lost, the client rebuilds
+the lost blocks and repeats the segment from its copy, as it repeats a lost
 map-reduce call: the fit ends at the model of an uninterrupted one.
+
+A segment's iterations cannot be interrupted from the client (the callback is
+replayed after the segment, its return value not asked for): the solvers'
+callbacks here report progress only.
 """
 
 from __future__ import annotations
@@ -33,9 +39,8 @@ from dmlr.distributed.chunks import PROCESS_TOKEN, ChunkSet, Resident, add_resul
 #: Iterations of a fit's first segment when the fit writes no checkpoint; later
 #: segments take about :data:`SEGMENT_SECONDS` at the pace measured so far.
 FIRST_SEGMENT = 5
-#: Target seconds of a segment: each one costs a task and ships the solver's state
-#: (for L-BFGS, its correction pairs) to the client and back, and the progress shown
-#: lags by one segment.
+#: Target seconds of a segment: each one costs two tasks and a round trip, and the
+#: progress shown lags by one segment.
 SEGMENT_SECONDS = 2.0
 #: Seconds between the copies of the solver's state that the client fetches (when the fit
 #: writes no checkpoint): a lost root worker repeats the segments since the last copy.
