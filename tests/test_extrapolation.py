@@ -291,7 +291,7 @@ def test_fit_with_the_block_extrapolation_follows_the_stacked_oracle(step, kerne
 
 
 @pytest.mark.parametrize(("kernel", "sparse"), [(None, False), (None, True), ("rbf", False)])
-def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, client2, monkeypatch):
+def test_low_rank_factors_shipped_to_workers_give_the_same_fit(kernel, sparse, client2):
     # on worker processes, W's factors travel in place of W when the prox formed W from them;
     # the workers form W by the same product: the same fit as shipping W whole. The solver runs
     # on a worker (dmlr.distributed.root): the workers count the points formed from factors

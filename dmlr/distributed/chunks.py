@@ -630,14 +630,13 @@ class ClusterChunks(ChunkSet):
         """
         from distributed import Future, wait
 
-        attempts = []
+        first = [True]  # after a failed attempt, a result on the workers may be lost
 
         def call(actors):
             peers = [(a._address, a.key) for a in actors]
             root = peers[0][0]
-            resident = not attempts  # after a failure, a result on the workers may be lost
-            attempts.append(root)
-            values = [_resolved(a, resident) for a in args]
+            values = [_resolved(a, first[0]) for a in args]
+            first[0] = False
             sent = [i for i, v in enumerate(values) if not isinstance(v, Future)]
             scattered = self.client.scatter([values[i] for i in sent], workers=[root], direct=self._direct, hash=False)
             for i, f in zip(sent, scattered):
