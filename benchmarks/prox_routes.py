@@ -4,7 +4,7 @@
 worker (the solver's), on one BLAS thread, while the other workers wait. On a
 W of d x l float64 (d = ``--features``, l labels) whose singular values are
 ``k`` above the threshold tau (from 10 tau down to 1.2 tau) and the rest below
-it (from 0.95 tau down to 0, the spectrum a prox input has near an optimum),
+it (from 0.95 tau down to 0: values just under the threshold, the slow case for iterative methods),
 one thread, best of ``--repeats`` calls, it times:
 
 * ``svd``: ``np.linalg.svd`` and the thresholded product (the definition);
