@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -68,10 +69,7 @@ def relative_difference(ours, theirs) -> tuple[float, float]:
 
 def _models(models: list[str]) -> str:
     """The subsamples' models, each with its count: ``KernelRBRL(alpha=0.506) x7; ...``."""
-    counts: dict[str, int] = {}
-    for m in models:
-        counts[m] = counts.get(m, 0) + 1
-    return "; ".join(f"{m} x{k}" if k > 1 else m for m, k in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return "; ".join(f"{m} x{k}" if k > 1 else m for m, k in Counter(models).most_common())
 
 
 def main(argv=None) -> int:

@@ -630,13 +630,14 @@ class ClusterChunks(ChunkSet):
         """
         from distributed import Future, wait
 
-        first = [True]  # after a failed attempt, a result on the workers may be lost
+        first = True  # after a failed attempt, a result on the workers may be lost
 
         def call(actors):
+            nonlocal first
             peers = [(a._address, a.key) for a in actors]
             root = peers[0][0]
-            values = [_resolved(a, first[0]) for a in args]
-            first[0] = False
+            values = [_resolved(a, first) for a in args]
+            first = False
             sent = [i for i, v in enumerate(values) if not isinstance(v, Future)]
             scattered = self.client.scatter([values[i] for i in sent], workers=[root], direct=self._direct, hash=False)
             for i, f in zip(sent, scattered):
