@@ -59,7 +59,7 @@ from dmlr.preprocessing import apply_scaling
 from dmlr.progress import ProgressReporter
 from dmlr.solvers import checkpoint as ckpt_store
 from dmlr.solvers.apg import apg
-from dmlr.solvers.lbfgs import lbfgs_then_apg
+from dmlr.solvers.lbfgs import InterceptVariables, lbfgs_then_apg
 from dmlr.solvers.prox import prox_nuclear_norm
 from dmlr.solvers.result import SolverResult
 
@@ -171,7 +171,7 @@ class _RBRLBase(BaseModel):
             return np.array(prev, dtype=np.float64)
         return np.zeros(shape)
 
-    def _solve(self, chunks, problem, x0, ckpt=None, data_fp=None):
+    def _solve(self, chunks, problem, x0, ckpt=None, data_fp=None, variables=None):
         """The solver (``solver``) on ``problem``; returns its :class:`~dmlr.solvers.result.SolverResult`.
 
         ``problem(chunks) -> (oracle, paper_L, spectral_L)`` builds the objective's oracle and
@@ -179,12 +179,14 @@ class _RBRLBase(BaseModel):
         of block 0, :func:`dmlr.distributed.root.solve_on_root`, and builds them there).
         With ``ckpt = (path, every, resume)``: checkpoints, and resuming from one
         (``data_fp``: :func:`dmlr.solvers.checkpoint.data_fingerprint` of the training data).
+        ``variables``: L-BFGS's :class:`~dmlr.solvers.lbfgs.InterceptVariables`, if any.
         """
+        params = {k: getattr(self, k) for k in self._checkpoint_params}
+        if variables is not None:  # an L-BFGS state saved in them resumes only in them
+            params["lbfgs_variables"] = "centred intercept"
         run = ckpt_store.CheckpointRun(
             ckpt,
-            lambda: ckpt_store.make_fingerprint(
-                type(self).__name__, {k: getattr(self, k) for k in self._checkpoint_params}, x0.shape, data_fp
-            ),
+            lambda: ckpt_store.make_fingerprint(type(self).__name__, params, x0.shape, data_fp),
             self.max_iter,
         )
         self.backend_ = chunks.backend
@@ -199,7 +201,7 @@ class _RBRLBase(BaseModel):
             else None
         )
         # the parameters only: the estimator travels to the root with each segment
-        solve = functools.partial(_run_solver, clone(self), problem, x0.shape)
+        solve = functools.partial(_run_solver, clone(self), problem, x0.shape, variables=variables)
         with run, chunks.solver_context():
             if chunks.backend == "dask":
                 res = solve_on_root(chunks, solve, x0, state=state, checkpoint=run.hook, callback=callback)
@@ -210,8 +212,8 @@ class _RBRLBase(BaseModel):
         run.finish(res)
         return res
 
-    def _solve_with(self, oracle, x0, paper_L, spectral_L, *, state, checkpoint, callback):
-        """This estimator's solver with ``oracle`` from ``x0`` (or ``state``)."""
+    def _solve_with(self, oracle, x0, paper_L, spectral_L, *, state, checkpoint, callback, variables=None):
+        """This estimator's solver with ``oracle`` from ``x0`` (or ``state``); ``variables``: L-BFGS's."""
         lam3 = float(self.alpha_nuclear)
         restart = self.solver != "paper" if self.restart is None else bool(self.restart)
         gradient_tol = self.gradient_tol
@@ -229,7 +231,9 @@ class _RBRLBase(BaseModel):
             return Z, penalty
 
         if self.solver == "lbfgs":
-            return self._solve_lbfgs(oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint)
+            return self._solve_lbfgs(
+                oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint, variables
+            )
         return self._solve_apg(
             oracle, prox, x0, paper_L, spectral_L, restart, gradient_tol, callback, state, checkpoint
         )
@@ -264,7 +268,7 @@ class _RBRLBase(BaseModel):
             tol_lipschitz=L_paper if adaptive else None,
         )
 
-    def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint):
+    def _solve_lbfgs(self, oracle, prox, x0, paper_L, rows, gradient_tol, callback, state, checkpoint, variables):
         """:func:`~dmlr.solvers.lbfgs.lbfgs_then_apg` with this estimator's settings."""
         return lbfgs_then_apg(
             oracle,
@@ -279,6 +283,7 @@ class _RBRLBase(BaseModel):
             callback=callback,
             checkpoint=checkpoint,
             state=state,
+            variables=variables,
         )
 
     def _check_loaded_arrays(self, arrays: dict, path) -> None:
@@ -487,7 +492,7 @@ class RBRL(_RBRLBase):
             x0 = self._warm_start_point("coef_", shape)
             x0 = x0 if kept is None else x0[kept]
             data_fp = ckpt_store.data_fingerprint(chunks) if ckpt is not None else None
-            res = self._solve(chunks, problem, x0, ckpt, data_fp)
+            res = self._solve(chunks, problem, x0, ckpt, data_fp, self._lbfgs_variables(chunks))
             self.coef_ = res.x
             if kept is not None:
                 self.coef_ = np.zeros(shape)
@@ -500,6 +505,14 @@ class RBRL(_RBRLBase):
     def _penalized_rows(self) -> slice:
         return slice(0, -1) if self.fit_intercept and not self.penalize_intercept else slice(None)
 
+    def _lbfgs_variables(self, chunks) -> InterceptVariables | None:
+        """L-BFGS's change of variables for an unpenalized intercept (None: W's own), from the
+        feature columns' moments over ``chunks`` (one pass, summed along the blocks' tree)."""
+        if self.solver != "lbfgs" or self._penalized_rows() != slice(0, -1):
+            return None
+        sums, squares = chunks.map_reduce(_feature_moments)
+        return InterceptVariables.from_moments(sums, squares, chunks.n_rows)
+
     def _validate_loaded(self, path) -> None:
         expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
         self._check_loaded_arrays({"coef_": (self.coef_, expected)}, path)
@@ -509,14 +522,16 @@ class RBRL(_RBRLBase):
         return linear_scores(X, self.coef_, bool(self.fit_intercept))
 
 
-def _run_solver(estimator, problem, shape, chunks, x0, *, state, checkpoint, callback):
+def _run_solver(estimator, problem, shape, chunks, x0, *, state, checkpoint, callback, variables=None):
     """``estimator``'s solver on ``problem(chunks)`` from ``x0`` or ``state`` (see
     :meth:`_RBRLBase._solve`); ``x0`` None: zeros of ``shape``, which resuming a state takes
     only the shape of."""
     if x0 is None:
         x0 = np.zeros(shape)
     oracle, paper_L, spectral_L = problem(chunks)
-    return estimator._solve_with(oracle, x0, paper_L, spectral_L, state=state, checkpoint=checkpoint, callback=callback)
+    return estimator._solve_with(
+        oracle, x0, paper_L, spectral_L, state=state, checkpoint=checkpoint, callback=callback, variables=variables
+    )
 
 
 def _linear_problem(lam1: float, lam2: float, rows: slice, d: int, chunks):
@@ -590,6 +605,18 @@ def _column_counts(block) -> np.ndarray:
     if sp.issparse(X):
         return np.bincount(X.indices, minlength=X.shape[1]).astype(np.int64)
     return np.count_nonzero(X, axis=0).astype(np.int64)
+
+
+def _feature_moments(block) -> tuple[np.ndarray, np.ndarray]:
+    """Sums and sums of squares of a block's feature columns (X's last, the intercept's,
+    left out), float64 (d - 1,) each."""
+    X = block.X
+    if sp.issparse(X):
+        d = X.shape[1] - 1
+        sums = np.bincount(X.indices, weights=X.data, minlength=X.shape[1])[:d]
+        return sums, np.bincount(X.indices, weights=X.data * X.data, minlength=X.shape[1])[:d]
+    F = X[:, :-1]
+    return F.sum(axis=0), np.einsum("ij,ij->j", F, F)
 
 
 def _block_columns(block, bounds, columns) -> Block:

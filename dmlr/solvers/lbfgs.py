@@ -190,6 +190,89 @@ class LBFGSState:
     products: np.ndarray | None = None
 
 
+class InterceptVariables(NamedTuple):
+    """L-BFGS's variables for a W whose last row is an unpenalized intercept: the features
+    centred and the intercept scaled like them.
+
+    The intercept's column of ones has squared norm n, a feature's column (tf-idf, max-abs
+    scaled) a small fraction of that, and the two overlap in the features' means: along the
+    intercept the objective is far steeper than along any feature, and steep in a direction
+    that mixes both. L-BFGS's starting model of the inverse Hessian is one number for every
+    direction, so it first spends iterations learning that one direction. Under the linear
+    change of variables ``W = T V`` (the feature rows equal, the intercept row
+    ``b = scale * c - V_f^T mean``) the scores are ``(X - 1 mean^T) V_f + scale 1 c^T``:
+    centred features, whose columns no longer share the constant direction, and an
+    intercept column with the features' mean squared norm. The ridge and nuclear-norm
+    terms see the feature rows, which the change leaves as they are; the objective is the
+    same function, so L-BFGS ends at the same minimizer (as scikit-learn's linear models
+    centre dense data to fit their intercept).
+
+    Parameters
+    ----------
+    mean : float64 (d - 1,)
+        The features' means over the training rows.
+    scale : float
+        sqrt(mean of the varying features' centred squared column norms / n): the columns
+        that are constant (empty ones too) are left out of the mean, so that a model fitted
+        without its unused columns gets the same variables.
+    """
+
+    mean: np.ndarray
+    scale: float
+
+    @classmethod
+    def from_moments(cls, sums, squares, n_rows: int) -> InterceptVariables | None:
+        """From the feature columns' sums and sums of squares over ``n_rows`` rows (None where no
+        feature varies: there is nothing to centre or scale against)."""
+        mean = np.asarray(sums, dtype=np.float64) / n_rows
+        centred = np.maximum(np.asarray(squares, dtype=np.float64) - n_rows * mean**2, 0.0)
+        varying = centred[centred > 0.0]
+        scale = math.sqrt(float(varying.mean()) / n_rows) if varying.size else 0.0
+        return cls(mean, scale) if scale > 0.0 and math.isfinite(scale) else None
+
+    def to_model(self, V: np.ndarray) -> np.ndarray:
+        """W = T V: (d, l) to (d, l), a new array."""
+        W = np.array(V, dtype=np.float64)
+        W[-1] = self.scale * V[-1] - self.mean @ V[:-1]
+        return W
+
+    def to_solver(self, W: np.ndarray) -> np.ndarray:
+        """V = T^-1 W, a new array."""
+        V = np.array(W, dtype=np.float64)
+        V[-1] = (W[-1] + self.mean @ W[:-1]) / self.scale
+        return V
+
+    def gradient(self, G: np.ndarray) -> np.ndarray:
+        """The gradient in V of a function of W = T V, from its gradient G in W: T^T G, in place."""
+        G[:-1] -= np.outer(self.mean, G[-1])
+        G[-1] *= self.scale
+        return G
+
+    def oracle(self, oracle: Oracle) -> Oracle:
+        """``oracle`` (of f in W; an :class:`~dmlr.solvers.apg.Oracle` or a plain function) as an
+        oracle of f in V."""
+        return _OracleInV(oracle if isinstance(oracle, Oracle) else FunctionOracle(oracle), self)
+
+
+class _OracleInV(Oracle):
+    """An :class:`~dmlr.solvers.apg.Oracle` of f(T V), from one of f(W) (:class:`InterceptVariables`)."""
+
+    def __init__(self, oracle: Oracle, variables: InterceptVariables):
+        self.inner, self.variables = oracle, variables
+
+    def __call__(self, points, grad_point):
+        return self.submit(points, grad_point)()
+
+    def submit(self, points, grad_point):
+        wait = self.inner.submit(np.stack([self.variables.to_model(V) for V in points]), grad_point)
+
+        def result():
+            values, grad = wait()
+            return values, None if grad is None else self.variables.gradient(np.array(grad, dtype=np.float64))
+
+        return result
+
+
 def lbfgs(
     oracle,
     x0: np.ndarray,
@@ -560,6 +643,7 @@ def lbfgs_then_apg(
     callback=None,
     checkpoint=None,
     state=None,
+    variables: InterceptVariables | None = None,
 ) -> SolverResult:
     """:func:`lbfgs` on the smooth form of the objective, finished by the adaptive APG from its
     last point when the optimum is not smooth (a rank-deficient W) or the line search fails;
@@ -588,6 +672,9 @@ def lbfgs_then_apg(
         ``fn`` gets an :class:`LBFGSState` during L-BFGS, a :class:`Handover` during APG.
     state : LBFGSState or Handover, optional
         Resume from it.
+    variables : InterceptVariables, optional
+        L-BFGS runs in these variables (its state too; ``rows`` must leave the last row
+        out), APG in W's; the result is in W's.
     """
     stopped = []
 
@@ -602,9 +689,11 @@ def lbfgs_then_apg(
     elif state is None and nuclear > 0 and np.any(x0) and kink_fraction(x0[rows]) > APG_FIRST_KINK_FRACTION:
         res, apg_state = SolverResult(x=x0), None
     else:
+        if variables is not None and rows != slice(0, -1):
+            raise ValueError(f"InterceptVariables need the last row unpenalized (rows slice(0, -1)), got {rows}")
         res = lbfgs(
-            oracle,
-            x0,
+            oracle if variables is None else variables.oracle(oracle),
+            x0 if variables is None else variables.to_solver(x0),
             nuclear=float(nuclear),
             rows=rows,
             tol=tol,
@@ -615,6 +704,8 @@ def lbfgs_then_apg(
             state=state,
         )
         apg_state = None
+        if variables is not None:
+            res.x = variables.to_model(res.x)
         if res.converged or stopped or res.n_iter >= max_iter:
             return res
     every, save = checkpoint if checkpoint is not None else (None, None)
