@@ -510,8 +510,8 @@ class RBRL(_RBRLBase):
         feature columns' moments over ``chunks`` (one pass, summed along the blocks' tree)."""
         if self.solver != "lbfgs" or self._penalized_rows() != slice(0, -1):
             return None
-        sums, squares = chunks.map_reduce(_feature_moments)
-        return InterceptVariables.from_moments(sums, squares, chunks.n_rows)
+        sums, squares, weight = chunks.map_reduce(_feature_moments, float(self.alpha_rank))
+        return InterceptVariables.from_moments(sums, squares, weight, float(self.alpha))
 
     def _validate_loaded(self, path) -> None:
         expected = (int(self.n_features_in_) + int(bool(self.fit_intercept)), int(self.n_labels_))
@@ -607,16 +607,18 @@ def _column_counts(block) -> np.ndarray:
     return np.count_nonzero(X, axis=0).astype(np.int64)
 
 
-def _feature_moments(block) -> tuple[np.ndarray, np.ndarray]:
-    """Sums and sums of squares of a block's feature columns (X's last, the intercept's,
-    left out), float64 (d - 1,) each."""
-    X = block.X
+def _feature_moments(block, lambda2: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """A block's feature columns' sums and sums of squares (X's last, the intercept's, left
+    out), float64 (d - 1,) each, and the rows' total, all weighted by the rows' curvature
+    bound (:func:`~dmlr.objectives.rbrl.curvature_weights`)."""
+    X, c = block.X, objective.curvature_weights(block.Y, lambda2)
     if sp.issparse(X):
         d = X.shape[1] - 1
-        sums = np.bincount(X.indices, weights=X.data, minlength=X.shape[1])[:d]
-        return sums, np.bincount(X.indices, weights=X.data * X.data, minlength=X.shape[1])[:d]
+        rows = np.repeat(c, np.diff(X.indptr))
+        sums = np.bincount(X.indices, weights=rows * X.data, minlength=X.shape[1])[:d]
+        return sums, np.bincount(X.indices, weights=rows * X.data * X.data, minlength=X.shape[1])[:d], float(c.sum())
     F = X[:, :-1]
-    return F.sum(axis=0), np.einsum("ij,ij->j", F, F)
+    return c @ F, c @ (F * F), float(c.sum())
 
 
 def _block_columns(block, bounds, columns) -> Block:

@@ -210,24 +210,28 @@ class InterceptVariables(NamedTuple):
     Parameters
     ----------
     mean : float64 (d - 1,)
-        The features' means over the training rows.
+        The features' means over the training rows, weighted by the rows' curvature.
     scale : float
-        sqrt(mean of the varying features' centred squared column norms / n): the columns
-        that are constant (empty ones too) are left out of the mean, so that a model fitted
-        without its unused columns gets the same variables.
+        sqrt((mean centred curvature of the varying features + ridge) / the intercept's
+        curvature): the curvatures are the diagonal of the objective's Hessian bound
+        ``X^T diag(c) X`` (c: the rows' weights), the ridge adds to the features' only.
+        Features that are constant (empty ones too) are left out of the mean, so that a
+        model fitted without its unused columns gets the same variables.
     """
 
     mean: np.ndarray
     scale: float
 
     @classmethod
-    def from_moments(cls, sums, squares, n_rows: int) -> InterceptVariables | None:
-        """From the feature columns' sums and sums of squares over ``n_rows`` rows (None where no
-        feature varies: there is nothing to centre or scale against)."""
-        mean = np.asarray(sums, dtype=np.float64) / n_rows
-        centred = np.maximum(np.asarray(squares, dtype=np.float64) - n_rows * mean**2, 0.0)
+    def from_moments(cls, sums, squares, weight: float, ridge: float = 0.0) -> InterceptVariables | None:
+        """From the feature columns' sums and sums of squares weighted by the rows' curvature
+        (``sum_i c_i x_ij``, ``sum_i c_i x_ij^2``), the rows' total curvature
+        ``weight = sum_i c_i`` and the features' ridge weight (None where no feature varies:
+        there is nothing to centre or scale against)."""
+        mean = np.asarray(sums, dtype=np.float64) / weight
+        centred = np.maximum(np.asarray(squares, dtype=np.float64) - weight * mean**2, 0.0)
         varying = centred[centred > 0.0]
-        scale = math.sqrt(float(varying.mean()) / n_rows) if varying.size else 0.0
+        scale = math.sqrt((float(varying.mean()) + ridge) / weight) if varying.size else 0.0
         return cls(mean, scale) if scale > 0.0 and math.isfinite(scale) else None
 
     def to_model(self, V: np.ndarray) -> np.ndarray:
