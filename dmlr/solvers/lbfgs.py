@@ -192,7 +192,7 @@ class LBFGSState:
 
 class InterceptVariables(NamedTuple):
     """L-BFGS's variables for a W whose last row is an unpenalized intercept: the features
-    centred and the intercept scaled like them.
+    centred and the intercept scaled to their curvature.
 
     The intercept's column of ones has squared norm n, a feature's column (tf-idf, max-abs
     scaled) a small fraction of that, and the two overlap in the features' means: along the
@@ -202,7 +202,7 @@ class InterceptVariables(NamedTuple):
     change of variables ``W = T V`` (the feature rows equal, the intercept row
     ``b = scale * c - V_f^T mean``) the scores are ``(X - 1 mean^T) V_f + scale 1 c^T``:
     centred features, whose columns no longer share the constant direction, and an
-    intercept column with the features' mean squared norm. The ridge and nuclear-norm
+    intercept column whose curvature is the features' mean curvature. The ridge and nuclear-norm
     terms see the feature rows, which the change leaves as they are; the objective is the
     same function, so L-BFGS ends at the same minimizer (as scikit-learn's linear models
     centre dense data to fit their intercept).
