@@ -200,7 +200,8 @@ class InterceptVariables(NamedTuple):
     that mixes both. L-BFGS's starting model of the inverse Hessian is one number for every
     direction, so it first spends iterations learning that one direction. Under the linear
     change of variables ``W = T V`` (the feature rows equal, the intercept row
-    ``b = scale * c - V_f^T mean``) the scores are ``(X - 1 mean^T) V_f + scale 1 c^T``:
+    ``b = scale * v - V_f^T mean``, v V's last row) the scores are
+    ``(X - 1 mean^T) V_f + scale 1 v^T``:
     centred features, whose columns no longer share the constant direction, and an
     intercept column whose curvature is the features' mean curvature. The ridge and nuclear-norm
     terms see the feature rows, which the change leaves as they are; the objective is the
@@ -214,7 +215,8 @@ class InterceptVariables(NamedTuple):
     scale : float
         sqrt((mean centred curvature of the varying features + ridge) / the intercept's
         curvature): the curvatures are the diagonal of the objective's Hessian bound
-        ``X^T diag(c) X`` (c: the rows' weights), the ridge adds to the features' only.
+        ``X^T diag(c) X`` (c: the rows' curvature weights, :func:`dmlr.objectives.rbrl.curvature_weights`),
+        the ridge adds to the features' only.
         Features that are constant (empty ones too) are left out of the mean, so that a
         model fitted without its unused columns gets the same variables.
     """
