@@ -89,10 +89,10 @@ def resolve_arrays(data, split: str | None, *, default_split: str):
     """
     ds = _as_dataset(data)
     if ds is None:
-        try:
-            X, Y = data
-        except (TypeError, ValueError):
-            raise TypeError("data must be a Zarr path, a dmlr Dataset, or an (X, Y) pair") from None
+        # a tuple or list of two, not any iterable: a two-row array would unpack into rows
+        if not (isinstance(data, (tuple, list)) and len(data) == 2):
+            raise TypeError(f"data must be a Zarr path, a dmlr Dataset, or an (X, Y) pair, got {type(data).__name__}")
+        X, Y = data
         return X, Y
     return ds.arrays(resolve_split(ds, split, default_split=default_split, stacklevel=4))
 
@@ -227,6 +227,11 @@ def fit(
 
     if isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0:
         raise ValueError(f"verbose must be an integer >= 0, got {verbose!r}")
+    if not isinstance(model, (str, BaseEstimator)):  # dmlr.fit(X, Y), as an estimator's fit is called
+        raise TypeError(
+            f"model must be a name or an estimator, got {type(model).__name__}; "
+            "arrays are passed as one pair: dmlr.fit((X, Y))"
+        )
     in_process = isinstance(client, str) and client == "local"
     settings = {"backend": "local"} if in_process else {"client": client} if client is not None else {}
     check_config(**settings)  # any other client (a scheduler's address, say) fails here, saying what to do

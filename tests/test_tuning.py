@@ -756,3 +756,13 @@ def test_fit_runs_where_its_client_argument_says(cluster2):
     with pytest.raises(ValueError, match="distributed.Client"):
         with dmlr.config_context(client="tcp://127.0.0.1:8786"):
             pass
+
+
+def test_fit_says_how_to_pass_arrays():
+    """``dmlr.fit(X, Y)`` (an estimator's call) and a bare array as the data fail at once,
+    saying what to pass: the arrays as one pair. A two-row array is not taken for a pair."""
+    X, Y = _synthetic()
+    with pytest.raises(TypeError, match=r"dmlr\.fit\(\(X, Y\)\)"):
+        dmlr.fit(X, Y)
+    with pytest.raises(TypeError, match="an \\(X, Y\\) pair, got ndarray"):
+        dmlr.fit(X[:2])
