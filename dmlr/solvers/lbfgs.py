@@ -237,9 +237,9 @@ class InterceptVariables(NamedTuple):
         return cls(mean, scale) if scale > 0.0 and math.isfinite(scale) else None
 
     def to_model(self, V: np.ndarray) -> np.ndarray:
-        """W = T V: (d, l) to (d, l), a new array."""
+        """W = T V: (..., d, l) to (..., d, l) (one point or a stack of them), a new array."""
         W = np.array(V, dtype=np.float64)
-        W[-1] = self.scale * V[-1] - self.mean @ V[:-1]
+        W[..., -1, :] = self.scale * V[..., -1, :] - self.mean @ V[..., :-1, :]
         return W
 
     def to_solver(self, W: np.ndarray) -> np.ndarray:
@@ -249,10 +249,12 @@ class InterceptVariables(NamedTuple):
         return V
 
     def gradient(self, G: np.ndarray) -> np.ndarray:
-        """The gradient in V of a function of W = T V, from its gradient G in W: T^T G, in place."""
-        G[:-1] -= np.outer(self.mean, G[-1])
-        G[-1] *= self.scale
-        return G
+        """The gradient in V of a function of W = T V, from its gradient G in W: T^T G, a new
+        array (G may be shared with a cache)."""
+        out = np.empty_like(G, dtype=np.float64)
+        np.subtract(G[:-1], np.outer(self.mean, G[-1]), out=out[:-1])
+        np.multiply(G[-1], self.scale, out=out[-1])
+        return out
 
     def oracle(self, oracle: Oracle) -> Oracle:
         """``oracle`` (of f in W; an :class:`~dmlr.solvers.apg.Oracle` or a plain function) as an
@@ -270,11 +272,11 @@ class _OracleInV(Oracle):
         return self.submit(points, grad_point)()
 
     def submit(self, points, grad_point):
-        wait = self.inner.submit(np.stack([self.variables.to_model(V) for V in points]), grad_point)
+        wait = self.inner.submit(self.variables.to_model(points), grad_point)
 
         def result():
             values, grad = wait()
-            return values, None if grad is None else self.variables.gradient(np.array(grad, dtype=np.float64))
+            return values, None if grad is None else self.variables.gradient(grad)
 
         return result
 
