@@ -18,7 +18,8 @@ Each row gives seconds and test P@1, P@3, P@5 (rows with no relevant label count
 as precision 0, as :func:`dmlr.evaluate` does), ranking loss and average
 precision. ``ratio`` is dmlr's total over its final fit alone; the goal is at most
 2 (or the final fit plus 10 s) on every set of 10,000 training rows or more.
-``iters`` is the final fit's iterations (the solver's oracle calls), with its
+``searched`` is the search's iterations (its fits' oracle calls, summed over the folds and
+values), ``iters`` the final fit's (the solver's oracle calls), with its
 milliseconds per iteration (between its first and last recorded objective): a
 fit's iterations depend on the order in which its row blocks' sums are added, so
 two runs can differ in iterations as well as in time per iteration.
@@ -81,13 +82,16 @@ def run_dmlr(store: Path) -> dict:
     iters = getattr(final, "n_iter_", None)
     values = dmlr.evaluate(model, store, metrics=list(METRICS))
     chosen = ", ".join(f"{k}={v:.3g}" for k, v in getattr(model, "best_params_", {}).items())
-    rows = getattr(getattr(model, "search_", None), "n_rows", None)
+    found = getattr(model, "search_", None)
+    rows = getattr(found, "n_rows", None)
+    searched = round(sum(r["mean_n_iter"] for r in found.results) * found.n_splits) if found is not None else None
     return dict(
         total=total,
         search=search,
         final=total - search,
         final_alone=final_alone,
         iters=iters,
+        searched=searched,
         ms_per_iter=ms_per_iteration(final) if len(getattr(final, "objective_seconds_", ())) > 1 else None,
         choice=f"{type(model).__name__} {chosen} stages={rows}",
         **values,
@@ -171,6 +175,7 @@ def line(name: str, who: str, r: dict | None) -> str:
         iters = f"  iters {r['iters']:4d}" if r.get("iters") else ""
         if iters and r.get("ms_per_iter"):
             iters += f" ({r['ms_per_iter']:5.1f} ms)"
+        iters = (f"  searched {r['searched']:5d}" if r.get("searched") else "") + iters
         extra = (
             f"  search {r['search']:7.1f}  final {r['final']:6.1f}  alone {r['final_alone']:6.1f}  "
             f"ratio {ratio:4.1f}{iters}  {r['choice']}"

@@ -595,9 +595,14 @@ def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, 
     # threads would oversubscribe the cores the other units run on. One BLAS thread: workers
     # run one unit per core, and the same threading in-process keeps sums in the same order,
     # hence identical scores.
+    behind = None  # (arrays, value) one path value back: the predictor's (predict_path_start)
     with config_context(**UNIT_CONFIG), threadpool_limits(limits=1, user_api="blas"):
-        for value in path_values:
+        for k, value in enumerate(path_values):
             if path is not None:
+                here = (path_point(est), path_values[k - 1]) if k > 0 else None
+                if behind is not None:
+                    predict_path_start(est, behind[0], (behind[1], path_values[k - 1], value))
+                behind = here
                 est.set_params(**{path: value})
             t = time.perf_counter()
             est.fit(X_tr, Y_tr)
@@ -605,6 +610,47 @@ def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, 
             values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=metric_names)
             out.append((values, int(getattr(est, "n_iter_", 0)), time.perf_counter() - t))
     return out
+
+
+def path_point(est) -> dict:
+    """The arrays a ``warm_start`` fit of ``est`` would start from (its class's
+    ``_warm_start_arrays`` that it holds), by name. References, not copies: a fit assigns
+    new arrays to them and never writes into the old ones."""
+    names = getattr(type(est), "_warm_start_arrays", ())  # a scikit-learn estimator: none
+    return {k: getattr(est, k) for k in names if getattr(est, k, None) is not None}
+
+
+def predict_path_start(est, behind: dict, values: tuple) -> None:
+    """Move the warm start of ``est`` (fitted at ``values[1]``) along the path's secant, for
+    its next fit at ``values[2]``: ``W + r (W - W_behind)``, with ``W_behind`` the same
+    fold's arrays at ``values[0]`` (``behind``, from :func:`path_point`) and ``r`` the step
+    ratio in log of the value, at most 1.
+
+    A path's optima move smoothly with the log of the regularization weight, and from the
+    neighbour's optimum alone the next fit starts far off: half a decade of the ridge weight
+    moves the objective by a tenth, which L-BFGS, with no curvature pairs yet, takes most of
+    its iterations to cover (the predictor-corrector of continuation methods, Allgower &
+    Georg 1990, ch. 2; ``benchmarks/time_to_model.py`` measures the search with it). Only a
+    step in the same direction as the last is predicted (``r > 0``), and never further
+    than that step's length.
+
+    Parameters
+    ----------
+    est : estimator fitted at ``values[1]``, with ``warm_start=True``
+    behind : dict of name -> ndarray
+    values : (float, float, float), positive
+    """
+    before, here, to = (math.log(float(v)) for v in values)
+    if before == here:
+        return
+    ratio = (to - here) / (here - before)
+    if not ratio > 0:
+        return
+    ratio = min(ratio, 1.0)
+    for name, W in path_point(est).items():
+        old = behind.get(name)
+        if old is not None and np.shape(old) == np.shape(W):
+            setattr(est, name, W + ratio * (W - old))
 
 
 def unit_label_rule(cls, metric_names) -> dict:

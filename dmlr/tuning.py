@@ -51,6 +51,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,6 +69,8 @@ from dmlr.model_selection import (
     _resolve_client,
     default_scoring,
     kfold_indices,
+    path_point,
+    predict_path_start,
     row_parts,
     stack_rows,
     unit_label_rule,
@@ -116,7 +119,7 @@ SEARCH_TOL = 1e-5
 #: model's own rule.
 SEARCH_SOLVER = "lbfgs"
 
-SEARCH_FORMAT_VERSION = 2
+SEARCH_FORMAT_VERSION = 3  # 3: units' keys name the predictor's source value
 
 
 def search_space(estimator) -> tuple:
@@ -433,21 +436,21 @@ def _search_axis(
     exponents = axis.path(staged)
     value_of = dict(zip(axis.values(exponents, n_train), exponents))
     # The fold models at the smallest value fitted so far: where a downward widening resumes.
-    low = _run_path(ctx, axis.name, setting, list(value_of), [None] * len(ctx.splits), None, scores, iters, patience)
+    low = _run_path(ctx, axis.name, setting, list(value_of), _cold(ctx), scores, iters, patience)
     abandoned = low is None
     for _ in range(max_widen):
         best = _best(scores, greater)
         if best == max(scores):
-            direction, edge, states, from_value = 1.0, max(value_of.values()), [None] * len(ctx.splits), None
+            direction, edge, start = 1.0, max(value_of.values()), _cold(ctx)
         elif best == min(scores) and not abandoned:
-            direction, edge, (states, from_value) = -1.0, min(value_of.values()), low
+            direction, edge, start = -1.0, min(value_of.values()), low
         else:
             break
         new = [round(edge + direction * axis.step * (k + 1), 6) for k in range(widen_by)]
         new_values = axis.values(new, n_train)
         value_of.update(zip(new_values, new))
         ctx.result.n_widened += 1
-        end = _run_path(ctx, axis.name, setting, new_values, states, from_value, scores, iters, patience)
+        end = _run_path(ctx, axis.name, setting, new_values, start, scores, iters, patience)
         if direction < 0:
             low, abandoned = end, end is None
     _record(ctx, axis, setting, scores, iters)
@@ -493,25 +496,40 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
     first = axis.values([exponent], n_train)[0]
     at_first: list = []  # the fold models at the first value, before the walk down refits them
 
-    def walk(exponents, states, from_value) -> None:
+    def walk(exponents, start: _PathEnd) -> None:
         for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
-            states, from_value = _run_path(ctx, axis.name, setting, [value], states, from_value, scores, iters, None)
+            start = _run_path(ctx, axis.name, setting, [value], start, scores, iters, None)
             if value == first:
-                at_first.extend(copy.deepcopy(m) for m in states)
+                at_first.extend(copy.deepcopy(m) for m in start.models)
             if _best(scores, greater) != value and len(scores) > 1:
                 return
 
-    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], [None] * len(ctx.splits), None)
+    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], _cold(ctx))
     if len(scores) > 1 and _best(scores, greater) == first:
-        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], at_first, first)
+        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], _PathEnd(at_first, first, None))
     _record(ctx, axis, setting, scores, iters)
 
 
-def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, iters, patience):
-    """Fit ``values`` (largest first) on every fold in lock-step, each fit warm-started from the
-    fold's previous one (``states``: the fold models at ``from_value``, or None: cold).
+class _PathEnd(NamedTuple):
+    """Where a warm-started path stands: the fold models at ``value`` (None each: a cold
+    start), and ``behind``, (each fold's :func:`~dmlr.model_selection.path_point`, value)
+    one path value earlier, or None: what the next fit's predictor needs."""
 
-    Returns (fold models, value) at the path's last value, or None when it was abandoned.
+    models: list
+    value: float | None
+    behind: tuple | None
+
+
+def _cold(ctx: _Context) -> _PathEnd:
+    return _PathEnd([None] * len(ctx.splits), None, None)
+
+
+def _run_path(ctx: _Context, name, setting, values, start: _PathEnd, scores, iters, patience):
+    """Fit ``values`` (largest first) on every fold in lock-step, each fit warm-started from the
+    fold's previous one (``start``), moved along the path's secant where two earlier values
+    are known (:func:`~dmlr.model_selection.predict_path_start`).
+
+    Returns the :class:`_PathEnd` at the path's last value, or None when it was abandoned.
     """
     greater = ctx.scoring not in LOSS_METRICS
     before = [_oriented(s, greater) for s in scores.values()]
@@ -523,16 +541,21 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
     if "verbose" in base:
         warm["verbose"] = 0  # the search reports progress, not each fit
     warm.update(unit_label_rule(type(ctx.estimator), [ctx.scoring]))
+    states, from_value, behind = start
     for k, value in enumerate(values):
         units = []
+        here = None if from_value is None else ([path_point(m) for m in states], from_value)
         for fold, state in enumerate(states):
             est = state if state is not None else type(ctx.estimator)(**{**base, **setting, **warm})
+            if state is not None and behind is not None:
+                predict_path_start(est, behind[0][fold], (behind[1], from_value, value))
             units.append((est, fold, name, value, ctx.scoring, ctx.in_process))
-        keys = [_unit_key(setting, name, value, fold, from_value, ctx.n_rows) for fold in range(len(states))]
+        source = (from_value, None if behind is None else behind[1])
+        keys = [_unit_key(setting, name, value, fold, source, ctx.n_rows) for fold in range(len(states))]
         outs = _run_units(ctx, units, keys)
         scores[value] = [o[0] for o in outs]
         iters[value] = [o[1] for o in outs]
-        states, from_value = [o[2] for o in outs], value
+        states, from_value, behind = [o[2] for o in outs], value, here
         run.append(_oriented(scores[value], greater))
         ctx.report.value(name, value, float(np.mean(scores[value])), _best(scores, greater), scores)
         if patience is not None:
@@ -540,7 +563,7 @@ def _run_path(ctx: _Context, name, setting, values, states, from_value, scores, 
             if stalled or _worse_on_every_fold(scores, value, greater):
                 ctx.result.n_abandoned += (len(values) - k - 1) * len(states)
                 return None
-    return states, from_value
+    return _PathEnd(states, from_value, behind)
 
 
 def _worse_on_every_fold(scores: dict, value: float, greater: bool) -> bool:
@@ -682,10 +705,11 @@ def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes) -> dict:
     }
 
 
-def _unit_key(setting: dict, name: str, value: float, fold: int, from_value, n_rows: int) -> str:
+def _unit_key(setting: dict, name: str, value: float, fold: int, source: tuple, n_rows: int) -> str:
     """A unit's name in the checkpoint: the stage's rows, the parameter setting, the fold, and
-    the value its warm start came from (the same fit reached by another path is another unit)."""
-    text = json.dumps([n_rows, sorted(setting.items()), name, repr(value), fold, repr(from_value)], default=repr)
+    the values its warm start came from (``source``: the neighbour's and the predictor's; the
+    same fit reached by another path is another unit)."""
+    text = json.dumps([n_rows, sorted(setting.items()), name, repr(value), fold, repr(source)], default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -236,8 +236,10 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
     # tight tol: 4 (lambda1, lambda2) settings x 3 folds, one warm-started fit each, none stopped at once
     assert local_result.n_warm_fits == 12 and local_result.n_warm_first_test_stops == 0
     X, Y = data
-    # loose tol, relative-objective-change test alone: it passes right after a warm start
-    grid = {"alpha_nuclear": [10.0, 1.0, 0.1, 0.01]}
+    # loose tol, relative-objective-change test alone: it passes right after a warm start from
+    # the neighbour's optimum (a path's second value: the third and later start from the
+    # secant's prediction, predict_path_start)
+    grid = {"alpha_nuclear": [1.0, 0.1]}
     with pytest.warns(RuntimeWarning, match="warm-started fits stopped at the solver's first stopping test"):
         r = grid_search_cv(
             RBRL(tol=1e-3, solver="spectral", gradient_tol=None),
@@ -249,7 +251,7 @@ def test_warm_start_counts_and_early_stop_warning(data, local_result):
             refit=False,
             scoring="paper_mean",
         )
-    assert r.n_warm_fits == 9 and 0 < r.n_warm_first_test_stops <= 9
+    assert r.n_warm_fits == 3 and 0 < r.n_warm_first_test_stops <= 3
     assert r.n_warm_first_test_stops == sum(it <= 2 for rec in r.results[1:] for it in rec["fold_n_iter"])
     # the gradient-mapping test (the default of the non-paper step rules) keeps them going
     with warnings.catch_warnings():
@@ -467,3 +469,68 @@ def test_omf_search_runs_on_the_engine_with_the_same_scores_anywhere(client2):
         assert other.best_params == here.best_params
     with pytest.raises(ValueError, match="label metric"):
         cross_validate_omf(est, X, Y, grid, scoring="ranking_loss", **kwargs)
+
+
+class _PathModel:
+    _warm_start_arrays = ("coef_", "dual_coef_")
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ((100.0, 10.0, 1.0), "secant"),  # equal steps in log: W + (W - W_behind)
+        ((100.0, 10.0, 10**0.5), "half"),  # half the step: half the secant
+        ((100.0, 10.0, 0.01), "secant"),  # a longer step: never beyond the last step's length
+        ((100.0, 10.0, 100.0), "same"),  # back up the path: no prediction
+        ((10.0, 10.0, 1.0), "same"),  # no step behind
+    ],
+)
+def test_path_predictor_moves_the_start_along_the_secant(values, expected):
+    from dmlr.model_selection import path_point, predict_path_start
+
+    rng = np.random.default_rng(0)
+    est, W, old = _PathModel(), rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    est.coef_ = W
+    predict_path_start(est, {"coef_": old, "dual_coef_": rng.normal(size=(2, 2))}, values)
+    want = {"secant": 2 * W - old, "half": W + 0.5 * (W - old), "same": W}[expected]
+    np.testing.assert_allclose(est.coef_, want, rtol=0, atol=1e-12)
+    assert not hasattr(est, "dual_coef_")  # only the arrays the model holds
+    assert set(path_point(est)) == {"coef_"}
+    est.dual_coef_ = np.ones((3, 3))
+    predict_path_start(est, {"dual_coef_": np.zeros((2, 2))}, (100.0, 10.0, 1.0))
+    np.testing.assert_array_equal(est.dual_coef_, np.ones((3, 3)))  # another shape: left as it is
+
+
+class _StartRBRL(RBRL):
+    """Records, per fit, alpha_nuclear, the point the fit starts from and the one it ends at."""
+
+    log: list = []
+
+    def fit(self, X, Y, **kwargs):
+        start = None if getattr(self, "coef_", None) is None else self.coef_.copy()
+        super().fit(X, Y, **kwargs)
+        type(self).log.append((self.alpha_nuclear, start, self.coef_.copy()))
+        return self
+
+
+def test_grid_path_starts_from_the_secant_prediction(data):
+    X, Y = data
+    _StartRBRL.log = []
+    grid_search_cv(
+        _StartRBRL(tol=1e-5),
+        X,
+        Y,
+        {"alpha_nuclear": [10.0, 1.0, 0.1, 0.001]},
+        cv=2,
+        client="local",
+        n_jobs=1,
+        refit=False,
+        scoring="paper_mean",
+    )
+    for fits in (_StartRBRL.log[:4], _StartRBRL.log[4:]):  # one unit per fold
+        assert [f[0] for f in fits] == [10.0, 1.0, 0.1, 0.001]
+        assert fits[0][1] is None
+        np.testing.assert_array_equal(fits[1][1], fits[0][2])
+        np.testing.assert_allclose(fits[2][1], 2 * fits[1][2] - fits[0][2], rtol=0, atol=1e-12)
+        # two decades after a step of one: the secant's step at most
+        np.testing.assert_allclose(fits[3][1], 2 * fits[2][2] - fits[1][2], rtol=0, atol=1e-12)

@@ -766,3 +766,44 @@ def test_fit_says_how_to_pass_arrays():
         dmlr.fit(X, Y)
     with pytest.raises(TypeError, match="an \\(X, Y\\) pair, got ndarray"):
         dmlr.fit(X[:2])
+
+
+class _StartsRBRL(RBRL):
+    """RBRL recording, per fit, alpha, the point it starts from and the optimum it reaches."""
+
+    log: list = []
+
+    def fit(self, X, Y, **kwargs):
+        start = None if getattr(self, "coef_", None) is None else self.coef_.copy()
+        super().fit(X, Y, **kwargs)
+        type(self).log.append((self.alpha, start, self.coef_.copy(), X.shape[0]))
+        return self
+
+
+def test_search_path_starts_each_fit_from_the_secant_prediction(monkeypatch):
+    # Along a fold's path, the third value's fit starts at W2 + (W2 - W1) (equal steps in log
+    # alpha), not at W2; the choice is the one made without the predictor. (The iterations it
+    # saves are measured by benchmarks/time_to_model.py on the staged sets; on a problem this
+    # small it saves none.)
+    X, Y = _synthetic(n=300)
+    kwargs = dict(cv=2, n_jobs=1, max_widen=0, patience=None, tol=1e-5)
+    _StartsRBRL.log = []
+    predicted = search(_StartsRBRL(alpha_rank=10.0), X, Y, **kwargs)
+    log = _StartsRBRL.log
+    predicted_starts = [start for _, start, _, _ in log]
+    n_values = len(predicted.results)
+    assert n_values >= 4
+    for fold in range(2):
+        fits = log[fold::2]  # lock-step: one fit per fold at each value
+        assert fits[0][1] is None  # cold
+        np.testing.assert_array_equal(fits[1][1], fits[0][2])  # the neighbour's optimum
+        for k in range(2, n_values):
+            ratio = math.log(fits[k][0] / fits[k - 1][0]) / math.log(fits[k - 1][0] / fits[k - 2][0])
+            assert ratio == pytest.approx(1.0)
+            np.testing.assert_allclose(fits[k][1], 2 * fits[k - 1][2] - fits[k - 2][2], rtol=0, atol=1e-12)
+    monkeypatch.setattr(tuning, "predict_path_start", lambda *args: None)
+    _StartsRBRL.log = []
+    plain = search(_StartsRBRL(alpha_rank=10.0), X, Y, **kwargs)
+    assert plain.best_params == pytest.approx(predicted.best_params, rel=1e-12)
+    assert [r["value"] for r in plain.results] == [r["value"] for r in predicted.results]
+    assert _StartsRBRL.log[4][1] is not None and not np.allclose(_StartsRBRL.log[4][1], predicted_starts[4])

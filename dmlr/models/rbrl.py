@@ -94,6 +94,8 @@ class _RBRLBase(BaseModel):
     }
     _learns_threshold = True
     _supports_checkpoint = True
+    # coef_ for the linear model and the Nystroem form, dual_coef_ for the exact kernel model
+    _warm_start_arrays = ("coef_", "dual_coef_")
     _fitted_attributes = (
         "objective_history_",
         "objective_seconds_",
