@@ -429,6 +429,24 @@ def test_lbfgs_does_not_claim_a_rank_deficient_optimum():
     assert not res.converged
 
 
+def test_lbfgs_without_a_nuclear_term_claims_a_rank_deficient_optimum(monkeypatch):
+    # nuclear=0: a smooth problem whose minimizer has a zero column (so a zero singular value)
+    # converges by L-BFGS's own test; there is no kink to hand to the proximal method, and the
+    # nuclear term is never computed
+    A, B = _regression(2)
+    B[:, 1] = 0.0
+    oracle, _ = least_squares_nuclear(A, B, 0.0)
+
+    def refused(W):
+        raise AssertionError("the nuclear term was computed with nuclear=0")
+
+    monkeypatch.setattr(lbfgs_module, "nuclear_value_and_grad", refused)
+    res = lbfgs(oracle, np.zeros((8, 5)), nuclear=0.0, tol=1e-13, gradient_tol=1e-8, max_iter=500)
+    assert res.converged
+    assert np.linalg.svd(res.x, compute_uv=False)[-1] < 1e-6 * np.linalg.norm(res.x)
+    np.testing.assert_allclose(res.x, np.linalg.lstsq(A, B, rcond=None)[0], atol=1e-6)
+
+
 def test_lbfgs_leaves_rows_out_of_the_nuclear_norm_and_stops_at_max_iter_and_callback():
     A, B = _regression(4)
     oracle, _ = least_squares_nuclear(A, B, 0.0)

@@ -369,11 +369,13 @@ def lbfgs(
     def value_and_grad(w):
         W = w.reshape(shape)
         pending = oracle.submit(W[None], 0)  # the blocks compute f while the nuclear term is computed here
-        norm, G, smallest = nuclear_value_and_grad(W[rows])
+        # no nuclear term, no kink: W's small singular values are no reason to hand over to APG
+        norm, G, smallest = nuclear_value_and_grad(W[rows]) if nuclear > 0 else (0.0, None, 1.0)
         latest[0] = smallest
         values, g = pending()
         grad = np.array(g, dtype=np.float64)
-        add_scaled(grad[rows], nuclear, G)
+        if G is not None:
+            add_scaled(grad[rows], nuclear, G)
         obj = float(values[0]) + nuclear * norm
         result.n_oracle_calls += 1
         result.objective_history.append(obj)
