@@ -172,10 +172,11 @@ def line(name: str, who: str, r: dict | None) -> str:
     extra = ""
     if "search" in r:
         ratio = r["total"] / r["final_alone"] if r["final_alone"] > 0 else float("nan")
-        iters = f"  iters {r['iters']:4d}" if r.get("iters") else ""
-        if iters and r.get("ms_per_iter"):
-            iters += f" ({r['ms_per_iter']:5.1f} ms)"
-        iters = (f"  searched {r['searched']:5d}" if r.get("searched") else "") + iters
+        iters = f"  searched {r['searched']:5d}" if r.get("searched") else ""
+        if r.get("iters"):
+            iters += f"  iters {r['iters']:4d}"
+            if r.get("ms_per_iter"):
+                iters += f" ({r['ms_per_iter']:5.1f} ms)"
         extra = (
             f"  search {r['search']:7.1f}  final {r['final']:6.1f}  alone {r['final_alone']:6.1f}  "
             f"ratio {ratio:4.1f}{iters}  {r['choice']}"

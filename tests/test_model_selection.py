@@ -501,23 +501,24 @@ def test_path_predictor_moves_the_start_along_the_secant(values, expected):
     np.testing.assert_array_equal(est.dual_coef_, np.ones((3, 3)))  # another shape: left as it is
 
 
-class _StartRBRL(RBRL):
-    """Records, per fit, alpha_nuclear, the point the fit starts from and the one it ends at."""
+class StartRecordingRBRL(RBRL):
+    """RBRL recording, per fit, its parameters, the point the fit starts from (None: cold)
+    and the one it ends at (also used by tests/test_tuning.py)."""
 
     log: list = []
 
     def fit(self, X, Y, **kwargs):
         start = None if getattr(self, "coef_", None) is None else self.coef_.copy()
         super().fit(X, Y, **kwargs)
-        type(self).log.append((self.alpha_nuclear, start, self.coef_.copy()))
+        type(self).log.append((self.get_params(), start, self.coef_.copy()))
         return self
 
 
 def test_grid_path_starts_from_the_secant_prediction(data):
     X, Y = data
-    _StartRBRL.log = []
+    StartRecordingRBRL.log = []
     grid_search_cv(
-        _StartRBRL(tol=1e-5),
+        StartRecordingRBRL(tol=1e-5),
         X,
         Y,
         {"alpha_nuclear": [10.0, 1.0, 0.1, 0.001]},
@@ -527,8 +528,8 @@ def test_grid_path_starts_from_the_secant_prediction(data):
         refit=False,
         scoring="paper_mean",
     )
-    for fits in (_StartRBRL.log[:4], _StartRBRL.log[4:]):  # one unit per fold
-        assert [f[0] for f in fits] == [10.0, 1.0, 0.1, 0.001]
+    for fits in (StartRecordingRBRL.log[:4], StartRecordingRBRL.log[4:]):  # one unit per fold
+        assert [f[0]["alpha_nuclear"] for f in fits] == [10.0, 1.0, 0.1, 0.001]
         assert fits[0][1] is None
         np.testing.assert_array_equal(fits[1][1], fits[0][2])
         np.testing.assert_allclose(fits[2][1], 2 * fits[1][2] - fits[0][2], rtol=0, atol=1e-12)

@@ -20,6 +20,7 @@ from dmlr.distributed.client import cluster_workers
 from dmlr.model_selection import grid_search_cv
 from dmlr.models import RBRL
 from dmlr.tuning import Axis, search
+from tests.test_model_selection import StartRecordingRBRL
 
 # Tight tolerance: warm-started path fits and cold fits reach the same optimum far below
 # the metrics' resolution.
@@ -768,18 +769,6 @@ def test_fit_says_how_to_pass_arrays():
         dmlr.fit(X[:2])
 
 
-class _StartsRBRL(RBRL):
-    """RBRL recording, per fit, alpha, the point it starts from and the optimum it reaches."""
-
-    log: list = []
-
-    def fit(self, X, Y, **kwargs):
-        start = None if getattr(self, "coef_", None) is None else self.coef_.copy()
-        super().fit(X, Y, **kwargs)
-        type(self).log.append((self.alpha, start, self.coef_.copy(), X.shape[0]))
-        return self
-
-
 def test_search_path_starts_each_fit_from_the_secant_prediction(monkeypatch):
     # Along a fold's path, the third value's fit starts at W2 + (W2 - W1) (equal steps in log
     # alpha), not at W2; the choice is the one made without the predictor. (The iterations it
@@ -787,10 +776,10 @@ def test_search_path_starts_each_fit_from_the_secant_prediction(monkeypatch):
     # small it saves none.)
     X, Y = _synthetic(n=300)
     kwargs = dict(cv=2, n_jobs=1, max_widen=0, patience=None, tol=1e-5)
-    _StartsRBRL.log = []
-    predicted = search(_StartsRBRL(alpha_rank=10.0), X, Y, **kwargs)
-    log = _StartsRBRL.log
-    predicted_starts = [start for _, start, _, _ in log]
+    StartRecordingRBRL.log = []
+    predicted = search(StartRecordingRBRL(alpha_rank=10.0), X, Y, **kwargs)
+    log = StartRecordingRBRL.log
+    predicted_starts = [start for _, start, _ in log]
     n_values = len(predicted.results)
     assert n_values >= 4
     for fold in range(2):
@@ -798,12 +787,14 @@ def test_search_path_starts_each_fit_from_the_secant_prediction(monkeypatch):
         assert fits[0][1] is None  # cold
         np.testing.assert_array_equal(fits[1][1], fits[0][2])  # the neighbour's optimum
         for k in range(2, n_values):
-            ratio = math.log(fits[k][0] / fits[k - 1][0]) / math.log(fits[k - 1][0] / fits[k - 2][0])
+            a = [fit[0]["alpha"] for fit in fits[k - 2 : k + 1]]
+            ratio = math.log(a[2] / a[1]) / math.log(a[1] / a[0])
             assert ratio == pytest.approx(1.0)
             np.testing.assert_allclose(fits[k][1], 2 * fits[k - 1][2] - fits[k - 2][2], rtol=0, atol=1e-12)
     monkeypatch.setattr(tuning, "predict_path_start", lambda *args: None)
-    _StartsRBRL.log = []
-    plain = search(_StartsRBRL(alpha_rank=10.0), X, Y, **kwargs)
+    StartRecordingRBRL.log = []
+    plain = search(StartRecordingRBRL(alpha_rank=10.0), X, Y, **kwargs)
     assert plain.best_params == pytest.approx(predicted.best_params, rel=1e-12)
     assert [r["value"] for r in plain.results] == [r["value"] for r in predicted.results]
-    assert _StartsRBRL.log[4][1] is not None and not np.allclose(_StartsRBRL.log[4][1], predicted_starts[4])
+    plain_start = StartRecordingRBRL.log[4][1]
+    assert plain_start is not None and not np.allclose(plain_start, predicted_starts[4])
