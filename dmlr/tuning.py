@@ -8,7 +8,7 @@ its parameters and their starting grids, ``_search_space``: :func:`search_space`
   from the most regularized value to the least with ``warm_start`` (where
   the model has it): each fit starts from the previous solution (from the
   third value on, moved along the secant of the fold's last two:
-  :func:`~dmlr.model_selection.predict_path_start`), and the most
+  ``dmlr.model_selection.predict_path_start``), and the most
   regularized fits, the cheapest, come first.
 * **Early abandonment.** A path stops once its mean validation score has
   failed to beat its best for ``patience`` consecutive values, or at once
