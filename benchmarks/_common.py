@@ -67,16 +67,16 @@ def work_folder(path=None, prefix: str = "dmlr-bench-") -> Path:
 
 
 def arrays(store, split: str | None = None, *, float64: bool = True, y_dtype=np.int8):
-    """(X, Y) of a store's split (None: all rows) in memory, by :func:`dmlr.model_selection._materialize`.
+    """(X, Y) of a store's split (None: all rows) in memory, by :func:`dmlr.paths.materialize`.
 
     X is NumPy or SciPy CSR, float64 (:func:`dmlr.data.arrays.as_matrix`) unless ``float64`` is
     False; Y is a C-contiguous array of ``y_dtype``.
     """
     import dmlr
     from dmlr.data.arrays import as_matrix
-    from dmlr.model_selection import _materialize
+    from dmlr.paths import materialize
 
-    X, Y = _materialize(*dmlr.open_dataset(store).arrays(split))
+    X, Y = materialize(*dmlr.open_dataset(store).arrays(split))
     return (as_matrix(X) if float64 else X), np.ascontiguousarray(Y, dtype=y_dtype)
 
 

@@ -37,7 +37,7 @@ import dmlr
 import dmlr.solvers.lbfgs  # noqa: F401  (the module: dmlr.solvers' function of the same name hides it)
 from dmlr.api import auto_model
 from dmlr.datasets import synthetic_store
-from dmlr.model_selection import _materialize
+from dmlr.paths import materialize
 from dmlr.solvers.result import SolverResult
 from dmlr.tuning import search
 
@@ -60,7 +60,7 @@ def apg_first(real):
 
 def training_arrays(name: str, workdir) -> tuple:
     store = synthetic_store("bookmarks", workdir, seed=0) if name == "bookmarks" else prepared_store(name, workdir)
-    return _materialize(*dmlr.open_dataset(store).arrays("train"))
+    return materialize(*dmlr.open_dataset(store).arrays("train"))
 
 
 def main(argv=None) -> int:

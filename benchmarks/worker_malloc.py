@@ -8,7 +8,7 @@ turns off glibc's dynamic mmap threshold; dmlr's local clusters set
 with it:
 
 * unit: one cross-validation unit of the Bookmarks shape's search (a fold of 15,351 training
-  rows, ``dmlr.tuning._fit_step``) on a 1-worker cluster, and in this process for reference;
+  rows, ``dmlr.paths.fit_step``) on a 1-worker cluster, and in this process for reference;
 * fit: the linear RBRL on all training rows over the chunks of 2 workers
   (mediamill_discretized and the Bookmarks shape), fitted twice: ms per iteration (the
   lower of the two fits), each worker's peak resident memory (VmHWM) above its resident
@@ -40,7 +40,8 @@ import dmlr.distributed.client as dclient
 from dmlr import tuning
 from dmlr.api import auto_model
 from dmlr.datasets import staged_store, synthetic_store
-from dmlr.model_selection import _materialize, kfold_indices
+from dmlr.model_selection import kfold_indices
+from dmlr.paths import fit_step, materialize
 
 #: (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or None for the nanny's own).
 SETTINGS = ((2**20, None), (2**22, None), (2**25, None), (2**25, 2**23), (2**25, 2**26))
@@ -63,19 +64,19 @@ def _hwm():
 
 def unit_args(store: Path):
     """A search unit of the Bookmarks shape: (X, Y, splits) of 15,351 rows and the unit's tail."""
-    X, Y = _materialize(*dmlr.open_dataset(store).arrays("train"))
+    X, Y = materialize(*dmlr.open_dataset(store).arrays("train"))
     rows = np.sort(np.random.default_rng(0).permutation(X.shape[0])[:15351])
     est = auto_model(X).set_params(warm_start=True, tol=tuning.SEARCH_TOL, verbose=0)
-    return (X[rows], Y[rows], kfold_indices(len(rows), 2, 0)), (est, 0, "alpha", 2.45, "ranking_loss", True)
+    return (X[rows], Y[rows], kfold_indices(len(rows), 2, 0)), (est, 0, {"alpha": 2.45}, ("ranking_loss",), True)
 
 
 def time_unit(client, data, tail) -> float:
     est, *rest = tail
     if client is None:
-        return timed(tuning._fit_step, *data, clone(est), *rest)[1]
+        return timed(fit_step, *data, clone(est), *rest)[1]
     shared = client.scatter(list(data), broadcast=True)
-    client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result()  # loads the kernels
-    return timed(lambda: client.submit(tuning._fit_step, *shared, clone(est), *rest, pure=False).result())[1]
+    client.submit(fit_step, *shared, clone(est), *rest, pure=False).result()  # loads the kernels
+    return timed(lambda: client.submit(fit_step, *shared, clone(est), *rest, pure=False).result())[1]
 
 
 def time_fit(client, store: Path, alpha: float, repeats: int = 2):

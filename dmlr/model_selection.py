@@ -2,41 +2,50 @@
 
 :func:`grid_search_cv` evaluates every point of a parameter grid on K
 train/validation splits of the training set (:func:`kfold_indices`). The
-unit of work is one fold and one *regularization path*: all grid values of
-one parameter (``path_param``: by default RBRL's ``alpha_nuclear``, for models
-with ``warm_start``) for one setting of the others. A unit fits the path from the largest to the smallest value with
-``warm_start=True``, so each fit starts from the previous solution on the
-same fold, and evaluates every fit on the validation fold.
+grid's values of one parameter (``path_param``: by default RBRL's
+``alpha_nuclear``, for models with ``warm_start``) form a *regularization path*,
+fitted from the largest to the smallest value with ``warm_start=True`` on each
+fold under each setting of the others: each fit starts from the previous
+solution on the same fold, and is evaluated on the validation fold.
 
 Every search of dmlr (this one, :func:`dmlr.tuning.search` and
-:func:`dmlr.models.omf.cross_validate_omf`) runs on one engine: its units
-are placed by :class:`UnitRunner` (as independent Dask tasks spread over
-the workers, each beside its own copy of the data, or on this process's
-threads), it reports through :class:`dmlr.progress.SearchProgress` and
-returns a :class:`SearchResult`.
+:func:`dmlr.models.omf.cross_validate_omf`) runs on one engine,
+:mod:`dmlr.paths`: its fits are placed by :class:`~dmlr.paths.UnitRunner` (as
+independent Dask tasks spread over the workers, each beside its own copy of
+the data, or on this process's threads; data too large for one process take
+the chunked path), it reports through :class:`dmlr.progress.SearchProgress`
+and returns a :class:`SearchResult`.
 
 Results are aggregated in a fixed order (grid point, then fold), and every
-unit runs with single-threaded BLAS in a fresh estimator with the
-in-process backend, so the recorded scores do not depend on the number of
-workers, on which worker ran a unit or on the order units completed in.
+fit in memory runs with single-threaded BLAS and the in-process backend, so
+the recorded scores do not depend on the number of workers, on which worker
+ran a fit or on the order fits completed in.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from dmlr.config import config_context
-from dmlr.data.arrays import as_csr, is_dask, is_sparse
-from dmlr.metrics import LABEL_METRICS, METRIC_NAMES, multilabel_metrics
+from dmlr.data.arrays import is_dask
+from dmlr.metrics import METRIC_NAMES
+from dmlr.paths import (
+    PathContext,
+    UnitRunner,
+    cold_start,
+    materialize,
+    resolve_client,
+    run_path,
+    stage_data,
+    unit_label_rule,
+)
 from dmlr.progress import SearchProgress
 
 __all__ = [
@@ -378,9 +387,11 @@ def grid_search_cv(
 ) -> SearchResult:
     """Exhaustive grid search with K-fold cross-validation and warm-started paths.
 
-    The same engine as :func:`dmlr.tuning.search` (units placed by
-    :class:`UnitRunner`, :class:`SearchResult`, :class:`dmlr.progress.SearchProgress`),
-    over every point of a grid instead of an adaptive path.
+    The same engine as :func:`dmlr.tuning.search` (:func:`dmlr.paths.run_path`, fits
+    placed by :class:`~dmlr.paths.UnitRunner`, :class:`SearchResult`,
+    :class:`dmlr.progress.SearchProgress`), over every point of a grid instead of an
+    adaptive path: the grid's path values are fitted in lock-step over every
+    (setting, fold) lane, each round of fits running in parallel.
 
     The RBRL paper (Wu et al. 2020, Sec. 5.2) chooses the hyper-parameters
     by fivefold cross-validation on the training set but does not say which
@@ -398,8 +409,10 @@ def grid_search_cv(
         every fit. Validation scores use the model's own label rule
         (``labels_from_scores``), as :func:`dmlr.evaluate` does.
     X : ndarray, scipy.sparse matrix or dask array, shape (n, d)
-        Training features. Dask arrays are computed first: every unit
-        needs random rows of the whole set.
+        Training features. Dask arrays that fit comfortably in one process
+        are loaded once where the fits run (every fit reads random rows of
+        the whole set); larger ones take the chunked path
+        (:func:`dmlr.paths.stage_data`).
     Y : array-like or dask array, shape (n, l)
         Training labels, 0/1.
     grid : mapping of str to sequence
@@ -434,7 +447,7 @@ def grid_search_cv(
         RBRL models, None for the others. None, or a parameter not in the
         grid: every grid point is its own unit and starts from zero.
     verbose : int
-        0: quiet. 1: a line per finished unit (units done, time left) once
+        0: quiet. 1: a line per finished fit (fits done, time left) once
         the search has run :data:`dmlr.progress.PROGRESS_AFTER_SECONDS`;
         one updating line in a notebook. 2: every line from the start.
 
@@ -466,14 +479,14 @@ def grid_search_cv(
 
     On a cluster the data are scattered to every worker once. If every
     worker holding them is lost (killed, or removed after missed
-    heartbeats), the units not yet finished are submitted again with the
+    heartbeats), the fits not yet finished are submitted again with the
     data scattered anew, up to
     :data:`dmlr.distributed.chunks.MAX_RECOVERIES` times (a RuntimeWarning
-    says so); finished units are kept.
+    says so); finished fits are kept.
 
-    Each unit runs with single-threaded BLAS (the parallelism is across
-    units) so that scores are bit-identical in-process and on any number
-    of workers.
+    Each fit in memory runs with single-threaded BLAS (the parallelism is
+    across fits) so that scores are bit-identical in-process and on any
+    number of workers.
     """
     start = time.perf_counter()
     axes = _check_axes(dict(grid))
@@ -494,36 +507,61 @@ def grid_search_cv(
         raise ValueError(f"path_param {path_param!r} is not a parameter of {type(estimator).__name__}")
     if path_param is not None and "warm_start" not in valid:
         raise ValueError(f"{type(estimator).__name__} has no warm_start: use path_param=None")
-    X, Y = _materialize(X, Y)
-    n = X.shape[0]
+    if not (is_dask(X) or is_dask(Y)):
+        X, Y = materialize(X, Y)  # NumPy / CSR, row counts checked
+    elif X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
+    n = int(X.shape[0])
     splits = _check_cv(cv, n, seed)
     metric_names = _needed_metrics(scoring)
 
-    # Units: (setting of the non-path params) x fold; each unit's path values sorted largest first.
+    # Lanes: (setting of the non-path params, fold); the path's values largest first.
     path = path_param if path_param is not None and path_param in axes else None
     other_axes = {k: v for k, v in axes.items() if k != path}
     settings = param_grid(other_axes) if other_axes else [{}]
     path_values = sorted(axes[path], reverse=True) if path is not None else [None]
-    base_params = estimator.get_params()
-    units = [(s, f) for s in range(len(settings)) for f in range(len(splits))]
+    lanes = [(setting, f) for setting in settings for f in range(len(splits))]
+    fit_params = {"warm_start": True} if path is not None else {}
+    if "verbose" in valid:
+        fit_params["verbose"] = 0  # the search reports progress, not each fit
+    fit_params.update(unit_label_rule(type(estimator), metric_names))
 
     report = SearchProgress(verbose, (), [n], len(splits), start, staged=False)
-    unit_args = [(type(estimator), base_params, settings[s], path, path_values, f, metric_names) for s, f in units]
-    with UnitRunner((X, Y, splits), client, n_jobs=n_jobs) as runner:
-        backend = runner.backend
-        outputs = runner.map(_fit_path, unit_args, lambda *_: report.unit_done(len(units), len(path_values)))
+    result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits), path_param=path)
+    outcomes: dict = {}  # path value -> the lanes' FitOutcome
 
-    # Aggregate in grid order (param_grid(axes)), folds in order, whatever order the units finished in.
+    def on_value(value, outs):
+        outcomes[value] = outs
+        return False
+
+    units_client = resolve_client(client)
+    X_s, Y_s, chunked, nbytes = stage_data(X, Y, None, units_client, {})
+    with UnitRunner((X_s, Y_s, splits), client, n_jobs=n_jobs) as runner:
+        ctx = PathContext(
+            estimator, fit_params, X_s, Y_s, splits, metric_names, not chunked, runner, None, result, n, nbytes
+        )
+        run_path(
+            ctx,
+            path,
+            path_values,
+            lanes,
+            cold_start(len(lanes)),
+            on_value,
+            lambda: report.fit_done(len(lanes) * len(path_values)),
+        )
+        backend = "chunks" if chunked else runner.backend
+
+    # Aggregate in grid order (param_grid(axes)), folds in order.
     per_point: dict[tuple, list] = {}
-    for (s, f), unit_out in zip(units, outputs):
-        for value, fit_out in zip(path_values, unit_out):
-            params = {**settings[s], **({path: value} if path is not None else {})}
-            per_point.setdefault(_key(params, axes), [None] * len(splits))[f] = fit_out
+    for value, outs in outcomes.items():
+        for (setting, f), out in zip(lanes, outs):
+            params = {**setting, **({path: value} if path is not None else {})}
+            per_point.setdefault(_key(params, axes), [None] * len(splits))[f] = out
     records = [_record(point, per_point[_key(point, axes)], scoring) for point in param_grid(axes)]
 
-    # Warm-started fits (all but the first of each path) that passed the solver's
+    # Warm-started fits (all but the first value of each path) that passed the solver's
     # first stopping test: the symptom of a stop short of the optimum (see Notes).
-    warm = [fit_out[1] for unit_out in outputs for fit_out in unit_out[1:]] if path is not None else []
+    warm = [out.n_iter for value in path_values[1:] for out in outcomes[value]] if path is not None else []
     n_short = sum(it <= 2 for it in warm)
     if warm and n_short >= WARM_STOP_WARN_FRACTION * len(warm):
         warnings.warn(
@@ -549,311 +587,23 @@ def grid_search_cv(
     best_estimator, refit_seconds = None, 0.0
     if refit:
         t = time.perf_counter()
-        best_estimator = type(estimator)(**{**base_params, **best_params})
+        best_estimator = type(estimator)(**{**estimator.get_params(), **best_params})
         on_cluster = client is not None and not isinstance(client, str)
         with config_context(**({"client": client} if on_cluster else {})):
             best_estimator.fit(X, Y)
         refit_seconds = time.perf_counter() - t
-    return SearchResult(
-        results=records,
-        best_params=best_params,
-        best_score=records[best_index]["mean_score"],
-        best_index=best_index,
-        best_estimator=best_estimator,
-        scoring=scoring,
-        greater_is_better=greater,
-        n_splits=len(splits),
-        n_fits=len(records) * len(splits),
-        seconds=seconds,
-        refit_seconds=refit_seconds,
-        path_param=path,
-        backend=backend,
-        n_warm_fits=len(warm),
-        n_warm_first_test_stops=n_short,
-    )
-
-
-# ----------------------------------------------------------------------------
-# One unit of work (runs on a worker or in this process)
-# ----------------------------------------------------------------------------
-
-
-def _fit_path(X, Y, splits, cls, base_params, setting, path, path_values, fold, metric_names):
-    """Fit one fold along one path (largest value first, warm-started) and evaluate each fit.
-
-    Returns a list, in ``path_values`` order, of (metric dict, n_iter, seconds).
-    """
-    from threadpoolctl import threadpool_limits
-
-    train_idx, val_idx = splits[fold]
-    X_tr, Y_tr, X_val, Y_val = X[train_idx], Y[train_idx], X[val_idx], Y[val_idx]
-    warm = {"warm_start": True} if path is not None else {}
-    est = cls(**{**base_params, **setting, **warm, **unit_label_rule(cls, metric_names)})
-    out = []
-    # In-process backend and one block: the unit is already the parallel grain; a nested
-    # cluster (or a client call from inside a task) would only add overhead, and blocks on
-    # threads would oversubscribe the cores the other units run on. One BLAS thread: workers
-    # run one unit per core, and the same threading in-process keeps sums in the same order,
-    # hence identical scores.
-    behind = None  # (arrays, value) one path value back: the predictor's (predict_path_start)
-    with config_context(**UNIT_CONFIG), threadpool_limits(limits=1, user_api="blas"):
-        for k, value in enumerate(path_values):
-            if path is not None:
-                here = (path_point(est), path_values[k - 1]) if k > 0 else None
-                if behind is not None:
-                    predict_path_start(est, behind[0], (behind[1], path_values[k - 1], value))
-                behind = here
-                est.set_params(**{path: value})
-            t = time.perf_counter()
-            est.fit(X_tr, Y_tr)
-            S = est.decision_function(X_val)
-            values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=metric_names)
-            out.append((values, int(getattr(est, "n_iter_", 0)), time.perf_counter() - t))
-    return out
-
-
-def path_point(est) -> dict:
-    """The arrays a ``warm_start`` fit of ``est`` would start from (its class's
-    ``_warm_start_arrays`` that it holds), by name. References, not copies: a fit assigns
-    new arrays to them and never writes into the old ones."""
-    names = getattr(type(est), "_warm_start_arrays", ())  # a scikit-learn estimator: none
-    return {k: getattr(est, k) for k in names if getattr(est, k, None) is not None}
-
-
-def predict_path_start(est, behind: dict, values: tuple) -> None:
-    """Move the warm start of ``est`` (fitted at ``values[1]``) along the path's secant, for
-    its next fit at ``values[2]``: ``W + r (W - W_behind)``, with ``W_behind`` the same
-    fold's arrays at ``values[0]`` (``behind``, from :func:`path_point`) and ``r`` the step
-    ratio in log of the value, at most 1.
-
-    A path's optima move smoothly with the log of the regularization weight, and from the
-    neighbour's optimum alone the next fit starts far off: half a decade of the ridge weight
-    moves the objective by a tenth, which L-BFGS, with no curvature pairs yet, takes most of
-    its iterations to cover (the predictor-corrector of continuation methods, Allgower &
-    Georg 1990, ch. 2; ``benchmarks/time_to_model.py`` measures the search with it). Only a
-    step in the same direction as the last is predicted (``r > 0``), and never further
-    than that step's length.
-
-    Parameters
-    ----------
-    est : estimator fitted at ``values[1]``, with ``warm_start=True``
-    behind : dict of name -> ndarray
-    values : (float, float, float), positive
-    """
-    before, here, to = (math.log(float(v)) for v in values)
-    if before == here:
-        return
-    ratio = (to - here) / (here - before)
-    if not ratio > 0:
-        return
-    ratio = min(ratio, 1.0)
-    for name, W in path_point(est).items():
-        old = behind.get(name)
-        if old is not None and np.shape(old) == np.shape(W):
-            setattr(est, name, W + ratio * (W - old))
-
-
-def unit_label_rule(cls, metric_names) -> dict:
-    """Parameters a search unit of model class ``cls`` overrides when its metrics read scores
-    only: no learned thresholds (``threshold=0.0``), which would cost a scoring pass and a
-    histogram pass over the training rows per fit and change none of those metrics."""
-    if getattr(cls, "_learns_threshold", False) and not any(m in LABEL_METRICS for m in metric_names):
-        return {"threshold": 0.0}
-    return {}
-
-
-#: Configuration of a search's unit running in memory: one block, in this process.
-UNIT_CONFIG = {"backend": "local", "n_blocks": 1, "client": None}
-
-
-class UnitRunner:
-    """Runs the units of a search, ``fn(*shared, *unit)``, on the Dask cluster or here.
-
-    The units of a search each read their own rows of the ``shared`` data (X,
-    Y, the folds). On a cluster the shared data are scattered to every worker
-    once, at the first :meth:`map` (a copy on every worker), and kept there for
-    later calls; the units run as independent tasks, spread over the workers
-    in turn. Without one they run on ``n_jobs`` threads of this process, or
-    one after the other in this thread.
-
-    If every worker holding the scattered data is lost (killed, or removed
-    after missed heartbeats), the units not yet finished are submitted again
-    with the data scattered anew, up to
-    :data:`dmlr.distributed.chunks.MAX_RECOVERIES` times per call (a
-    RuntimeWarning says so); finished units are kept.
-
-    Parameters
-    ----------
-    shared : tuple
-        Arguments common to every unit (numpy / scipy.sparse data, folds).
-    client : distributed.Client, "local" or None
-        As :func:`grid_search_cv`'s ``client``.
-    n_jobs : int or None
-        Threads without a cluster (None: one per core; 1: one unit at a time,
-        in this thread).
-    """
-
-    def __init__(self, shared: tuple, client=None, n_jobs: int | None = 1):
-        self.shared = tuple(shared)
-        self.client = _resolve_client(client)
-        self.n_jobs = (os.cpu_count() or 1) if n_jobs is None else int(n_jobs)
-        self._scattered = None  # worker address -> the shared data there (futures or scattered)
-        self._owned: list = []
-
-    @property
-    def backend(self) -> str:
-        return "local" if self.client is None else "dask"
-
-    def map(self, fn, units: list, progress=None) -> list:
-        """``[fn(*shared, *unit) for unit in units]``; ``progress(i, result)`` as each finishes
-        (in order without a cluster)."""
-        if self.client is not None:
-            return self._map_on_cluster(fn, units, progress)
-        if self.n_jobs > 1 and len(units) > 1:
-            return self._map_threads(fn, units, progress)
-        outputs = []
-        for i, unit in enumerate(units):
-            outputs.append(fn(*self.shared, *unit))
-            if progress is not None:
-                progress(i, outputs[-1])
-        return outputs
-
-    def _map_threads(self, fn, units: list, progress) -> list:
-        """The units on ``n_jobs`` threads of this process.
-
-        A unit's work is BLAS calls and Numba kernels that release the GIL, so
-        threads use the cores without processes' start-up or copies of the data.
-        Each thread runs under this thread's settings
-        (``config_context``) and one BLAS thread, which this thread holds for
-        the whole call (so that the units' own limits, entered and left in any
-        order, never restore more threads).
-        """
-        from concurrent.futures import ThreadPoolExecutor
-
-        from dmlr._blas import single_threaded_blas
-        from dmlr.config import get_config
-
-        settings = get_config()
-
-        def run(unit):
-            with config_context(**settings):
-                return fn(*self.shared, *unit)
-
-        outputs = []
-        with single_threaded_blas(), ThreadPoolExecutor(min(self.n_jobs, len(units))) as pool:
-            for i, out in enumerate(pool.map(run, units)):  # in order, each as soon as it is there
-                outputs.append(out)
-                if progress is not None:
-                    progress(i, out)
-        return outputs
-
-    def _map_on_cluster(self, fn, units, progress):
-        from distributed import as_completed
-        from distributed.client import FutureCancelledError
-
-        from dmlr.distributed.chunks import MAX_RECOVERIES
-
-        client = self.client
-        outputs = [None] * len(units)
-        for attempt in range(MAX_RECOVERIES + 1):
-            todo = [i for i, out in enumerate(outputs) if out is None]
-            if self._scattered is None:
-                self._place(client)
-            workers = sorted(self._scattered)
-            futures = {}
-            for j, i in enumerate(todo):
-                # Unit j on worker j mod w, beside that worker's copy of the data: the scheduler
-                # would otherwise run units where the data were made, one worker busy and the
-                # others idle. A soft choice: a lost worker's units run elsewhere.
-                w = workers[j % len(workers)]
-                fut = client.submit(
-                    fn, *self._scattered[w], *units[i], pure=False, workers=[w], allow_other_workers=True
-                )
-                futures[fut] = i
-            try:
-                for fut in as_completed(futures, loop=client.loop):  # not default_client()'s loop
-                    i = futures[fut]
-                    outputs[i] = fut.result()  # raises the unit's exception, if any
-                    fut.release()
-                    if progress is not None:
-                        progress(i, outputs[i])
-                return outputs
-            except FutureCancelledError:
-                # Scattered data cannot be recomputed: when every worker holding it is gone
-                # (killed, or removed by the scheduler after missed heartbeats), the units
-                # still to run are cancelled. Keep the finished units, scatter again from
-                # this process's copy and submit the rest (units are independent and
-                # deterministic, so the result is the uninterrupted run's).
-                self.close()
-                if attempt == MAX_RECOVERIES:
-                    raise
-                warnings.warn(
-                    f"search: the workers holding the data were lost; resubmitting "
-                    f"{sum(out is None for out in outputs)} of {len(units)} units",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            finally:
-                client.cancel([f for f in futures if f.status == "pending"])
-        return outputs  # pragma: no cover - the loop returns or raises
-
-    def _place(self, client) -> None:
-        """A copy of the shared data on every worker, once: arrays of this process scattered
-        (broadcast), futures (data a worker computed from the chunks) copied by a task on each
-        worker, which fetches them once."""
-        from distributed import Future
-
-        from dmlr.distributed.chunks import LOST_WORKER_WAIT
-        from dmlr.distributed.client import cluster_workers
-
-        client.wait_for_workers(1, timeout=LOST_WORKER_WAIT)
-        workers = sorted(cluster_workers(client))
-        here = [a for a in self.shared if not isinstance(a, Future)]
-        sent = iter(client.scatter(here, broadcast=True, hash=False) if here else [])
-        common = [a if isinstance(a, Future) else next(sent) for a in self.shared]
-        self._owned = [f for f, a in zip(common, self.shared) if f is not a]
-        self._scattered = {}
-        for w in workers:
-            copies = [
-                client.submit(_same, a, pure=False, workers=[w], allow_other_workers=True)
-                if isinstance(a, Future)
-                else a
-                for a in common
-            ]
-            self._owned += [f for f, a in zip(copies, common) if f is not a]
-            self._scattered[w] = copies
-
-    def close(self) -> None:
-        """Release the scattered data (the runner scatters again if used later)."""
-        if self._scattered is not None:
-            for f in self._owned:
-                f.release()
-            self._scattered, self._owned = None, []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _same(obj):
-    """``obj``: a task that copies a future's data to the worker it runs on."""
-    return obj
-
-
-def _resolve_client(client):
-    """The Dask client the units run on, or None to run them in this process."""
-    if isinstance(client, str):
-        if client != "local":
-            raise ValueError(f"client must be a distributed.Client, 'local' or None, got {client!r}")
-        return None
-    if client is None:  # the configured client, else the current one; never start a cluster here
-        from dmlr.config import get_config
-        from dmlr.distributed.placement import current_client
-
-        return get_config()["client"] or current_client()
-    return client
+    result.results = records
+    result.best_params = best_params
+    result.best_score = records[best_index]["mean_score"]
+    result.best_index = best_index
+    result.best_estimator = best_estimator
+    result.greater_is_better = greater
+    result.seconds = seconds
+    result.refit_seconds = refit_seconds
+    result.backend = backend
+    result.n_warm_fits = len(warm)
+    result.n_warm_first_test_stops = n_short
+    return result
 
 
 # ----------------------------------------------------------------------------
@@ -862,18 +612,19 @@ def _resolve_client(client):
 
 
 def _record(params: dict, fold_outputs: list, scoring: str) -> dict:
-    fold_scores = [_score(values, scoring) for values, _, _ in fold_outputs]
+    """The record of one grid point from its folds' :class:`~dmlr.paths.FitOutcome`."""
+    fold_scores = [_score(out.metrics, scoring) for out in fold_outputs]
     record = {
         "params": dict(params),
         "mean_score": float(np.mean(fold_scores)),
         "std_score": float(np.std(fold_scores)),
         "fold_scores": fold_scores,
     }
-    for name in fold_outputs[0][0]:
-        record[f"mean_{name}"] = float(np.mean([values[name] for values, _, _ in fold_outputs]))
-    record["fold_n_iter"] = [it for _, it, _ in fold_outputs]
+    for name in fold_outputs[0].metrics:
+        record[f"mean_{name}"] = float(np.mean([out.metrics[name] for out in fold_outputs]))
+    record["fold_n_iter"] = [out.n_iter for out in fold_outputs]
     record["mean_n_iter"] = float(np.mean(record["fold_n_iter"]))
-    record["mean_fit_seconds"] = float(np.mean([s for _, _, s in fold_outputs]))
+    record["mean_fit_seconds"] = float(np.mean([out.seconds for out in fold_outputs]))
     return record
 
 
@@ -911,44 +662,6 @@ def _check_cv(cv, n: int, seed) -> list:
         if tr.size == 0 or va.size == 0 or min(tr.min(), va.min()) < 0 or max(tr.max(), va.max()) >= n:
             raise ValueError(f"every cv split needs non-empty train and validation indices in [0, {n})")
     return splits
-
-
-def _materialize(X, Y):
-    """NumPy / CSR copies of the training data (dask inputs computed)."""
-    if is_dask(X) or is_dask(Y):
-        import dask
-
-        X, Y = dask.compute(row_parts(X), row_parts(Y))
-    return stack_rows(X, Y)
-
-
-def row_parts(A):
-    """The row chunks of dask ``A`` as a list of delayed blocks, for :func:`stack_rows`: the
-    chunks' task graph, without dask's own concatenation. Any other ``A`` as it is."""
-    if not is_dask(A):
-        return A
-    if len(A.chunks[1]) > 1:
-        A = A.rechunk({1: -1})
-    return list(A.to_delayed().ravel())
-
-
-def stack_rows(X, Y):
-    """(X, Y) as NumPy / CSR (fast row selection by index): X a matrix or a list of row blocks
-    (:func:`row_parts`), Y too.
-
-    Sparse blocks are converted to CSR block by block and stacked by scipy: pydata sparse's
-    own concatenation (what dask's would call) compiles Numba code at its first call in a
-    process, seconds for a one-off copy on every fresh worker.
-    """
-    if isinstance(X, list):
-        X = sp.vstack([as_csr(p) for p in X], format="csr") if is_sparse(X[0]) else np.concatenate(X)
-    X = as_csr(X) if is_sparse(X) else np.asarray(X)
-    Y = np.concatenate([np.asarray(p) for p in Y]) if isinstance(Y, list) else np.asarray(Y)
-    if X.ndim != 2 or Y.ndim != 2:
-        raise ValueError(f"X and Y must be 2-D, got shapes {X.shape} and {Y.shape}")
-    if X.shape[0] != Y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
-    return X, Y
 
 
 def _as_int(value, name: str) -> int:

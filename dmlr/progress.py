@@ -361,7 +361,7 @@ PROGRESS_AFTER_SECONDS = 5.0
 
 class SearchProgress:
     """Progress of every search: a line per path value (:func:`dmlr.tuning.search`) or per
-    unit (:func:`dmlr.model_selection.grid_search_cv`) once the search is long.
+    fit (:func:`dmlr.model_selection.grid_search_cv`) once the search is long.
 
     ::
 
@@ -407,7 +407,7 @@ class SearchProgress:
         }
         self._done = dict.fromkeys(self._plan, 0)
         self._stage, self._axis = 0, None
-        self._units_done = 0
+        self._fits_done = 0
 
     def _work(self, key, values) -> float:
         _, folds, rows = self._plan[key]
@@ -446,22 +446,19 @@ class SearchProgress:
                 f"elapsed {format_seconds(time.perf_counter() - self.start)}"
             )
 
-    def unit_done(self, total: int, fits_per_unit: int = 1) -> None:
-        """One more unit of a search whose ``total`` units are all known at its start (a grid
-        search) has finished, in whatever order: the line of units done of all, and the time
-        left at the mean time of the units done."""
-        self._units_done += 1
-        done = self._units_done
+    def fit_done(self, total: int) -> None:
+        """One more fit of a search whose ``total`` fits are all known at its start (a grid
+        search) has finished, in whatever order: the line of fits done of all, and the time
+        left at the mean time of the fits done."""
+        self._fits_done += 1
+        done = self._fits_done
         if not self.verbose:
             return
         elapsed = time.perf_counter() - self.start
         if self.verbose < 2 and elapsed < PROGRESS_AFTER_SECONDS:
             return
         left = elapsed / done * (total - done) if done else math.inf
-        self._show(
-            f"search: unit {done} of {total} ({done * fits_per_unit} fits); "
-            f"elapsed {format_seconds(elapsed)}, left ~{format_seconds(left)}"
-        )
+        self._show(f"search: fit {done} of {total}; elapsed {format_seconds(elapsed)}, left ~{format_seconds(left)}")
 
     def _show(self, text: str) -> None:
         self.lines += 1

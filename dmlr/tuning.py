@@ -4,12 +4,12 @@
 on the training rows, one parameter after the other (each model class declares
 its parameters and their starting grids, ``_search_space``: :func:`search_space`):
 
-* **Paths.** A unit of work is one fold and one parameter's grid, fitted
-  from the most regularized value to the least with ``warm_start`` (where
-  the model has it): each fit starts from the previous solution (from the
-  third value on, moved along the secant of the fold's last two:
-  ``dmlr.model_selection.predict_path_start``), and the most
-  regularized fits, the cheapest, come first.
+* **Paths** (on the search engine, :mod:`dmlr.paths`). One parameter's
+  grid is fitted on every fold in lock-step, from the most regularized value
+  to the least with ``warm_start`` (where the model has it): each fit starts
+  from the fold's previous solution (from the third value on, moved along the
+  secant of the fold's last two: :func:`dmlr.paths.predict_path_start`), and
+  the most regularized fits, the cheapest, come first.
 * **Early abandonment.** A path stops once its mean validation score has
   failed to beat its best for ``patience`` consecutive values, or at once
   when a value scores worse than the best one on every fold: the least
@@ -27,57 +27,51 @@ its parameters and their starting grids, ``_search_space``: :func:`search_space`
   subsamples :data:`HALVING_FACTOR` times larger, a walk from the previous
   stage's choice, carried as it is, while the score improves. The few fits of
   the last stage settle where the optimum moved as the rows grew.
-* **Where it runs** (:mod:`dmlr.distributed.placement`). Units whose rows fit
+* **Where it runs** (:func:`dmlr.paths.stage_data`). Fits whose rows fit
   comfortably in one process run whole there, spread over the workers (or
   this process's threads), with no round trip per iteration; larger rows take
   the chunked path, each fit over a group of workers, disjoint groups running
-  different units at once, with the blocks (hence the scores) of a fit over
+  different fits at once, with the blocks (hence the scores) of a fit over
   the whole cluster.
-* **Resume.** With ``checkpoint=DIR`` every finished unit is written there
-  (JSON, atomically); ``resume=True`` reuses them, so a search interrupted
-  by a killed client ends at the choice of an uninterrupted one.
+* **Resume.** With ``checkpoint=DIR`` every finished fit is written there
+  (:class:`dmlr.paths.UnitStore`: JSON and a dmlr model file, atomically);
+  ``resume=True`` reuses them, so a search interrupted by a killed client ends
+  at the choice of an uninterrupted one.
 
-Units are deterministic (seeded folds, fixed summation order), so the choice
-does not depend on the number of workers or the order units finish in.
+Fits are deterministic (seeded folds, fixed summation order), so the choice
+does not depend on the number of workers or the order fits finish in.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
-import hashlib
 import json
 import math
-import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from dmlr.config import config_context, get_config
-from dmlr.data.arrays import chunk_rows, is_dask
-from dmlr.distributed.placement import data_nbytes, fits_in_memory
-from dmlr.metrics import METRIC_NAMES, multilabel_metrics
+from dmlr.metrics import METRIC_NAMES
 from dmlr.model_selection import (
     DEFAULT_SCORING,
     LOSS_METRICS,
-    UNIT_CONFIG,
     SearchResult,
-    UnitRunner,
-    _materialize,
-    _resolve_client,
     default_scoring,
     kfold_indices,
-    path_point,
-    predict_path_start,
-    row_parts,
-    stack_rows,
-    unit_label_rule,
 )
 from dmlr.models.base import Axis
+from dmlr.paths import (
+    PathContext,
+    PathEnd,
+    UnitRunner,
+    UnitStore,
+    cold_start,
+    resolve_client,
+    run_path,
+    stage_data,
+    unit_label_rule,
+)
 from dmlr.progress import SearchProgress as _Progress
 
 __all__ = ["Axis", "SearchResult", "default_scoring", "search", "search_space", "stage_rows"]
@@ -121,7 +115,7 @@ SEARCH_TOL = 1e-5
 #: model's own rule.
 SEARCH_SOLVER = "lbfgs"
 
-SEARCH_FORMAT_VERSION = 3  # 3: units' keys name the predictor's source value
+SEARCH_FORMAT_VERSION = 4  # 4: units record their metrics, iterations and seconds (dmlr.paths.UnitStore)
 
 
 def search_space(estimator) -> tuple:
@@ -250,7 +244,7 @@ def search(
     if solver is not None and "solver" in base:
         cv_params["solver"] = solver
     store = (
-        _UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes))
+        UnitStore(checkpoint, resume, _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes))
         if checkpoint
         else None
     )
@@ -265,45 +259,27 @@ def search(
         greater_is_better=scoring not in LOSS_METRICS,
     )
     order = np.random.default_rng(seed).permutation(n) if staged else None
-    units_client = _resolve_client(client)
-    nbytes, full = None, None
+    units_client = resolve_client(client)
+    loaded: dict = {}  # the training rows where the units read them, loaded once (stage_data)
     chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
     report = _Progress(verbose, space, sizes, folds, start, staged=staged)
+    fit_params = dict(cv_params)
+    if "warm_start" in base:
+        fit_params["warm_start"] = True
+    if "verbose" in base:
+        fit_params["verbose"] = 0  # the search reports progress, not each fit
+    fit_params.update(unit_label_rule(type(estimator), [scoring]))
     for stage, m in enumerate(sizes):
         rows = None if m == n else np.sort(order[:m])
         splits = kfold_indices(m, folds, seed)
         n_train = min(len(tr) for tr, _ in splits)
-        where = get_config()["backend"]
-        if is_dask(X) and where == "auto":
-            if nbytes is None:
-                nbytes = data_nbytes(X, Y)
-            where = "local" if fits_in_memory(nbytes * m // n, units_client) else "dask"
-        chunked = is_dask(X) and where == "dask"
-        if chunked and nbytes is None:
-            nbytes = data_nbytes(X, Y)
-        if chunked:  # lazy row masks over the chunks
-            X_s, Y_s = (X, Y) if rows is None else (_chunk_rows(X, rows), _chunk_rows(Y, rows))
-        else:  # the units read these rows (in memory, or futures), never the dask arrays
-            if full is None:
-                full = _load(X, Y, units_client)
-            X_s, Y_s = _stage_data(full, rows, units_client)
+        X_s, Y_s, chunked, nbytes = stage_data(X, Y, rows, units_client, loaded)
         runner = UnitRunner((X_s, Y_s, splits), client, n_jobs=n_jobs)
         result.backend = "chunks" if chunked else runner.backend
-        ctx = _Context(
-            estimator,
-            cv_params,
-            X_s,
-            Y_s,
-            splits,
-            scoring,
-            not chunked,
-            runner,
-            store,
-            result,
-            m,
-            report,
-            nbytes * m // n if chunked else 0,
+        paths = PathContext(
+            estimator, fit_params, X_s, Y_s, splits, (scoring,), not chunked, runner, store, result, m, nbytes
         )
+        ctx = _Context(paths, scoring, report)
         try:
             for axis in space:
                 setting = {a.name: chosen[a.name] for a in space if a.name in chosen and a.name != axis.name}
@@ -382,48 +358,13 @@ def _mean_at(result: SearchResult, name: str, value: float, n_rows: int) -> floa
     )
 
 
-def _load(X, Y, client):
-    """(X, Y) in memory where the units run: numpy / CSR here, or, with a cluster and dask
-    input, futures of them computed by a worker from the chunks (nothing passes through
-    this process)."""
-    if client is not None and is_dask(X):
-        import dask
+class _Context(NamedTuple):
+    """A stage of the search: the engine's context (:class:`~dmlr.paths.PathContext`), the
+    scoring, the progress report."""
 
-        # the chunks as a list, stacked by scipy where the units run (see stack_rows)
-        x, y = dask.delayed(stack_rows, nout=2)(row_parts(X), row_parts(Y))
-        return tuple(client.compute([x, y]))
-    return _materialize(X, Y)
-
-
-def _stage_data(full, rows, client):
-    """Rows ``rows`` (None: all) of the in-memory data :func:`_load` gave."""
-    if rows is None:
-        return full
-    if client is not None and _is_future(full[0]):
-        return tuple(client.submit(_chunk_rows, a, rows, pure=False) for a in full)
-    return tuple(_chunk_rows(a, rows) for a in full)
-
-
-def _is_future(obj) -> bool:
-    """Whether ``obj`` is a ``distributed.Future`` (without importing distributed)."""
-    return type(obj).__name__ == "Future" and type(obj).__module__.startswith("distributed")
-
-
-@dataclass
-class _Context:
-    estimator: object
-    cv_params: dict  # parameters of the cross-validation fits only (tol, solver)
-    X: object
-    Y: object
-    splits: list
+    paths: PathContext
     scoring: str
-    in_process: bool
-    runner: UnitRunner
-    store: object
-    result: SearchResult
-    n_rows: int  # rows of this stage
     report: object  # _Progress
-    stage_nbytes: int = 0  # bytes of this stage's rows in memory (the chunked path's groups)
 
 
 def _search_axis(
@@ -432,18 +373,18 @@ def _search_axis(
     """Search one parameter: a warm-started path in lock-step over the folds, widened at an edge
     (from :meth:`Axis.path`: a staged search's first stage may start lower)."""
     greater = ctx.scoring not in LOSS_METRICS
-    setting = dict(ctx.result.best_params)
+    setting = dict(ctx.paths.result.best_params)
     scores: dict[float, list] = {}  # value -> fold scores
     iters: dict[float, list] = {}
     exponents = axis.path(staged)
     value_of = dict(zip(axis.values(exponents, n_train), exponents))
     # The fold models at the smallest value fitted so far: where a downward widening resumes.
-    low = _run_path(ctx, axis.name, setting, list(value_of), _cold(ctx), scores, iters, patience)
+    low = _run_path(ctx, axis.name, setting, list(value_of), cold_start(len(ctx.paths.splits)), scores, iters, patience)
     abandoned = low is None
     for _ in range(max_widen):
         best = _best(scores, greater)
         if best == max(scores):
-            direction, edge, start = 1.0, max(value_of.values()), _cold(ctx)
+            direction, edge, start = 1.0, max(value_of.values()), cold_start(len(ctx.paths.splits))
         elif best == min(scores) and not abandoned:
             direction, edge, start = -1.0, min(value_of.values()), low
         else:
@@ -451,7 +392,7 @@ def _search_axis(
         new = [round(edge + direction * axis.step * (k + 1), 6) for k in range(widen_by)]
         new_values = axis.values(new, n_train)
         value_of.update(zip(new_values, new))
-        ctx.result.n_widened += 1
+        ctx.paths.result.n_widened += 1
         end = _run_path(ctx, axis.name, setting, new_values, start, scores, iters, patience)
         if direction < 0:
             low, abandoned = end, end is None
@@ -468,11 +409,11 @@ def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict)
         )
     best = _best(scores, ctx.scoring not in LOSS_METRICS)
     for value in sorted(scores, reverse=True):
-        ctx.result.results.append(
+        ctx.paths.result.results.append(
             {
                 "param": axis.name,
                 "value": float(value),
-                "n_rows": ctx.n_rows,
+                "n_rows": ctx.paths.n_rows,
                 "params": {**setting, axis.name: value},
                 "mean_score": float(np.mean(scores[value])),
                 "std_score": float(np.std(scores[value])),
@@ -480,7 +421,7 @@ def _record(ctx: _Context, axis: Axis, setting: dict, scores: dict, iters: dict)
                 "mean_n_iter": float(np.mean(iters[value])),
             }
         )
-    ctx.result.best_params[axis.name] = float(best)
+    ctx.paths.result.best_params[axis.name] = float(best)
 
 
 def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponent: float) -> None:
@@ -498,7 +439,7 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
     first = axis.values([exponent], n_train)[0]
     at_first: list = []  # the fold models at the first value, before the walk down refits them
 
-    def walk(exponents, start: _PathEnd) -> None:
+    def walk(exponents, start: PathEnd) -> None:
         for value in axis.values(exponents, n_train)[:: 1 if exponents[0] >= exponents[-1] else -1]:
             start = _run_path(ctx, axis.name, setting, [value], start, scores, iters, None)
             if value == first:
@@ -506,66 +447,36 @@ def _refine_axis(ctx: _Context, axis: Axis, n_train: int, setting: dict, exponen
             if _best(scores, greater) != value and len(scores) > 1:
                 return
 
-    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], _cold(ctx))
+    walk([exponent - axis.step * k for k in range(HALVING_MAX_STEPS)], cold_start(len(ctx.paths.splits)))
     if len(scores) > 1 and _best(scores, greater) == first:
-        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], _PathEnd(at_first, first, None))
+        walk([exponent + axis.step * (k + 1) for k in range(HALVING_MAX_STEPS)], PathEnd(at_first, first, None))
     _record(ctx, axis, setting, scores, iters)
 
 
-class _PathEnd(NamedTuple):
-    """Where a warm-started path stands: the fold models at ``value`` (None each: a cold
-    start), and ``behind``, (each fold's :func:`~dmlr.model_selection.path_point`, value)
-    one path value earlier, or None: what the next fit's predictor needs."""
-
-    models: list
-    value: float | None
-    behind: tuple | None
-
-
-def _cold(ctx: _Context) -> _PathEnd:
-    return _PathEnd([None] * len(ctx.splits), None, None)
-
-
-def _run_path(ctx: _Context, name, setting, values, start: _PathEnd, scores, iters, patience):
-    """Fit ``values`` (largest first) on every fold in lock-step, each fit warm-started from the
-    fold's previous one (``start``), moved along the path's secant where two earlier values
-    are known (:func:`~dmlr.model_selection.predict_path_start`).
-
-    Returns the :class:`_PathEnd` at the path's last value, or None when it was abandoned.
-    """
+def _run_path(ctx: _Context, name, setting, values, start: PathEnd, scores, iters, patience) -> PathEnd | None:
+    """Fit ``values`` (largest first) on every fold in lock-step (:func:`dmlr.paths.run_path`),
+    record each value's fold scores and iterations in ``scores`` and ``iters``, and abandon
+    the path (return None) once it has failed to beat its best for ``patience`` values or a
+    value scores worse than the best on every fold (None: never)."""
     greater = ctx.scoring not in LOSS_METRICS
     before = [_oriented(s, greater) for s in scores.values()]
     run: list[float] = []
-    base = ctx.estimator.get_params()
-    warm = dict(ctx.cv_params)
-    if "warm_start" in base:
-        warm["warm_start"] = True
-    if "verbose" in base:
-        warm["verbose"] = 0  # the search reports progress, not each fit
-    warm.update(unit_label_rule(type(ctx.estimator), [ctx.scoring]))
-    states, from_value, behind = start
-    for k, value in enumerate(values):
-        units = []
-        here = None if from_value is None else ([path_point(m) for m in states], from_value)
-        for fold, state in enumerate(states):
-            est = state if state is not None else type(ctx.estimator)(**{**base, **setting, **warm})
-            if state is not None and behind is not None:
-                predict_path_start(est, behind[0][fold], (behind[1], from_value, value))
-            units.append((est, fold, name, value, ctx.scoring, ctx.in_process))
-        source = (from_value, None if behind is None else behind[1])
-        keys = [_unit_key(setting, name, value, fold, source, ctx.n_rows) for fold in range(len(states))]
-        outs = _run_units(ctx, units, keys)
-        scores[value] = [o[0] for o in outs]
-        iters[value] = [o[1] for o in outs]
-        states, from_value, behind = [o[2] for o in outs], value, here
+
+    def on_value(value, outcomes) -> bool:
+        scores[value] = [float(o.metrics[ctx.scoring]) for o in outcomes]
+        iters[value] = [o.n_iter for o in outcomes]
         run.append(_oriented(scores[value], greater))
         ctx.report.value(name, value, float(np.mean(scores[value])), _best(scores, greater), scores)
-        if patience is not None:
-            stalled = len(run) > patience and max(run[-patience:]) <= max(before + run[:-patience])
-            if stalled or _worse_on_every_fold(scores, value, greater):
-                ctx.result.n_abandoned += (len(values) - k - 1) * len(states)
-                return None
-    return _PathEnd(states, from_value, behind)
+        if patience is None:
+            return False
+        stalled = len(run) > patience and max(run[-patience:]) <= max(before + run[:-patience])
+        if stalled or _worse_on_every_fold(scores, value, greater):
+            ctx.paths.result.n_abandoned += (len(values) - len(run)) * len(outcomes)
+            return True
+        return False
+
+    lanes = [(setting, fold) for fold in range(len(ctx.paths.splits))]
+    return run_path(ctx.paths, name, values, lanes, start, on_value)
 
 
 def _worse_on_every_fold(scores: dict, value: float, greater: bool) -> bool:
@@ -577,101 +488,6 @@ def _worse_on_every_fold(scores: dict, value: float, greater: bool) -> bool:
         return False
     here, best = np.asarray(scores[value], dtype=float), np.asarray(scores[_best(others, greater)], dtype=float)
     return bool(np.all(here < best) if greater else np.all(here > best))
-
-
-def _run_units(ctx: _Context, units: list, keys: list) -> list:
-    """(score, n_iter, fitted estimator) per unit, read from the checkpoint where recorded."""
-    outs = [ctx.store.get(key) if ctx.store is not None else None for key in keys]
-    todo = [i for i, o in enumerate(outs) if o is None]
-    ctx.result.n_resumed_units += len(units) - len(todo)
-    ctx.result.n_fits += len(todo)
-
-    def done(j, out):
-        if ctx.store is not None:
-            ctx.store.put(keys[todo[j]], out)
-
-    if todo:
-        if ctx.in_process:  # tasks on the cluster, or threads here
-            new = ctx.runner.map(_fit_step, [units[i] for i in todo], done)
-        else:  # each fit distributed over the chunks, on disjoint groups of workers
-            new = _run_chunked(ctx, [units[i] for i in todo], done)
-        for i, out in zip(todo, new):
-            outs[i] = out
-    return outs
-
-
-def _run_chunked(ctx: _Context, units: list, done) -> list:
-    """:func:`_fit_step` of each unit, each fit over the chunks of a group of workers.
-
-    A fit needs the workers that hold its rows with room to spare
-    (:func:`worker_groups`); when the cluster has several times that many,
-    disjoint groups fit different units at the same time, from threads of
-    this process (a fit's own work runs on its group's workers). Every fit
-    cuts its rows into the blocks it would have over the whole cluster, so
-    its sums, hence its scores, do not depend on the group it ran on.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dmlr.distributed.chunks import cluster_block_count, made_current
-    from dmlr.distributed.placement import worker_groups
-
-    settings = get_config()
-    client = settings["client"] or ctx.runner.client
-    groups = worker_groups(client, ctx.stage_nbytes) if client is not None else [None]
-    if len(groups) < 2 or len(units) < 2:
-        outs = []
-        for j, unit in enumerate(units):
-            outs.append(_fit_step(ctx.X, ctx.Y, ctx.splits, *unit))
-            done(j, outs[-1])
-        return outs
-    n_blocks = settings["n_blocks"] or cluster_block_count(client)  # the whole cluster's, whatever the group
-
-    def run(j):  # on a thread of its own
-        with config_context(**{**settings, "client": client, "workers": groups[j % len(groups)], "n_blocks": n_blocks}):
-            return _fit_step(ctx.X, ctx.Y, ctx.splits, *units[j])
-
-    outs = []
-    # The client is made current once, here, and each thread runs in a copy of this thread's
-    # context, where it is current: Client.as_current also sets dask's global "scheduler"
-    # setting, which threads entering and leaving it in turn would leave changed after the
-    # search (see dmlr.distributed.chunks.made_current).
-    with made_current(client), ThreadPoolExecutor(min(len(groups), len(units))) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, run, j) for j in range(len(units))]
-        for j, future in enumerate(futures):
-            outs.append(future.result())
-            done(j, outs[-1])
-    return outs
-
-
-def _fit_step(X, Y, splits, est, fold, name, value, scoring, in_process):
-    """Fit ``est`` with ``name=value`` on the fold's training rows (warm-started from its
-    previous fit when it has ``warm_start``) and score it on the fold's validation rows.
-
-    In memory (``in_process``): one block, one BLAS thread, in this process (a unit is
-    the parallel grain; see :data:`dmlr.model_selection.UNIT_CONFIG`). Dask X and Y too
-    large for one process: the rows are selected lazily, by the workers that hold them,
-    and the fit is the model's own distributed fit.
-
-    Returns (score, n_iter, est).
-    """
-    from dmlr._blas import single_threaded_blas
-
-    train_idx, val_idx = splits[fold]
-    with contextlib.ExitStack() as stack:
-        if in_process:
-            stack.enter_context(config_context(**UNIT_CONFIG))
-            stack.enter_context(single_threaded_blas())
-        est.set_params(**{name: value})
-        est.fit(_chunk_rows(X, train_idx), _chunk_rows(Y, train_idx))
-        X_val, Y_val = _chunk_rows(X, val_idx), _chunk_rows(Y, val_idx)
-        S = est.decision_function(X_val)
-        values = multilabel_metrics(Y_val, S, est.labels_from_scores(S), metrics=[scoring])
-    return float(values[scoring]), int(getattr(est, "n_iter_", 0)), est
-
-
-def _chunk_rows(A, idx):
-    """Rows ``idx`` (sorted) of ``A``; of a dask ``A``, a row mask over its chunks (:func:`chunk_rows`)."""
-    return chunk_rows(A, idx) if is_dask(A) else A[idx]
 
 
 def _oriented(fold_scores, greater: bool) -> float:
@@ -705,60 +521,3 @@ def _fingerprint(estimator, X, Y, cv, seed, scoring, cv_params, sizes) -> dict:
         "scoring": scoring,
         "stages": [int(m) for m in sizes],
     }
-
-
-def _unit_key(setting: dict, name: str, value: float, fold: int, source: tuple, n_rows: int) -> str:
-    """A unit's name in the checkpoint: the stage's rows, the parameter setting, the fold, and
-    the values its warm start came from (``source``: the neighbour's and the predictor's; the
-    same fit reached by another path is another unit)."""
-    text = json.dumps([n_rows, sorted(setting.items()), name, repr(value), fold, repr(source)], default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-class _UnitStore:
-    """A directory of finished units: ``search.json`` (the problem) and ``units/<key>.json``."""
-
-    def __init__(self, path, resume: bool, fingerprint: dict):
-        self.path = Path(path)
-        self.units = self.path / "units"
-        meta = self.path / "search.json"
-        if meta.exists():
-            saved = json.loads(meta.read_text())
-            if not resume:
-                raise FileExistsError(f"{self.path} holds a search checkpoint: pass resume=True or remove it")
-            if saved != fingerprint:
-                diff = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
-                raise ValueError(f"the checkpoint at {self.path} is of another search (differs in {diff})")
-        else:
-            self.units.mkdir(parents=True, exist_ok=True)
-            _write_atomic(meta, json.dumps(fingerprint, sort_keys=True))
-        self.units.mkdir(parents=True, exist_ok=True)
-
-    def get(self, key: str):
-        """(score, n_iter, fitted estimator) of a recorded unit, or None."""
-        meta, model = self.units / f"{key}.json", self.units / f"{key}.npz"
-        if not meta.exists():
-            return None
-        score, n_iter = json.loads(meta.read_text())
-        if not model.exists():
-            return None
-        from dmlr.models.base import load_model
-
-        return float(score), int(n_iter), load_model(model)
-
-    def put(self, key: str, out) -> None:
-        """Record a finished unit: its fitted model (a dmlr model file), then its scores (the
-        unit counts as recorded once both exist)."""
-        score, n_iter, est = out
-        if hasattr(est, "save"):
-            est.save(self.units / f"{key}.npz")  # atomic (BaseModel.save)
-        _write_atomic(self.units / f"{key}.json", json.dumps([score, n_iter]))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".partial-{path.name}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -129,8 +129,8 @@ def test_cluster_equals_in_process(data, local_result, client2):
     with get_task_stream(client2) as ts:
         remote = grid_search_cv(RBRL(**SOLVER), X, Y, GRID, cv=3, client=client2, scoring="paper_mean")
     assert remote.backend == "dask"
-    ran = [t for t in ts.data if "_fit_path" in str(t.get("key", ""))]
-    assert len(ran) == 8 // 2 * 3  # units: 4 (lambda1, lambda2) settings x 3 folds, each a lambda3 path
+    ran = [t for t in ts.data if "fit_step" in str(t.get("key", ""))]
+    assert len(ran) == 8 * 3  # a task per fit: 4 (lambda1, lambda2) settings x 2 lambda3 values x 3 folds
     assert _scores(remote) == _scores(local_result)  # exact: fixed aggregation order, same BLAS threading
     assert remote.best_params == local_result.best_params and remote.best_score == local_result.best_score
     # client=None picks up the current client (client2 is current in this test)
@@ -138,10 +138,34 @@ def test_cluster_equals_in_process(data, local_result, client2):
     assert current.backend == "dask"
 
 
+def test_grid_fits_dask_data_too_large_for_a_process_over_the_chunks(data, client2, monkeypatch):
+    # The grid search places its fits as dmlr.fit's search does (dmlr.paths.stage_data): dask
+    # data that do not fit one process are never computed into it; each fit is the model's
+    # own distributed fit over the chunks, with the scores of the in-memory fits.
+    import dask.array as da
+
+    import dmlr.paths
+
+    X, Y = data
+    grid = {"alpha": [1.0], "alpha_nuclear": [1.0, 0.01]}
+    here = grid_search_cv(RBRL(**SOLVER), X, Y, grid, cv=3, client="local", refit=False)
+    materialized = []
+    monkeypatch.setattr(dmlr.paths, "_load", lambda *args: materialized.append(1))
+    monkeypatch.setattr("dmlr.distributed.placement.fits_in_memory", lambda *args: False)
+    Xd, Yd = da.from_array(X, chunks=(40, -1)), da.from_array(Y, chunks=(40, -1))
+    with dmlr.config_context(client=client2, n_blocks=3):
+        chunked = grid_search_cv(RBRL(**SOLVER), Xd, Yd, grid, cv=3, refit=False)
+    assert (here.backend, chunked.backend, materialized) == ("local", "chunks", [])
+    assert chunked.best_params == here.best_params and chunked.n_fits == here.n_fits == 6
+    np.testing.assert_allclose(
+        [r["fold_scores"] for r in chunked.results], [r["fold_scores"] for r in here.results], atol=1e-9
+    )
+
+
 def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, monkeypatch):
     # One worker (its nanny restarts it): killing it loses every copy of the scattered
-    # arrays, and the units still to run are cancelled. The search scatters again and
-    # resubmits them; the finished units are kept, and the result is the in-process one.
+    # arrays, and the fits still to run are cancelled. The search scatters again and
+    # resubmits them; the finished fits are kept, and the result is the in-process one.
     import logging
     import os
     import signal
@@ -165,13 +189,13 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
             if len(done) == 2:
                 os.kill(first_pid, signal.SIGKILL)
 
-        monkeypatch.setattr(ms.SearchProgress, "unit_done", kill_after_two)
+        monkeypatch.setattr(ms.SearchProgress, "fit_done", kill_after_two)
         with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
             remote = grid_search_cv(
                 RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False, scoring="paper_mean"
             )
         assert first_pid not in client.run(os.getpid).values()  # the worker was replaced
-    assert len(done) == 12  # each unit reported once
+    assert len(done) == 24  # each fit reported once: 4 settings x 2 path values x 3 folds
     assert _scores(remote) == _scores(local_result)
     assert remote.best_params == local_result.best_params
 
@@ -211,12 +235,12 @@ def test_path_runs_largest_first_with_warm_starts(data):
         {"alpha_nuclear": [0.1, 10.0, 1.0]},
         cv=2,
         client="local",
-        n_jobs=1,  # one unit after the other: the log in unit order
+        n_jobs=1,  # one fit after the other: the log in the order fits are run
         refit=False,
         scoring="paper_mean",
     )
-    # one unit per fold, each the path 10 -> 1 -> 0.1; only the first fit starts from zero
-    assert _SpyRBRL.log == [(10.0, True, False), (1.0, True, True), (0.1, True, True)] * 2
+    # the path 10 -> 1 -> 0.1 on both folds in lock-step; only the first fit starts from zero
+    assert _SpyRBRL.log == [(10.0, True, False)] * 2 + [(1.0, True, True)] * 2 + [(0.1, True, True)] * 2
     _SpyRBRL.log = []
     grid_search_cv(
         _SpyRBRL(tol=1e-4),
@@ -423,7 +447,7 @@ def _worker_address(X, Y, splits, index):
 def test_units_spread_over_the_workers_beside_a_copy_of_the_data(client2):
     # the data are a future one worker computed: without a copy on each worker and the
     # units placed in turn, the scheduler runs them where the data are, one worker idle
-    from dmlr.model_selection import UnitRunner
+    from dmlr.paths import UnitRunner
 
     X = client2.submit(np.ones, (50, 3), pure=False)
     with UnitRunner((X, np.zeros((50, 1)), []), client2) as runner:
@@ -442,8 +466,9 @@ def test_grid_search_defaults_to_the_common_scoring_and_reports_progress(data, c
     assert quiet.scoring == DEFAULT_SCORING and not quiet.greater_is_better
     assert capsys.readouterr().out == ""
     loud = grid_search_cv(RBRL(tol=1e-4), X, Y, grid, cv=2, refit=False, verbose=2)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search: unit")]
-    assert [line.split(" (")[0] for line in lines] == ["search: unit 1 of 2", "search: unit 2 of 2"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search: fit")]
+    # 2 values x 2 folds
+    assert [line.split(";")[0] for line in lines] == [f"search: fit {k} of 4" for k in (1, 2, 3, 4)]
     assert _scores(loud) == _scores(quiet)
 
 
@@ -486,7 +511,7 @@ class _PathModel:
     ],
 )
 def test_path_predictor_moves_the_start_along_the_secant(values, expected):
-    from dmlr.model_selection import path_point, predict_path_start
+    from dmlr.paths import path_point, predict_path_start
 
     rng = np.random.default_rng(0)
     est, W, old = _PathModel(), rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
@@ -528,7 +553,7 @@ def test_grid_path_starts_from_the_secant_prediction(data):
         refit=False,
         scoring="paper_mean",
     )
-    for fits in (StartRecordingRBRL.log[:4], StartRecordingRBRL.log[4:]):  # one unit per fold
+    for fits in (StartRecordingRBRL.log[0::2], StartRecordingRBRL.log[1::2]):  # the folds in lock-step
         assert [f[0]["alpha_nuclear"] for f in fits] == [10.0, 1.0, 0.1, 0.001]
         assert fits[0][1] is None
         np.testing.assert_array_equal(fits[1][1], fits[0][2])

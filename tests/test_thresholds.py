@@ -211,7 +211,7 @@ def test_a_version_2_file_keeps_the_labels_it_predicted():
 
 
 def test_search_units_learn_thresholds_only_for_label_metrics():
-    from dmlr.model_selection import unit_label_rule
+    from dmlr.paths import unit_label_rule
 
     assert unit_label_rule(RBRL, ["ranking_loss", "average_precision"]) == {"threshold": 0.0}
     assert unit_label_rule(RBRL, ["ranking_loss", "f1_macro"]) == {}  # the model's own rule is scored

@@ -14,7 +14,7 @@ import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 import dmlr
-from dmlr import tuning
+from dmlr import paths, tuning
 from dmlr.data.store import write_dataset
 from dmlr.distributed.client import cluster_workers
 from dmlr.model_selection import grid_search_cv
@@ -307,13 +307,13 @@ def test_units_run_on_threads_under_the_callers_settings(monkeypatch):
     import threading
 
     seen = []
-    fit_step = tuning._fit_step
+    fit_step = paths.fit_step
 
     def spy(*args):
         seen.append((threading.get_ident(), dmlr.get_config()["kernel_memory"]))
         return fit_step(*args)
 
-    monkeypatch.setattr(tuning, "_fit_step", spy)
+    monkeypatch.setattr(paths, "fit_step", spy)
     X, Y = _synthetic(n=80)
     with dmlr.config_context(kernel_memory="recompute"):
         threads = search(RBRL(**SOLVER), X, Y, n_jobs=2, client="local")
@@ -392,7 +392,7 @@ def test_units_data_from_sparse_chunks_are_stacked_without_pydata_concatenation(
     assert len(Xd.chunks[0]) > 1 and type(Xd._meta).__module__.startswith("sparse")
     client2.run(_spy_sparse_concatenation, True)
     try:
-        x, y = tuning._load(Xd, Yd, client2)
+        x, y = paths._load(Xd, Yd, client2)
         X_held, Y_held = x.result(), y.result()
     finally:
         calls = client2.run(_spy_sparse_concatenation, False)
@@ -791,7 +791,7 @@ def test_search_path_starts_each_fit_from_the_secant_prediction(monkeypatch):
             ratio = math.log(a[2] / a[1]) / math.log(a[1] / a[0])
             assert ratio == pytest.approx(1.0)
             np.testing.assert_allclose(fits[k][1], 2 * fits[k - 1][2] - fits[k - 2][2], rtol=0, atol=1e-12)
-    monkeypatch.setattr(tuning, "predict_path_start", lambda *args: None)
+    monkeypatch.setattr(paths, "predict_path_start", lambda *args: None)
     StartRecordingRBRL.log = []
     plain = search(StartRecordingRBRL(alpha_rank=10.0), X, Y, **kwargs)
     assert plain.best_params == pytest.approx(predicted.best_params, rel=1e-12)

@@ -1161,7 +1161,7 @@ def made_current(client):
     restores "unset", B restores A's value), so that later computations
     here ask for a client that is not current. The threads of a search run
     in a context where the client is already current
-    (``dmlr.tuning._run_chunked``), and do not touch the setting.
+    (``dmlr.paths._run_chunked``), and do not touch the setting.
     """
     from distributed import Client
 

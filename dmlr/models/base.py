@@ -197,7 +197,7 @@ class BaseModel(ClassifierMixin, MultiOutputMixin, BaseEstimator):
     _search_space: tuple = ()
     #: Fitted arrays a ``warm_start`` fit starts from (empty: none, or no ``warm_start``):
     #: what a search path's predictor moves before the next value's fit
-    #: (:func:`dmlr.model_selection.predict_path_start`).
+    #: (:func:`dmlr.paths.predict_path_start`).
     _warm_start_arrays: tuple = ()
     #: Whether ``fit`` takes ``checkpoint=``, ``checkpoint_every=`` and ``resume=``.
     _supports_checkpoint: bool = False

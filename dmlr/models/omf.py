@@ -390,7 +390,7 @@ def cross_validate_omf(
     """Choose OMF's label_weight, alpha, n_components (...), alpha_code and label rule by K-fold CV.
 
     A grid search on the engine of :func:`dmlr.model_selection.grid_search_cv`
-    (units placed by :class:`~dmlr.model_selection.UnitRunner`, on the cluster
+    (units placed by :class:`~dmlr.paths.UnitRunner`, on the cluster
     or on this process's threads; :class:`~dmlr.model_selection.SearchResult`;
     :class:`~dmlr.progress.SearchProgress`), whose unit is one fold and one
     point of ``fit_grid``: alpha_code, the label rule and k or the threshold
@@ -438,7 +438,8 @@ def cross_validate_omf(
         and ``mean_n_iter``.
     """
     from dmlr.metrics import LABEL_METRICS
-    from dmlr.model_selection import SearchResult, UnitRunner, _check_cv, _materialize, param_grid
+    from dmlr.model_selection import SearchResult, _check_cv, param_grid
+    from dmlr.paths import UnitRunner, materialize
     from dmlr.progress import SearchProgress
 
     if scoring not in LABEL_METRICS or scoring == "hamming_loss":
@@ -446,7 +447,7 @@ def cross_validate_omf(
             f"scoring must be a label metric to maximize, one of {sorted(set(LABEL_METRICS) - {'hamming_loss'})}"
         )
     start = time.perf_counter()
-    X, Y = _materialize(X, Y)
+    X, Y = materialize(X, Y)
     Y = np.asarray(Y, dtype=np.int8)
     splits = _check_cv(cv, X.shape[0], seed)
     points = param_grid(fit_grid if fit_grid is not None else DEFAULT_FIT_GRID)
@@ -463,7 +464,7 @@ def cross_validate_omf(
     report = SearchProgress(verbose, (), [X.shape[0]], len(splits), start, staged=False)
     with UnitRunner((X, Y, splits), client, n_jobs=n_jobs) as runner:
         backend = runner.backend
-        outputs = runner.map(_omf_unit, units, lambda *_: report.unit_done(len(units)))
+        outputs = runner.map(_omf_unit, units, lambda *_: report.fit_done(len(units)))
     # scores[(point, alpha_code, rule, param)] = list over folds, in fold order
     scores: dict = {}
     n_iter: dict = {}
