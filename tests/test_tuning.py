@@ -574,18 +574,19 @@ def test_a_staged_search_starts_its_path_at_the_axis_staged_top(monkeypatch, sma
     )
 
 
-def test_a_staged_search_starts_both_rbrl_weights_at_ten_to_the_minus_one_and_a_half(small_stages):
-    """RBRL's ridge and nuclear-norm paths of a staged search's first stage start at 10**-1.5
-    per training row of a fold (``Axis.staged_top``), below the grid's top of 10**-1: every
-    value above the start was added by widening the grid upwards, a decade at a time."""
+def test_a_staged_search_starts_rbrl_weights_below_the_grid_top(small_stages):
+    """RBRL's ridge and nuclear-norm paths of a staged search's first stage start at 10**-2
+    and 10**-1.5 per training row of a fold (``Axis.staged_top``), below the grid's top of
+    10**-1: every value above the start was added by widening the grid upwards, a decade at
+    a time."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1600, 20))
     Y = X @ rng.normal(size=(20, 3)) @ rng.normal(size=(3, 8)) + 0.3 * rng.normal(size=(1600, 8)) > 0.3
     result = search(RBRL(**SOLVER), X, Y.astype(np.int8), n_jobs=1, params=["alpha", "alpha_nuclear"])
     assert result.n_rows == [100, 400]
-    start = 50 * 10**-1.5  # the first stage's 100 rows, in 2 folds of 50 training rows
     decades = []
-    for name in ("alpha", "alpha_nuclear"):
+    for name, top in (("alpha", -2.0), ("alpha_nuclear", -1.5)):
+        start = 50 * 10**top  # the first stage's 100 rows, in 2 folds of 50 training rows
         first = [r["value"] for r in result.results if r["n_rows"] == 100 and r["param"] == name]
         assert min(first) < start  # the path ran down from its start
         decades.append(math.log10(max(first) / start))
