@@ -550,6 +550,8 @@ def grid_search_cv(
             lambda: report.fit_done(len(lanes) * len(path_values)),
         )
         backend = "chunks" if chunked else runner.backend
+    # the refit reads the rows the fits read where they are in this process
+    refit_data = (X_s, Y_s) if backend == "local" else (X, Y)
 
     # Aggregate in grid order (param_grid(axes)), folds in order.
     per_point: dict[tuple, list] = {}
@@ -590,7 +592,7 @@ def grid_search_cv(
         best_estimator = type(estimator)(**{**estimator.get_params(), **best_params})
         on_cluster = client is not None and not isinstance(client, str)
         with config_context(**({"client": client} if on_cluster else {})):
-            best_estimator.fit(X, Y)
+            best_estimator.fit(*refit_data)
         refit_seconds = time.perf_counter() - t
     result.results = records
     result.best_params = best_params
