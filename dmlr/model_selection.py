@@ -74,6 +74,12 @@ LOSS_METRICS = ("hamming_loss", "ranking_loss", "one_error", "coverage")
 #: solver's first stopping test (a symptom of stopping short; see its Notes).
 WARM_STOP_WARN_FRACTION = 0.1
 
+#: :func:`grid_search_cv` fits the settings of its grid in groups of about this many lanes
+#: (setting x fold) per unit that can run at once (``UnitRunner.slots``):
+#: enough fits per path value to keep every slot busy, and no more fitted models held
+#: between path values than a few rounds' worth.
+LANES_PER_SLOT = 4
+
 #: Name of the mean of the paper's six metrics (see :func:`grid_search_cv`).
 PAPER_MEAN = "paper_mean"
 
@@ -520,7 +526,6 @@ def grid_search_cv(
     other_axes = {k: v for k, v in axes.items() if k != path}
     settings = param_grid(other_axes) if other_axes else [{}]
     path_values = sorted(axes[path], reverse=True) if path is not None else [None]
-    lanes = [(setting, f) for setting in settings for f in range(len(splits))]
     fit_params = {"warm_start": True} if path is not None else {}
     if "verbose" in valid:
         fit_params["verbose"] = 0  # the search reports progress, not each fit
@@ -528,11 +533,22 @@ def grid_search_cv(
 
     report = SearchProgress(verbose, (), [n], len(splits), start, staged=False)
     result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits), path_param=path)
-    outcomes: dict = {}  # path value -> the lanes' FitOutcome
+    n_total = len(settings) * len(splits) * len(path_values)
+    per_point: dict[tuple, list] = {}  # grid point -> its folds' FitOutcome
+    warm: list[int] = []  # iterations of the fits that started from a path neighbour
 
-    def on_value(value, outs):
-        outcomes[value] = outs
-        return False
+    def run_group(ctx, group):
+        lanes = [(setting, f) for setting in group for f in range(len(splits))]
+
+        def on_value(value, outs):
+            for (setting, f), out in zip(lanes, outs):
+                params = {**setting, **({path: value} if path is not None else {})}
+                per_point.setdefault(_key(params, axes), [None] * len(splits))[f] = out
+            if path is not None and value != path_values[0]:
+                warm.extend(out.n_iter for out in outs)
+            return False
+
+        run_path(ctx, path, path_values, lanes, cold_start(len(lanes)), on_value, lambda: report.fit_done(n_total))
 
     units_client = resolve_client(client)
     X_s, Y_s, chunked, nbytes = stage_data(X, Y, None, units_client, {})
@@ -540,30 +556,20 @@ def grid_search_cv(
         ctx = PathContext(
             estimator, fit_params, X_s, Y_s, splits, metric_names, not chunked, runner, None, result, n, nbytes
         )
-        run_path(
-            ctx,
-            path,
-            path_values,
-            lanes,
-            cold_start(len(lanes)),
-            on_value,
-            lambda: report.fit_done(len(lanes) * len(path_values)),
-        )
+        # Settings in groups of a few rounds' worth of fits: the lanes of a group hold their
+        # models between path values, so a large grid's memory stays that of its fits in flight.
+        per_group = max(1, LANES_PER_SLOT * runner.slots // len(splits))
+        for i in range(0, len(settings), per_group):
+            run_group(ctx, settings[i : i + per_group])
         backend = "chunks" if chunked else runner.backend
     # the refit reads the rows the fits read where they are in this process
     refit_data = (X_s, Y_s) if backend == "local" else (X, Y)
 
     # Aggregate in grid order (param_grid(axes)), folds in order.
-    per_point: dict[tuple, list] = {}
-    for value, outs in outcomes.items():
-        for (setting, f), out in zip(lanes, outs):
-            params = {**setting, **({path: value} if path is not None else {})}
-            per_point.setdefault(_key(params, axes), [None] * len(splits))[f] = out
     records = [_record(point, per_point[_key(point, axes)], scoring) for point in param_grid(axes)]
 
     # Warm-started fits (all but the first value of each path) that passed the solver's
     # first stopping test: the symptom of a stop short of the optimum (see Notes).
-    warm = [out.n_iter for value in path_values[1:] for out in outcomes[value]] if path is not None else []
     n_short = sum(it <= 2 for it in warm)
     if warm and n_short >= WARM_STOP_WARN_FRACTION * len(warm):
         warnings.warn(

@@ -461,6 +461,15 @@ class UnitRunner:
     def backend(self) -> str:
         return "local" if self.client is None else "dask"
 
+    @property
+    def slots(self) -> int:
+        """Units that run at once: the cluster's worker threads, or ``n_jobs``."""
+        if self.client is None:
+            return max(1, self.n_jobs)
+        from dmlr.distributed.client import cluster_workers
+
+        return max(1, sum(int(w.get("nthreads", 1)) for w in cluster_workers(self.client).values()))
+
     def map(self, fn, units: list, progress=None) -> list:
         """``[fn(*shared, *unit) for unit in units]``; ``progress(i, result)`` as each finishes
         (in order without a cluster)."""

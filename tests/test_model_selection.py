@@ -190,7 +190,8 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
                 os.kill(first_pid, signal.SIGKILL)
 
         monkeypatch.setattr(ms.SearchProgress, "fit_done", kill_after_two)
-        with pytest.warns(RuntimeWarning, match="resubmitting 10 of 12 units"):
+        # one worker thread: rounds of one setting's 3 folds (LANES_PER_SLOT // 3 = 1 setting)
+        with pytest.warns(RuntimeWarning, match="resubmitting 1 of 3 units"):
             remote = grid_search_cv(
                 RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False, scoring="paper_mean"
             )
@@ -222,6 +223,29 @@ class _SpyRBRL(RBRL):
     def fit(self, X, Y, **kwargs):
         type(self).log.append((self.alpha_nuclear, self.warm_start, getattr(self, "coef_", None) is not None))
         return super().fit(X, Y, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
+def test_grid_runs_its_settings_in_groups_that_bound_the_models_held(data, monkeypatch):
+    # One slot, 2 folds: groups of LANES_PER_SLOT // 2 = 2 settings. A group's whole path runs
+    # before the next group's first fit, so at most 4 lanes' models are held at once, not 8.
+    import dmlr.model_selection as ms
+
+    monkeypatch.setattr(ms, "LANES_PER_SLOT", 4)
+    X, Y = data
+    log = []
+
+    class Spy(RBRL):
+        def fit(self, X, Y, **kwargs):
+            log.append((self.alpha, self.alpha_nuclear))
+            return super().fit(X, Y, **kwargs)
+
+    grid = {"alpha": [0.1, 1.0, 10.0, 100.0], "alpha_nuclear": [1.0, 0.1]}
+    r = grid_search_cv(Spy(tol=1e-4), X, Y, grid, cv=2, client="local", n_jobs=1, refit=False)
+    group_of = {0.1: 0, 1.0: 0, 10.0: 1, 100.0: 1}
+    assert [group_of[a] for a, _ in log] == [0] * 8 + [1] * 8
+    assert [b for _, b in log[:8]] == [1.0] * 4 + [0.1] * 4  # lock-step within a group
+    assert r.n_fits == 16 and [rec["params"] for rec in r.results] == param_grid(grid)
 
 
 @pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
