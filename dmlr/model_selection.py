@@ -558,7 +558,7 @@ def grid_search_cv(
         )
         # Settings in groups of a few rounds' worth of fits: the lanes of a group hold their
         # models between path values, so a large grid's memory stays that of its fits in flight.
-        per_group = max(1, LANES_PER_SLOT * runner.slots // len(splits))
+        per_group = -(-LANES_PER_SLOT * runner.slots // len(splits))  # ceil: at least that many lanes
         for i in range(0, len(settings), per_group):
             run_group(ctx, settings[i : i + per_group])
         backend = "chunks" if chunked else runner.backend

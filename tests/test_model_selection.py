@@ -190,8 +190,8 @@ def test_cluster_run_survives_losing_every_copy_of_its_data(data, local_result, 
                 os.kill(first_pid, signal.SIGKILL)
 
         monkeypatch.setattr(ms.SearchProgress, "fit_done", kill_after_two)
-        # one worker thread: rounds of one setting's 3 folds (LANES_PER_SLOT // 3 = 1 setting)
-        with pytest.warns(RuntimeWarning, match="resubmitting 1 of 3 units"):
+        # one worker thread: rounds of 2 settings' 3 folds (LANES_PER_SLOT / 3, rounded up)
+        with pytest.warns(RuntimeWarning, match="resubmitting 4 of 6 units"):
             remote = grid_search_cv(
                 RBRL(**SOLVER), X, Y, GRID, cv=3, client=client, verbose=1, refit=False, scoring="paper_mean"
             )
@@ -227,7 +227,7 @@ class _SpyRBRL(RBRL):
 
 @pytest.mark.filterwarnings("ignore:.*warm-started fits stopped:RuntimeWarning")  # loose tol on purpose: speed
 def test_grid_runs_its_settings_in_groups_that_bound_the_models_held(data, monkeypatch):
-    # One slot, 2 folds: groups of LANES_PER_SLOT // 2 = 2 settings. A group's whole path runs
+    # One slot, 2 folds: groups of LANES_PER_SLOT / 2 = 2 settings. A group's whole path runs
     # before the next group's first fit, so at most 4 lanes' models are held at once, not 8.
     import dmlr.model_selection as ms
 
