@@ -43,8 +43,8 @@ from dmlr.paths import (
     materialize,
     resolve_client,
     run_path,
+    search_fit_params,
     stage_data,
-    unit_label_rule,
 )
 from dmlr.progress import SearchProgress
 
@@ -521,15 +521,12 @@ def grid_search_cv(
     splits = _check_cv(cv, n, seed)
     metric_names = _needed_metrics(scoring)
 
-    # Lanes: (setting of the non-path params, fold); the path's values largest first.
+    # The settings of the non-path params, and the path's values largest first.
     path = path_param if path_param is not None and path_param in axes else None
     other_axes = {k: v for k, v in axes.items() if k != path}
     settings = param_grid(other_axes) if other_axes else [{}]
     path_values = sorted(axes[path], reverse=True) if path is not None else [None]
-    fit_params = {"warm_start": True} if path is not None else {}
-    if "verbose" in valid:
-        fit_params["verbose"] = 0  # the search reports progress, not each fit
-    fit_params.update(unit_label_rule(type(estimator), metric_names))
+    fit_params = search_fit_params(estimator, metric_names, warm=path is not None)
 
     report = SearchProgress(verbose, (), [n], len(splits), start, staged=False)
     result = SearchResult(best_params={}, results=[], scoring=scoring, n_splits=len(splits), path_param=path)

@@ -58,6 +58,7 @@ __all__ = [
     "path_point",
     "predict_path_start",
     "run_path",
+    "search_fit_params",
     "stage_data",
     "unit_label_rule",
 ]
@@ -110,6 +111,21 @@ def fit_step(X, Y, splits, est, fold, params, metrics, in_process) -> FitOutcome
 def _rows(A, idx):
     """Rows ``idx`` (sorted) of ``A``; of a dask ``A``, a row mask over its chunks (:func:`chunk_rows`)."""
     return chunk_rows(A, idx) if is_dask(A) else A[idx]
+
+
+def search_fit_params(estimator, metric_names, *, warm: bool, **overrides) -> dict:
+    """The parameters a search's fits of ``estimator`` set over its own: ``overrides`` (the
+    search's ``tol``, ``solver``), ``warm_start=True`` along a path (``warm``, where the
+    model has it), ``verbose=0`` (the search reports progress, not each fit) and
+    ``unit_label_rule``'s."""
+    own = estimator.get_params()
+    params = dict(overrides)
+    if warm and "warm_start" in own:
+        params["warm_start"] = True
+    if "verbose" in own:
+        params["verbose"] = 0
+    params.update(unit_label_rule(type(estimator), metric_names))
+    return params
 
 
 def unit_label_rule(cls, metric_names) -> dict:

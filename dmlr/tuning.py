@@ -69,8 +69,8 @@ from dmlr.paths import (
     cold_start,
     resolve_client,
     run_path,
+    search_fit_params,
     stage_data,
-    unit_label_rule,
 )
 from dmlr.progress import SearchProgress as _Progress
 
@@ -263,12 +263,7 @@ def search(
     loaded: dict = {}  # the training rows where the units read them, loaded once (stage_data)
     chosen: dict[str, float] = {}  # axis -> chosen value, carried to the next stage as it is
     report = _Progress(verbose, space, sizes, folds, start, staged=staged)
-    fit_params = dict(cv_params)
-    if "warm_start" in base:
-        fit_params["warm_start"] = True
-    if "verbose" in base:
-        fit_params["verbose"] = 0  # the search reports progress, not each fit
-    fit_params.update(unit_label_rule(type(estimator), [scoring]))
+    fit_params = search_fit_params(estimator, [scoring], warm=True, **cv_params)
     for stage, m in enumerate(sizes):
         rows = None if m == n else np.sort(order[:m])
         splits = kfold_indices(m, folds, seed)
