@@ -4,10 +4,12 @@ The compact form of the L-BFGS inverse Hessian needs, besides 4 BLAS
 matrix-vector products over the m stored pairs, two triangular solves and a
 product with m x m matrices. As numpy and scipy calls from Python these cost
 more than their flops for the pair counts RBRL uses (m <= 100): compiled, they
-take a few microseconds (:func:`compact_coefficients`). A new pair's
-curvature test is compiled too (:func:`pair_products`): for a wide model
-(thousands of features times hundreds of labels) it is memory-bound, and
-numpy's expressions would make and read two vectors of W's size for it.
+take a few microseconds (:func:`compact_coefficients`). For a wide model
+(thousands of features times hundreds of labels) the work on vectors of W's
+size is memory-bound, and numpy's expressions make and read temporaries of
+that size: a new pair's curvature test (:func:`pair_products`) and the gradient
+in the intercept's variables (:func:`intercept_gradient`) are compiled single
+passes instead.
 """
 
 from __future__ import annotations
@@ -92,3 +94,33 @@ def pair_products(x_new, x, g_new, g):
         sg += s * g_new[i]
         yg += y * g_new[i]
     return sy, ss, yy, sg, yg
+
+
+@njit(cache=True, nogil=True)
+def intercept_gradient(G, mean, scale, out):
+    """``T^T G`` for the intercept's change of variables ``W = T V``
+    (:class:`dmlr.solvers.lbfgs.InterceptVariables`): ``G[:-1] - mean G[-1]^T`` over the
+    feature rows, ``scale G[-1]`` in the last, in one pass (numpy would make the outer
+    product, a temporary of W's size, and read it again).
+
+    Parameters
+    ----------
+    G : float64 (d, l)
+        A gradient in W (not written).
+    mean : float64 (d - 1,)
+    scale : float
+    out : float64 (d, l), written
+
+    Returns
+    -------
+    out
+    """
+    d1 = G.shape[0] - 1
+    last = G[d1]
+    for i in range(d1):
+        m = mean[i]
+        for k in range(G.shape[1]):
+            out[i, k] = G[i, k] - m * last[k]
+    for k in range(G.shape[1]):
+        out[d1, k] = scale * last[k]
+    return out

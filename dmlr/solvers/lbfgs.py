@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dmlr._blas import add_scaled
-from dmlr.kernels.quasi_newton import compact_coefficients, pair_products
+from dmlr.kernels.quasi_newton import compact_coefficients, intercept_gradient, pair_products
 from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
 
@@ -251,10 +251,8 @@ class InterceptVariables(NamedTuple):
     def gradient(self, G: np.ndarray) -> np.ndarray:
         """The gradient in V of a function of W = T V, from its gradient G in W: T^T G, a new
         array (G may be shared with a cache)."""
-        out = np.empty_like(G, dtype=np.float64)
-        np.subtract(G[:-1], np.outer(self.mean, G[-1]), out=out[:-1])
-        np.multiply(G[-1], self.scale, out=out[-1])
-        return out
+        G = np.ascontiguousarray(G, dtype=np.float64)
+        return intercept_gradient(G, np.asarray(self.mean, dtype=np.float64), float(self.scale), np.empty_like(G))
 
     def oracle(self, oracle: Oracle) -> Oracle:
         """``oracle`` (of f in W; an :class:`~dmlr.solvers.apg.Oracle` or a plain function) as an
@@ -564,7 +562,9 @@ class Pairs:
         Algorithm 7.4), from 4 passes of BLAS matrix-vector products over the
         pairs, where the recursion's 4 passes are dependent vector updates
         (several times slower for large pairs, which do not fit in cache); 2
-        passes when :meth:`push` has the products with ``g`` already.
+        passes when :meth:`push` has the products with ``g`` already. BLAS reads
+        each pair contiguously; a compiled pass that combined the pairs element
+        by element would stream all of them at once, which many pairs make slow.
         """
         c = self.count
         if c == 0:
