@@ -437,12 +437,20 @@ class SearchProgress:
             f"elapsed {format_seconds(elapsed)}, left ~{format_seconds(estimate)}"
         )
 
-    def end(self, stage: int, axis, best: float, mean: float) -> None:
+    def end(self, stage: int, axis, best: float, mean: float, fitted: float | None = None) -> None:
+        """The stage's choice ``best`` for ``axis``; ``mean``, the mean score of ``fitted``, the
+        best value fitted, when ``best`` lies between the values fitted (a staged search's vertex),
+        else of ``best``."""
         key = (stage, axis.name)
         self._plan[key] = (self._done[key],) + self._plan[key][1:]  # what was planned is done
         if self.verbose and (self.lines or self.verbose > 1):
+            score = (
+                f"{mean:.5f}"
+                if fitted is None or fitted == best
+                else f"between the values fitted, best {fitted:.4g}: {mean:.5f}"
+            )
             self._show(
-                f"search {axis.name}: chose {best:.4g} ({mean:.5f}) on {self.sizes[stage]:,} rows; "
+                f"search {axis.name}: chose {best:.4g} ({score}) on {self.sizes[stage]:,} rows; "
                 f"elapsed {format_seconds(time.perf_counter() - self.start)}"
             )
 

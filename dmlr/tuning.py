@@ -284,14 +284,17 @@ def search(
                 else:
                     _refine_axis(ctx, axis, n_train, setting, _exponent(axis, chosen[axis.name], n_train))
                 best = chosen[axis.name] = result.best_params[axis.name]
-                report.end(stage, axis, best, _mean_at(result, axis.name, best, m))
+                if not (staged and stage == len(sizes) - 1):  # the last stage's: below, with the vertex
+                    report.end(stage, axis, best, _mean_at(result, axis.name, best, m))
         finally:
             runner.close()
     if staged:  # between the grid's values, where the last stage's scores say the optimum is
         last = [r for r in result.results if r["n_rows"] == sizes[-1]]
         for axis in space:
             curve = {r["value"]: r["mean_score"] for r in last if r["param"] == axis.name}
-            result.best_params[axis.name] = _vertex(curve, result.best_params[axis.name], axis.step, scoring)
+            fitted = result.best_params[axis.name]
+            result.best_params[axis.name] = _vertex(curve, fitted, axis.step, scoring)
+            report.end(len(sizes) - 1, axis, result.best_params[axis.name], curve[fitted], fitted=fitted)
     chosen_at = [
         i
         for i, r in enumerate(result.results)

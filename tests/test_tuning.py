@@ -641,6 +641,21 @@ def test_progress_lines_for_a_long_search_only(monkeypatch, capsys):
     assert lines[-1].startswith(f"search alpha: chose {result.best_params['alpha']:.4g}")
 
 
+def test_progress_names_the_value_a_staged_search_chose(monkeypatch, capsys, small_stages):
+    """A staged search's choice lies between the last stage's values (the parabola's vertex):
+    its last line reports that value, the one the model is fitted with, not the best value fitted."""
+    from dmlr import progress
+
+    X, Y = _synthetic(n=1600, d=20, n_labels=5)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)
+    result = search(RBRL(**SOLVER), X, Y, n_jobs=1, client="local", verbose=1)
+    chose = [line for line in capsys.readouterr().out.splitlines() if line.startswith("search alpha: chose")]
+    fitted = [r["value"] for r in result.results if r["n_rows"] == result.n_rows[-1]]
+    assert result.best_params["alpha"] not in fitted  # between the values fitted
+    assert len(chose) == len(result.n_rows)  # one per stage
+    assert chose[-1].startswith(f"search alpha: chose {result.best_params['alpha']:.4g} (between the values fitted")
+
+
 def test_fit_shows_progress_of_a_long_fit_and_not_of_a_short_one(monkeypatch, capsys):
     from dmlr import progress
 
