@@ -14,9 +14,10 @@ first iteration, every ``every``-th one and the last one::
   counting the loading of the data or the Lipschitz pass);
 * ``left`` is a rough estimate of the time until the run stops, see
   :meth:`ProgressReporter.estimate_seconds_left`; an iteration whose
-  relative change is already at most ``tol`` shows ``rel.change <= tol``
-  instead (the solver may have other stopping tests to pass, e.g.
-  ``gradient_tol``).
+  relative change is already at most ``tol`` is held back until the next
+  report, and shown then with ``rel.change <= tol, going on`` instead: the run
+  did not stop there, another of the solver's stopping tests (e.g.
+  ``gradient_tol``) not yet holding.
 
 In a terminal (or any stream) each report is one printed line. In a Jupyter
 kernel (IPython already imported and running a kernel) the reports replace
@@ -270,7 +271,7 @@ class ProgressReporter:
         if status is not None:
             tail = f"({status})"
         elif self._below_tol(t, change):
-            tail = "rel.change <= tol"
+            tail = "rel.change <= tol, going on"  # shown only once the run went on (held till then)
         else:
             est = self.last_estimate if self.last_estimate is not None else math.inf
             mark = "" if not math.isfinite(est) else "<=" if self.last_estimate_capped else "~"

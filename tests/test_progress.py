@@ -70,7 +70,7 @@ def test_a_line_below_tol_is_held_until_the_run_goes_on_or_finishes():
     rep(7, 3.0, 0.7)  # the run went on after t=6 ... (6 was due: now shown, marked below tol)
     rep(8, 2.9999999, 0.8)  # ... and t=8 is held: it may be the last
     assert [int(m.group(1)) for m in _parse(stream.getvalue())] == [1, 2, 4, 6]
-    assert "rel.change <= tol" in stream.getvalue().splitlines()[-1]
+    assert "rel.change <= tol, going on" in stream.getvalue().splitlines()[-1]
     rep.finish(converged=True)
     last = stream.getvalue().splitlines()[-1]
     assert LINE.search(last).group(1) == "8" and "(converged)" in last
