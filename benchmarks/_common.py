@@ -290,11 +290,23 @@ def _script() -> str:
 
 
 def _commit() -> str:
+    """HEAD's short hash, and whether dmlr's or the benchmarks' files differ from it (a run of
+    code that no commit holds says so)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=ROOT
+        )
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "dmlr", "benchmarks"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=ROOT,
+        )
     except OSError:
         return "unknown"
+    commit = out.stdout.strip() or "unknown"
+    return commit + (" with uncommitted changes" if changed.stdout.strip() else "")
 
 
 class _Tee:
