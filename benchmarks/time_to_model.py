@@ -31,10 +31,19 @@ prints each speedup and their median (on a small machine one run's speedup moves
 several percent). The fits on the workers have one row block per worker thread, so
 1 and 2 workers sum in different orders; ``--blocks N`` gives every fit N blocks (the
 execution setting ``n_blocks``), hence the same iterations on any worker count, so
-that the speedup is that of the time per iteration. Run::
+that the speedup is that of the time per iteration.
+
+With ``--workers 1 N``, each repeat also measures the machine's ceiling for that
+speedup (:func:`machine_ceiling`), on the N-worker cluster right after its fit: N
+copies of the same fixed work (the final fit's first iterations, about
+``--ceiling-seconds``, held whole in each worker) at once, against one copy alone.
+It is what N workers give work that never waits for another (no summation, no round
+trip); on a machine whose cores slow each other down (shared caches, memory
+bandwidth, a virtual machine's host) it is below N, and dmlr's speedup can be read
+against it. Run::
 
     DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
-        [--repeats N] [--blocks N] [--docs]
+        [--repeats N] [--blocks N] [--ceiling-seconds S] [--docs]
 
 ``--docs`` also writes the table to ``docs/benchmarks/time_to_model.txt``
 (``time_to_model_workers.txt`` with ``--workers``, ``time_to_model_workers_blocks<N>.txt``
@@ -94,8 +103,35 @@ def run_dmlr(store: Path) -> dict:
         searched=searched,
         ms_per_iter=ms_per_iteration(final) if len(getattr(final, "objective_seconds_", ())) > 1 else None,
         choice=f"{type(model).__name__} {chosen} stages={rows}",
+        final_model=final,
         **values,
     )
+
+
+def machine_ceiling(client, store: Path, final, iters: int) -> float:
+    """What the machine gives ``client``'s w single-thread workers on dmlr's own work: w copies
+    of the same fixed work at once, one per worker, against one copy alone (a ratio of
+    throughputs; w if the workers never slowed each other down).
+
+    The work is the first ``iters`` iterations of the final fit (a clone of ``final``, the
+    chosen values, ``tol=0``) on the training split, held whole in each worker: one block,
+    one BLAS thread (:func:`dmlr.paths.fit_step`, a search unit), so that the copies share
+    nothing but the machine. One copy alone runs before and after the w at once; the
+    ceiling uses their mean.
+    """
+    from dmlr.paths import UnitRunner, fit_step, stage_data
+
+    X, Y = dmlr.open_dataset(store).arrays("train")
+    n, w = int(X.shape[0]), len(client.scheduler_info()["workers"])
+    X, Y, _, _ = stage_data(X, Y, None, client, {})  # computed by a worker from the chunks
+    splits = [(np.arange(n), np.arange(min(n, 1_000)))]
+    unit = (clone(final).set_params(max_iter=iters, tol=0.0, verbose=0), 0, {}, ("ranking_loss",), True)
+    with UnitRunner((X, Y, splits), client) as runner:
+        runner.map(fit_step, [unit] * w)  # the data on every worker, the kernels loaded
+        before = runner.map(fit_step, [unit])[0].seconds
+        together = max(out.seconds for out in runner.map(fit_step, [unit] * w))
+        after = runner.map(fit_step, [unit])[0].seconds
+    return w * (before + after) / 2 / together
 
 
 def run_sklearn(store: Path, scaling: str) -> dict:
@@ -189,6 +225,12 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, nargs="*", default=None, help="local clusters of N single-thread workers")
     p.add_argument("--repeats", type=int, default=1, help="with --workers: runs of each count, in turns")
     p.add_argument("--blocks", type=int, default=None, help="with --workers: row blocks of every fit")
+    p.add_argument(
+        "--ceiling-seconds",
+        type=float,
+        default=4.0,
+        help="with --workers 1 N: about how long the machine ceiling's copies run (0: no ceiling)",
+    )
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
     args = p.parse_args(argv)
@@ -207,7 +249,7 @@ def _run(args) -> int:
 
             from dmlr.distributed import local_cluster
 
-            speedups = []
+            speedups, ceilings = [], []
             for _ in range(args.repeats):  # the worker counts in turns, so that they share the machine's drift
                 totals = []
                 for n in args.workers:
@@ -218,6 +260,9 @@ def _run(args) -> int:
                     ):
                         client.run(lambda: None)
                         r = run_dmlr(store)
+                        if n == args.workers[-1] > args.workers[0] == 1 and args.ceiling_seconds > 0:
+                            iters = max(5, round(1000 * args.ceiling_seconds / (r["ms_per_iter"] or 100.0)))
+                            ceilings.append(machine_ceiling(client, store, r["final_model"], iters))
                     totals.append(r["total"])
                     print(line(name, f"dmlr {n}w", r), flush=True)
                 speedups.append(totals[0] / totals[-1])
@@ -227,6 +272,14 @@ def _run(args) -> int:
                 + (f" (median {np.median(speedups):.2f}x)" if len(speedups) > 1 else ""),
                 flush=True,
             )
+            if ceilings:
+                print(
+                    f"{name:22} machine ceiling, {args.workers[-1]} copies of the final fit's first iterations "
+                    f"(about {args.ceiling_seconds:g} s) at once against one alone: "
+                    + ", ".join(f"{v:.2f}x" for v in ceilings)
+                    + (f" (median {np.median(ceilings):.2f}x)" if len(ceilings) > 1 else ""),
+                    flush=True,
+                )
         else:
             r = run_dmlr(store)
             print(line(name, "dmlr", r), flush=True)
