@@ -251,7 +251,7 @@ def _run(args) -> int:
 
             speedups, ceilings = [], []
             for _ in range(args.repeats):  # the worker counts in turns, so that they share the machine's drift
-                totals = []
+                totals, single_block_ms = [], None
                 for n in args.workers:
                     with (
                         local_cluster(n, 1) as cluster,
@@ -260,8 +260,10 @@ def _run(args) -> int:
                     ):
                         client.run(lambda: None)
                         r = run_dmlr(store)
+                        if n == 1:  # one worker, one block: the pace of a ceiling copy
+                            single_block_ms = r["ms_per_iter"]
                         if n == args.workers[-1] > args.workers[0] == 1 and args.ceiling_seconds > 0:
-                            iters = max(5, round(1000 * args.ceiling_seconds / (r["ms_per_iter"] or 100.0)))
+                            iters = max(5, round(1000 * args.ceiling_seconds / (single_block_ms or 100.0)))
                             ceilings.append(machine_ceiling(client, store, r["final_model"], iters))
                     totals.append(r["total"])
                     print(line(name, f"dmlr {n}w", r), flush=True)
