@@ -34,13 +34,12 @@ execution setting ``n_blocks``), hence the same iterations on any worker count, 
 that the speedup is that of the time per iteration.
 
 With ``--workers 1 N``, each repeat also measures the machine's ceiling for that
-speedup (:func:`machine_ceiling`), on the N-worker cluster right after its fit: N
-copies of the same fixed work (the final fit's first iterations, about
-``--ceiling-seconds``, held whole in each worker) at once, against one copy alone.
-It is what N workers give work that never waits for another (no summation, no round
-trip); on a machine whose cores slow each other down (shared caches, memory
-bandwidth, a virtual machine's host) it is below N, and dmlr's speedup can be read
-against it. Run::
+speedup (:func:`machine_ceiling`), on the N-worker cluster right after its fit: the
+time per iteration of one worker fitting all the training rows (the final fit's first
+iterations, about ``--ceiling-seconds``) over that of N workers each fitting its share
+of the rows at once, with no summation and no round trip. On a machine whose cores
+slow each other down (memory bandwidth, a virtual machine's host) it is below N, and
+dmlr's speedup can be read against it. Run::
 
     DMLR_DATA_DIR=../shared/datasets python benchmarks/time_to_model.py [--sets a,b] [--workers 1 2]
         [--repeats N] [--blocks N] [--ceiling-seconds S] [--docs]
@@ -109,29 +108,39 @@ def run_dmlr(store: Path) -> dict:
 
 
 def machine_ceiling(client, store: Path, final, iters: int) -> float:
-    """What the machine gives ``client``'s w single-thread workers on dmlr's own work: w copies
-    of the same fixed work at once, one per worker, against one copy alone (a ratio of
-    throughputs; w if the workers never slowed each other down).
+    """What the machine gives ``client``'s w single-thread workers on dmlr's own work, with
+    nothing to wait for: the time per iteration of one worker fitting all the training rows,
+    over that of w workers each fitting its share of them at once (contiguous row ranges, as
+    the w-worker fit's blocks), with no summation and no round trip (w if the workers never
+    slowed each other down).
 
-    The work is the first ``iters`` iterations of the final fit (a clone of ``final``, the
-    chosen values, ``tol=0``) on the training split, held whole in each worker: one block,
-    one BLAS thread (:func:`dmlr.paths.fit_step`, a search unit), so that the copies share
-    nothing but the machine. One copy alone runs before and after the w at once; the
-    ceiling uses their mean.
+    Each fit is the first ``iters`` iterations of the final fit (a clone of ``final``, the
+    chosen values, ``tol=0``), held whole in its worker: one block, one BLAS thread
+    (:func:`dmlr.paths.fit_step`, a search unit). The shares do the same work per iteration
+    as the w-worker fit's blocks, and each does the solver's own work too, which that fit
+    does once: a bound on what summing over the workers could reach. The one-worker fit runs
+    before and after the w at once; the ceiling uses their mean.
     """
     from dmlr.paths import UnitRunner, fit_step, stage_data
 
     X, Y = dmlr.open_dataset(store).arrays("train")
     n, w = int(X.shape[0]), len(client.scheduler_info()["workers"])
     X, Y, _, _ = stage_data(X, Y, None, client, {})  # computed by a worker from the chunks
-    splits = [(np.arange(n), np.arange(min(n, 1_000)))]
-    unit = (clone(final).set_params(max_iter=iters, tol=0.0, verbose=0), 0, {}, ("ranking_loss",), True)
+    validation = np.arange(min(n, 1_000))
+    edges = np.linspace(0, n, w + 1).round().astype(int)
+    splits = [(np.arange(n), validation)] + [(np.arange(a, b), validation) for a, b in zip(edges[:-1], edges[1:])]
+    est = clone(final).set_params(max_iter=iters, tol=0.0, verbose=0)
+    whole, shares = (est, 0, {}, ("ranking_loss",), True), [(est, 1 + k, {}, ("ranking_loss",), True) for k in range(w)]
+
+    def pace(outs) -> float:  # seconds per iteration of the slowest fit
+        return max(out.seconds / max(out.n_iter, 1) for out in outs)
+
     with UnitRunner((X, Y, splits), client) as runner:
-        runner.map(fit_step, [unit] * w)  # the data on every worker, the kernels loaded
-        before = runner.map(fit_step, [unit])[0].seconds
-        together = max(out.seconds for out in runner.map(fit_step, [unit] * w))
-        after = runner.map(fit_step, [unit])[0].seconds
-    return w * (before + after) / 2 / together
+        runner.map(fit_step, shares)  # the data on every worker, the kernels loaded
+        before = pace(runner.map(fit_step, [whole]))
+        together = pace(runner.map(fit_step, shares))  # share k on worker k
+        after = pace(runner.map(fit_step, [whole]))
+    return (before + after) / 2 / together
 
 
 def run_sklearn(store: Path, scaling: str) -> dict:
@@ -229,7 +238,7 @@ def main(argv=None) -> int:
         "--ceiling-seconds",
         type=float,
         default=4.0,
-        help="with --workers 1 N: about how long the machine ceiling's copies run (0: no ceiling)",
+        help="with --workers 1 N: about how long the machine ceiling's fits run (0: no ceiling)",
     )
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--docs", action="store_true", help="also write the table to docs/benchmarks/")
@@ -276,8 +285,8 @@ def _run(args) -> int:
             )
             if ceilings:
                 print(
-                    f"{name:22} machine ceiling, {args.workers[-1]} copies of the final fit's first iterations "
-                    f"(about {args.ceiling_seconds:g} s) at once against one alone: "
+                    f"{name:22} machine ceiling, 1 worker fitting all the rows against {args.workers[-1]} "
+                    f"fitting their shares at once, time per iteration (about {args.ceiling_seconds:g} s): "
                     + ", ".join(f"{v:.2f}x" for v in ceilings)
                     + (f" (median {np.median(ceilings):.2f}x)" if len(ceilings) > 1 else ""),
                     flush=True,
