@@ -46,9 +46,10 @@ from dmlr.paths import materialize
 
 SETS = ("tmc2007_500", "mediamill_discretized", "delicious", "bookmarks")
 METRICS = ("ranking_loss", "average_precision")
-#: log10 of the path's values, a quarter decade apart (the staged search's last-stage step).
-EXPONENTS = np.arange(1.5, -0.5 - 1e-9, -0.25)
+#: The path's step in log10 of the value, a quarter decade (the staged search's last-stage step).
 STEP = 0.25
+#: log10 of the path's values, from the largest down.
+EXPONENTS = np.arange(1.5, -0.5 - 1e-9, -STEP)
 
 
 def sizes_of(n: int) -> list[int]:
