@@ -1,4 +1,4 @@
-"""BLAS helpers: single-threaded BLAS for a block of code, and an in-place scaled sum.
+"""BLAS helpers: single-threaded BLAS for a block of code, and in-place scaled sums.
 
 ``threadpoolctl.threadpool_limits`` builds a new controller at every call, which
 lists every shared library the process has loaded (2,000+ modules after
@@ -63,3 +63,38 @@ def add_scaled(y: np.ndarray, alpha: float, x: np.ndarray) -> None:
         daxpy(x.reshape(-1), y.reshape(-1), a=float(alpha))  # writes into y's memory
     else:
         y += alpha * x
+
+
+def add_combination(y: np.ndarray, alpha: float, A: np.ndarray, x: np.ndarray) -> None:
+    """``y += alpha * (x @ A)`` in place, by BLAS's gemv where all are C-contiguous float64:
+    a combination of A's rows added to y.
+
+    numpy's expression makes ``x @ A`` and ``alpha * (x @ A)``, temporaries of y's
+    size, and reads them again; gemv accumulates into y (``y = alpha A^T x + beta y``,
+    A^T being A's memory read as a Fortran array), which for the pairs of a wide model's
+    L-BFGS (:class:`dmlr.solvers.lbfgs.Pairs`) is most of the work.
+
+    Parameters
+    ----------
+    y : float64 (n,), written
+    alpha : float
+    A : (c, n)
+    x : (c,)
+    """
+    from scipy.linalg.blas import dgemv
+
+    if np.ndim(A) != 2 or np.shape(x) != (np.shape(A)[0],) or y.shape != (np.shape(A)[1],):
+        raise ValueError(f"A has shape {np.shape(A)}, x {np.shape(x)}, y {y.shape}")
+    if (
+        y.dtype == np.float64
+        and isinstance(A, np.ndarray)
+        and A.dtype == np.float64
+        and y.flags.c_contiguous
+        and A.flags.c_contiguous
+        and 0 < A.size < 2**31  # BLAS's 32-bit lengths
+    ):
+        out = dgemv(float(alpha), A.T, np.asarray(x, dtype=np.float64), beta=1.0, y=y, overwrite_y=True)
+        if out is not y:  # pragma: no cover - scipy writes a contiguous float64 y in place
+            y[...] = out
+    else:
+        y += alpha * (np.asarray(x) @ A)

@@ -579,6 +579,21 @@ def test_add_scaled_adds_in_place_as_numpy_does():
         add_scaled(base.copy(), 1.0, x[:3])
 
 
+def test_add_combination_adds_rows_in_place_as_numpy_does():
+    from dmlr._blas import add_combination
+
+    rng = np.random.default_rng(5)
+    A, x, base = rng.normal(size=(4, 9)), rng.normal(size=4), rng.normal(size=9)
+    expected = base - 0.7 * (x @ A)
+    atol = 1e-14 * (np.abs(base).max() + np.abs(A).max() * np.abs(x).sum())
+    # C-contiguous: BLAS's gemv; a Fortran A and a strided y: numpy's expression
+    for rows, y in ((A, base.copy()), (np.asfortranarray(A), base.copy()), (A, np.repeat(base, 2)[::2])):
+        add_combination(y, -0.7, rows, x)  # written into y: no result to use
+        np.testing.assert_allclose(y, expected, rtol=0, atol=atol)
+    with pytest.raises(ValueError, match="shape"):
+        add_combination(base.copy(), 1.0, A, x[:3])
+
+
 def _intercept_regression(seed):
     """1/2 ||[F, 1] W - B||^2 with sparse, non-negative, uncentred features F (400 x 30) and an
     intercept row: the intercept's column is far longer than the features'."""

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dmlr._blas import add_scaled
+from dmlr._blas import add_combination, add_scaled
 from dmlr.kernels.quasi_newton import compact_coefficients, intercept_gradient, pair_products
 from dmlr.solvers.apg import APGState, FunctionOracle, Oracle, apg, check_saved_state, relative_change
 from dmlr.solvers.result import SolverResult
@@ -572,10 +572,10 @@ class Pairs:
         order = (self.newest - c + 1 + np.arange(c)) % len(self.S)  # slots, oldest first
         S, Y = self.S[:c], self.Y[:c]
         ps, us, gamma = compact_coefficients(*self.products(g), self.SY, self.YY, order)
-        d = ps @ S  # summed in place: each temporary of W's size costs a pass over memory
-        d -= (gamma * us) @ Y
-        add_scaled(d, gamma, g)
-        return np.negative(d, out=d)
+        d = np.multiply(g, -gamma)  # summed in place: each temporary of W's size costs a pass over memory
+        add_combination(d, -1.0, S, ps)
+        add_combination(d, gamma, Y, us)
+        return d
 
 
 def _iterate(
