@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import DOCS_DIR, Table, arrays, parser, prepared_store, stores, tee, work_folder
+from _common import DOCS_DIR, ROOT, Table, arrays, parser, prepared_store, stores, tee, work_folder
 from auto_vs_peers import SETS
 
 import dmlr
@@ -108,10 +108,12 @@ def main(argv=None) -> int:
     p = parser(__doc__, sets=SETS, workdir="/tmp/dmlr-auto-vs-peers", docs="label_rules")
     p.add_argument("--reference", default=str(DOCS_DIR / "auto_vs_peers.txt"))
     a = p.parse_args(argv)
-    reference = regression_reference(Path(a.reference))
+    path = Path(a.reference).resolve()
+    reference = regression_reference(path)
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     results: dict[str, dict[str, tuple[float, float]]] = {}
     with tee("label_rules", a.docs):
-        print(f"# LR: the better of the regression's two rules, micro-F1 and macro-F1 apart, from {a.reference}")
+        print(f"# LR: the better of the regression's two rules, micro-F1 and macro-F1 apart, from {shown}")
         table = Table(
             "set:<22; rule:<6; micro-F1:>9.4f; macro-F1:>9.4f; LR micro:>9.4f; LR macro:>9.4f; both reached: >13"
         )
