@@ -83,7 +83,7 @@ def largest_gap_labels(S: np.ndarray) -> np.ndarray:
 
 def rule_labels(rule: str, S_train: np.ndarray, Y_train: np.ndarray, S_test: np.ndarray) -> np.ndarray:
     """The test rows' labels by ``rule`` (see the module), learned on the training rows' scores
-    (``auto``: the thresholds the fit learned from them, as ``predict`` uses them, are these)."""
+    (for ``auto``, the thresholds the fit learned: :func:`main` checks them against ``predict``)."""
     if rule == "auto":
         return predict_from_scores(S_test, label_thresholds(Y_train, S_train))
     if rule == "zero":
@@ -98,10 +98,6 @@ def rule_labels(rule: str, S_train: np.ndarray, Y_train: np.ndarray, S_test: np.
     if rule == "mcut":
         return largest_gap_labels(S_test)
     raise ValueError(f"unknown rule {rule!r}")
-
-
-def _dense_labels(Y) -> np.ndarray:
-    return np.asarray(Y.toarray() if hasattr(Y, "toarray") else Y, dtype=np.int8)
 
 
 def main(argv=None) -> int:
@@ -124,7 +120,6 @@ def main(argv=None) -> int:
                 model = dmlr.fit(store, verbose=0)
             (X_tr, Y_tr), (X_te, Y_te) = arrays(store, "train"), arrays(store, "test")
             S_tr, S_te = np.asarray(model.decision_function(X_tr)), np.asarray(model.decision_function(X_te))
-            Y_tr, Y_te = _dense_labels(Y_tr), _dense_labels(Y_te)
             if not np.array_equal(rule_labels("auto", S_tr, Y_tr, S_te), model.predict(X_te)):
                 raise RuntimeError(f"{name}: the thresholds learned here are not the model's")
             lr = reference.get(name, (np.nan, np.nan))

@@ -35,6 +35,15 @@ def single_threaded_blas():
     return _current_controller().limit(limits=1, user_api="blas")
 
 
+def _blas_ready(*arrays) -> bool:
+    """Whether BLAS can take the arrays as they are: C-contiguous float64 NumPy arrays, not
+    empty, of fewer than 2**31 values (BLAS's 32-bit lengths)."""
+    return all(
+        isinstance(a, np.ndarray) and a.dtype == np.float64 and a.flags.c_contiguous and 0 < a.size < 2**31
+        for a in arrays
+    )
+
+
 def add_scaled(y: np.ndarray, alpha: float, x: np.ndarray) -> None:
     """``y += alpha * x`` in place, by BLAS's axpy where both are C-contiguous float64.
 
@@ -52,14 +61,7 @@ def add_scaled(y: np.ndarray, alpha: float, x: np.ndarray) -> None:
 
     if np.shape(x) != y.shape:
         raise ValueError(f"x has shape {np.shape(x)}, y {y.shape}")
-    if (
-        y.dtype == np.float64
-        and isinstance(x, np.ndarray)
-        and x.dtype == np.float64
-        and y.flags.c_contiguous
-        and x.flags.c_contiguous
-        and 0 < y.size < 2**31  # BLAS's 32-bit length
-    ):
+    if _blas_ready(y, x):
         daxpy(x.reshape(-1), y.reshape(-1), a=float(alpha))  # writes into y's memory
     else:
         y += alpha * x
@@ -85,14 +87,7 @@ def add_combination(y: np.ndarray, alpha: float, A: np.ndarray, x: np.ndarray) -
 
     if np.ndim(A) != 2 or np.shape(x) != (np.shape(A)[0],) or y.shape != (np.shape(A)[1],):
         raise ValueError(f"A has shape {np.shape(A)}, x {np.shape(x)}, y {y.shape}")
-    if (
-        y.dtype == np.float64
-        and isinstance(A, np.ndarray)
-        and A.dtype == np.float64
-        and y.flags.c_contiguous
-        and A.flags.c_contiguous
-        and 0 < A.size < 2**31  # BLAS's 32-bit lengths
-    ):
+    if _blas_ready(y, A):
         out = dgemv(float(alpha), A.T, np.asarray(x, dtype=np.float64), beta=1.0, y=y, overwrite_y=True)
         if out is not y:  # pragma: no cover - scipy writes a contiguous float64 y in place
             y[...] = out
